@@ -1,0 +1,455 @@
+//! The shared core of one mailbox: capacity, CQ credits, the fallback queue,
+//! the doorbell and the close state. No io_uring in here, so that the loom
+//! models below check exactly this code.
+//!
+//! # The invariants
+//!
+//! * **Capacity.** `queued` counts messages accepted for this mailbox and not
+//!   yet handed to its owner (or handed back). [`Core::reserve`] refuses past
+//!   `cap`, so the memory a mailbox holds is bounded by `cap` messages,
+//!   whichever path they take.
+//! * **Credits.** `credits` counts CQ entries a sender may still fill with a
+//!   message CQE. A sender takes one ([`Core::take_credit`]) before it issues a
+//!   `MSG_RING`; the receiver gives it back ([`Core::return_credits`]) only after
+//!   it has advanced the CQ head past that CQE. So at every moment the number of
+//!   message CQEs in the CQ or in the kernel's task-work list is at most
+//!   `credit_cap`, and the kernel's overflow list is never used for messages.
+//! * **Fallback and doorbell.** Without a credit, a parcel goes to `fallback`
+//!   and the sender that flips `doorbell` from false to true sends one doorbell
+//!   `MSG_RING`. Only the receiver clears `doorbell`, and only when it reaps that
+//!   doorbell CQE, before it drains the queue: so at most one doorbell CQE is
+//!   ever outstanding (one reserved CQ entry), and a parcel pushed at any time
+//!   is either seen by a drain that is already due or triggers a new doorbell.
+//! * **Close.** `state` goes Open -> Closing -> Closed. In Closing, no new
+//!   messages are reserved and no credit is granted (the credit grant re-checks
+//!   the state after taking the credit, and close reads the credits after
+//!   publishing Closing: with SeqCst on both sides one of them must see the
+//!   other), but the fallback still accepts parcels already reserved. The
+//!   receiver waits until every granted credit is back (all ring parcels
+//!   reaped), then moves to Closed under the fallback lock and drains it one
+//!   last time; a push after that fails and the sender hands the parcel back.
+
+use std::collections::VecDeque;
+
+use crate::sync::{lock, AtomicBool, AtomicU8, AtomicUsize, Mutex, Ordering};
+
+const OPEN: u8 = 0;
+const CLOSING: u8 = 1;
+const CLOSED: u8 = 2;
+
+/// Result of [`Core::take_credit`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Credit {
+    /// The caller holds one credit and must issue exactly one message CQE
+    /// (or give the credit back).
+    Granted,
+    /// No credit left: use the fallback queue.
+    Exhausted,
+    /// The mailbox is closing: no more ring traffic.
+    Closing,
+}
+
+/// Why [`Core::reserve`] refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refused {
+    Full,
+    Closed,
+}
+
+/// The shared state of one mailbox. `P` is the parcel type.
+pub(crate) struct Core<P> {
+    credits: AtomicUsize,
+    credit_cap: usize,
+    queued: AtomicUsize,
+    cap: usize,
+    state: AtomicU8,
+    fallback: Mutex<VecDeque<P>>,
+    fallback_pending: AtomicBool,
+    doorbell: AtomicBool,
+}
+
+impl<P> Core<P> {
+    /// A core with `credit_cap` CQ credits and room for `cap` messages.
+    pub(crate) fn new(credit_cap: usize, cap: usize) -> Self {
+        Core {
+            credits: AtomicUsize::new(credit_cap),
+            credit_cap,
+            queued: AtomicUsize::new(0),
+            cap,
+            state: AtomicU8::new(OPEN),
+            fallback: Mutex::new(VecDeque::new()),
+            fallback_pending: AtomicBool::new(false),
+            doorbell: AtomicBool::new(false),
+        }
+    }
+
+    /// Reserves room for `n` messages.
+    pub(crate) fn reserve(&self, n: usize) -> Result<(), Refused> {
+        if self.state.load(Ordering::Acquire) != OPEN {
+            return Err(Refused::Closed);
+        }
+        let mut cur = self.queued.load(Ordering::Relaxed);
+        loop {
+            let next = match cur.checked_add(n) {
+                Some(v) if v <= self.cap => v,
+                _ => return Err(Refused::Full),
+            };
+            match self.queued.compare_exchange_weak(
+                cur,
+                next,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return Ok(()),
+                Err(v) => cur = v,
+            }
+        }
+    }
+
+    /// Releases room for `n` messages that were delivered or handed back.
+    pub(crate) fn unreserve(&self, n: usize) {
+        let prev = self.queued.fetch_sub(n, Ordering::AcqRel);
+        debug_assert!(prev >= n, "mailbox capacity accounting underflow");
+    }
+
+    /// Messages accepted and not yet delivered or handed back.
+    pub(crate) fn queued(&self) -> usize {
+        self.queued.load(Ordering::Acquire)
+    }
+
+    /// The configured capacity.
+    pub(crate) fn cap(&self) -> usize {
+        self.cap
+    }
+
+    /// Takes one CQ credit.
+    pub(crate) fn take_credit(&self) -> Credit {
+        let mut cur = self.credits.load(Ordering::Relaxed);
+        loop {
+            if cur == 0 {
+                return Credit::Exhausted;
+            }
+            match self.credits.compare_exchange_weak(
+                cur,
+                cur - 1,
+                Ordering::SeqCst,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(v) => cur = v,
+            }
+        }
+        // Dekker with `begin_close`: credit taken, then state read (SeqCst).
+        if self.state.load(Ordering::SeqCst) != OPEN {
+            self.credits.fetch_add(1, Ordering::SeqCst);
+            return Credit::Closing;
+        }
+        Credit::Granted
+    }
+
+    /// Gives back `n` credits: the receiver reaped `n` message CQEs, or a
+    /// sender could not use a credit it took.
+    pub(crate) fn return_credits(&self, n: usize) {
+        if n > 0 {
+            let prev = self.credits.fetch_add(n, Ordering::SeqCst);
+            debug_assert!(prev + n <= self.credit_cap, "more credits returned than granted");
+        }
+    }
+
+    /// Credits currently granted and not returned.
+    pub(crate) fn outstanding(&self) -> usize {
+        self.credit_cap - self.credits.load(Ordering::SeqCst)
+    }
+
+    /// Queues a parcel in the fallback queue. `Ok(true)` means the caller must
+    /// ring the doorbell (send one doorbell message to the receiver).
+    /// `Err` hands the parcel back: the mailbox is closed.
+    pub(crate) fn push_fallback(&self, parcel: P) -> Result<bool, P> {
+        {
+            let mut q = lock(&self.fallback);
+            if self.state.load(Ordering::Acquire) == CLOSED {
+                return Err(parcel);
+            }
+            q.push_back(parcel);
+            self.fallback_pending.store(true, Ordering::Release);
+        }
+        Ok(!self.doorbell.swap(true, Ordering::AcqRel))
+    }
+
+    /// True when the fallback queue may hold parcels (a cheap hint).
+    pub(crate) fn fallback_pending(&self) -> bool {
+        self.fallback_pending.load(Ordering::Acquire)
+    }
+
+    /// Called by the receiver when it reaps the doorbell CQE, before draining.
+    pub(crate) fn doorbell_reaped(&self) {
+        self.doorbell.store(false, Ordering::SeqCst);
+    }
+
+    /// Moves every parcel of the fallback queue into `out`, in queue order.
+    pub(crate) fn drain_fallback(&self, out: &mut VecDeque<P>) {
+        let mut q = lock(&self.fallback);
+        self.fallback_pending.store(false, Ordering::Release);
+        out.append(&mut q);
+    }
+
+    /// Open -> Closing: refuse new messages and new credits.
+    pub(crate) fn begin_close(&self) {
+        let _ = self.state.compare_exchange(OPEN, CLOSING, Ordering::SeqCst, Ordering::SeqCst);
+    }
+
+    /// Closing -> Closed, draining the fallback queue one last time. Call
+    /// only when [`Core::outstanding`] is 0.
+    pub(crate) fn finish_close(&self, out: &mut VecDeque<P>) {
+        let mut q = lock(&self.fallback);
+        self.state.store(CLOSED, Ordering::SeqCst);
+        self.fallback_pending.store(false, Ordering::Release);
+        out.append(&mut q);
+    }
+
+    /// True once [`Core::begin_close`] ran.
+    pub(crate) fn is_closing(&self) -> bool {
+        self.state.load(Ordering::Acquire) != OPEN
+    }
+
+    /// True once [`Core::finish_close`] ran.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.state.load(Ordering::Acquire) == CLOSED
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reserve_stops_at_cap_and_unreserve_frees() {
+        let c: Core<()> = Core::new(4, 3);
+        assert_eq!(c.reserve(2), Ok(()));
+        assert_eq!(c.reserve(2), Err(Refused::Full));
+        assert_eq!(c.reserve(1), Ok(()));
+        c.unreserve(3);
+        assert_eq!(c.queued(), 0);
+        c.begin_close();
+        assert_eq!(c.reserve(1), Err(Refused::Closed));
+    }
+
+    #[test]
+    fn credits_run_out_and_come_back() {
+        let c: Core<()> = Core::new(2, 10);
+        assert_eq!(c.take_credit(), Credit::Granted);
+        assert_eq!(c.take_credit(), Credit::Granted);
+        assert_eq!(c.take_credit(), Credit::Exhausted);
+        assert_eq!(c.outstanding(), 2);
+        c.return_credits(1);
+        assert_eq!(c.take_credit(), Credit::Granted);
+        c.begin_close();
+        c.return_credits(2);
+        assert_eq!(c.take_credit(), Credit::Closing);
+        assert_eq!(c.outstanding(), 0);
+    }
+
+    #[test]
+    fn one_doorbell_until_reaped() {
+        let c: Core<u32> = Core::new(0, 10);
+        assert_eq!(c.push_fallback(1), Ok(true));
+        assert_eq!(c.push_fallback(2), Ok(false));
+        c.doorbell_reaped();
+        let mut out = VecDeque::new();
+        c.drain_fallback(&mut out);
+        assert_eq!(out, [1, 2]);
+        assert_eq!(c.push_fallback(3), Ok(true));
+        c.begin_close();
+        assert_eq!(c.push_fallback(4), Ok(false), "Closing still takes reserved parcels");
+        c.finish_close(&mut out);
+        assert_eq!(out, [1, 2, 3, 4]);
+        assert_eq!(c.push_fallback(5), Err(5));
+    }
+}
+
+/// Loom models of the credit / fallback / doorbell / close protocol.
+///
+/// The kernel is modelled as one shared CQ (`Mutex<VecDeque>`) into which each
+/// sender pushes its ring parcels in order (the kernel keeps per-sender order
+/// of data messages) plus doorbell entries. Run with
+/// `RUSTFLAGS="--cfg loom" cargo test -p ringmail-transport --release --lib loom`
+/// (bounds: `LOOM_MAX_PREEMPTIONS`, default 2 in CI via `scripts/test-all.sh`).
+#[cfg(all(test, loom))]
+mod loom_models {
+    use super::*;
+    use crate::mailbox::reorder::Reorder;
+    use loom::sync::Arc;
+    use loom::thread;
+
+    #[derive(Debug)]
+    enum Cqe {
+        Parcel { sender: usize, seq: u64 },
+        Doorbell,
+    }
+
+    type Parcel = (usize, u64);
+
+    struct World {
+        core: Core<Parcel>,
+        cq: Mutex<VecDeque<Cqe>>,
+        credit_cap: usize,
+    }
+
+    /// One sender: sends `n` parcels in order; returns those handed back.
+    fn sender(w: &World, id: usize, n: u64) -> Vec<u64> {
+        let mut returned = Vec::new();
+        for seq in 0..n {
+            if w.core.reserve(1).is_err() {
+                returned.push(seq);
+                continue;
+            }
+            match w.core.take_credit() {
+                Credit::Granted => {
+                    let mut cq = lock(&w.cq);
+                    cq.push_back(Cqe::Parcel { sender: id, seq });
+                    let parcels =
+                        cq.iter().filter(|c| matches!(c, Cqe::Parcel { .. })).count();
+                    assert!(parcels <= w.credit_cap, "CQ holds more message CQEs than credits");
+                }
+                Credit::Exhausted | Credit::Closing => match w.core.push_fallback((id, seq)) {
+                    Ok(true) => {
+                        let mut cq = lock(&w.cq);
+                        cq.push_back(Cqe::Doorbell);
+                        let bells = cq.iter().filter(|c| matches!(c, Cqe::Doorbell)).count();
+                        assert!(bells <= 1, "more than one doorbell outstanding");
+                    }
+                    Ok(false) => {}
+                    Err(_) => {
+                        w.core.unreserve(1);
+                        returned.push(seq);
+                    }
+                },
+            }
+        }
+        returned
+    }
+
+    struct Receiver {
+        lanes: Vec<Reorder<Parcel>>,
+        got: Vec<Vec<u64>>,
+        local: VecDeque<Parcel>,
+    }
+
+    impl Receiver {
+        fn new(senders: usize) -> Self {
+            Receiver {
+                lanes: (0..senders).map(|_| Reorder::default()).collect(),
+                got: vec![Vec::new(); senders],
+                local: VecDeque::new(),
+            }
+        }
+        fn deliver(&mut self, w: &World, p: Parcel) {
+            let got = &mut self.got;
+            self.lanes[p.0]
+                .accept(p.1, p, |(s, q)| {
+                    got[s].push(q);
+                    w.core.unreserve(1);
+                })
+                .expect("duplicate parcel");
+        }
+        /// One pass over the CQ and the fallback queue.
+        fn poll(&mut self, w: &World) {
+            let cqes: Vec<Cqe> = lock(&w.cq).drain(..).collect();
+            let mut reaped = 0;
+            let mut bell = false;
+            for c in cqes {
+                match c {
+                    Cqe::Parcel { sender, seq } => {
+                        reaped += 1;
+                        self.local.push_back((sender, seq));
+                    }
+                    Cqe::Doorbell => bell = true,
+                }
+            }
+            // CQ head advanced: now the credits may go back.
+            w.core.return_credits(reaped);
+            if bell {
+                w.core.doorbell_reaped();
+            }
+            if bell || w.core.fallback_pending() {
+                w.core.drain_fallback(&mut self.local);
+            }
+            while let Some(p) = self.local.pop_front() {
+                self.deliver(w, p);
+            }
+        }
+    }
+
+    fn check_order(got: &[u64]) {
+        for (i, s) in got.iter().enumerate() {
+            assert_eq!(*s, i as u64, "per-sender order broken: {got:?}");
+        }
+    }
+
+    /// Two senders, one credit: both paths are taken, everything arrives once,
+    /// in per-sender order, and the CQ never holds more than the credits allow.
+    #[test]
+    fn loom_credits_fallback_and_order() {
+        loom::model(|| {
+            let w = Arc::new(World {
+                core: Core::new(1, 16),
+                cq: Mutex::new(VecDeque::new()),
+                credit_cap: 1,
+            });
+            let hs: Vec<_> = (0..2)
+                .map(|id| {
+                    let w = w.clone();
+                    thread::spawn(move || sender(&w, id, 2))
+                })
+                .collect();
+            let mut r = Receiver::new(2);
+            while r.got.iter().map(Vec::len).sum::<usize>() < 4 {
+                r.poll(&w);
+                thread::yield_now();
+            }
+            for h in hs {
+                assert!(h.join().unwrap().is_empty());
+            }
+            r.got.iter().for_each(|g| check_order(g));
+            assert_eq!(w.core.queued(), 0);
+            assert_eq!(w.core.outstanding(), 0);
+        });
+    }
+
+    /// The receiver closes while a sender sends: every parcel is delivered or
+    /// handed back, never both, never neither; delivered ones are a prefix in order.
+    #[test]
+    fn loom_close_races_send() {
+        loom::model(|| {
+            let w = Arc::new(World {
+                core: Core::new(1, 16),
+                cq: Mutex::new(VecDeque::new()),
+                credit_cap: 1,
+            });
+            let w2 = w.clone();
+            let h = thread::spawn(move || sender(&w2, 0, 3));
+            let mut r = Receiver::new(1);
+            w.core.begin_close();
+            while w.core.outstanding() > 0 {
+                r.poll(&w);
+                thread::yield_now();
+            }
+            r.poll(&w);
+            let mut last = VecDeque::new();
+            w.core.finish_close(&mut last);
+            r.local.extend(last);
+            while let Some(p) = r.local.pop_front() {
+                r.deliver(&w, p);
+            }
+            // Anything still held waits for a parcel that was handed back.
+            let held: Vec<u64> = r.lanes[0].take_held().map(|p| p.1).collect();
+            w.core.unreserve(held.len());
+            let returned = h.join().unwrap();
+            let mut all: Vec<u64> = r.got[0].iter().chain(&returned).chain(&held).copied().collect();
+            all.sort_unstable();
+            assert_eq!(all, vec![0, 1, 2], "delivered + handed back must equal sent");
+            check_order(&r.got[0]);
+            assert_eq!(w.core.queued(), 0);
+        });
+    }
+}

@@ -1,0 +1,201 @@
+//! The mailbox: lossless, flow-controlled, ordered messaging between rings.
+//!
+//! # How a message travels
+//!
+//! [`crate::Ring::send`] reserves room in the target's mailbox (capacity
+//! check, [`core::Core::reserve`]) and appends the message to the sender's
+//! pending batch for that target. When the batch is full, or at the sender's
+//! next `flush`/`wait`, the batch becomes a **parcel**: a boxed
+//! `Parcel { from, to, seq, body }` with the next sequence number of this
+//! sender→target lane. A parcel then takes one of two paths:
+//!
+//! * **Ring path.** The sender takes a CQ credit from the target and issues one
+//!   `MSG_RING` whose target CQE carries the parcel's address in `user_data`
+//!   ([`handle`]), the message count in `res` and a Ringmail mark in the
+//!   passed flags. Success is silent for the sender (`IOSQE_CQE_SKIP_SUCCESS`);
+//!   an error comes back on the sender's ring with the same parcel, which is
+//!   rerouted (ENOMEM/EBUSY/EAGAIN) or handed back.
+//! * **Fallback path.** Without a credit the parcel is pushed on the target's
+//!   user-space fallback queue and, if no doorbell is pending, one doorbell
+//!   `MSG_RING` is sent (it has a reserved CQ entry, so it never needs a credit).
+//!
+//! The receiver hands every parcel to the sender's [`reorder::Reorder`], which
+//! releases parcels strictly by sequence number. fd hand-offs are parcels too
+//! (one message plus the slot the kernel allocated), so they are ordered with
+//! the data messages even though the kernel delivers fd messages in no
+//! particular order.
+//!
+//! # Guarantees
+//!
+//! * **Nothing lost.** Every message accepted by `send` is delivered to the
+//!   target's owner exactly once, or comes back to the sending ring as
+//!   [`crate::Event::Returned`] with the reason, or — only when the sending
+//!   ring is itself gone — is counted in [`crate::dead_letters`].
+//! * **Per-sender FIFO.** Messages from one sending ring to one target are
+//!   delivered in `send` order, across batches, paths and fd hand-offs.
+//!   There is no order between different senders.
+//! * **No CQ overflow from messages.** At most `credit_cap` message CQEs plus
+//!   one doorbell are ever outstanding for a ring, and `credit_cap` is chosen
+//!   so that they fit in its CQ next to the reserve for its own I/O.
+//! * **Bounded memory.** At most `capacity` messages are queued for a mailbox
+//!   (pending batches, CQEs, fallback queue and reorder buffers together);
+//!   `send` past that returns [`crate::SendError::Full`] with the message.
+//!
+//! Not guaranteed: order between senders; that a message is *processed* (a
+//! handler may fail after delivery); progress of a sender that never flushes.
+//!
+//! # Shutdown
+//!
+//! Closing a ring ([`crate::Ring::close`]) makes new sends fail at once with
+//! [`crate::SendError::Closed`]. Parcels already accepted are still delivered:
+//! the ring waits until every granted credit is back, drains the fallback
+//! queue a last time and becomes closed. Parcels routed after that come back
+//! to their senders. Dropping a ring does the same, but hands back what it
+//! would have delivered, since its owner is gone.
+//!
+//! # Allocation
+//!
+//! One `Box` per parcel (not per message: a parcel carries up to
+//! `max_batch` messages in a `Vec`). The fallback queue and reorder buffers
+//! are `VecDeque`/`BTreeMap`s that grow with use, bounded by `capacity`.
+
+pub(crate) mod core;
+pub(crate) mod handle;
+pub(crate) mod reorder;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::{Arc, Mutex, Weak};
+
+use crate::error::ReturnReason;
+
+/// A unit that travels between rings: a batch of messages, one fd hand-off,
+/// or a control marker, with its lane's sequence number.
+pub(crate) struct Parcel<T> {
+    /// Id of the sending ring (the lane key on the receiver).
+    pub(crate) from: u64,
+    /// Id of the target ring.
+    pub(crate) to: u64,
+    /// Sequence number within the `from -> to` lane.
+    pub(crate) seq: u64,
+    pub(crate) body: Body<T>,
+}
+
+pub(crate) enum Body<T> {
+    /// Messages, in send order.
+    Batch(Vec<T>),
+    /// One fd hand-off with its message. `slot` is the sender's slot while in
+    /// flight and the receiver's slot once it arrived.
+    Fd { msg: T, slot: u32 },
+    /// This sequence number was handed back to the sender: skip it.
+    Void,
+    /// The sending ring is gone: this lane ends here.
+    End,
+}
+
+impl<T> Body<T> {
+    pub(crate) fn messages(&self) -> usize {
+        match self {
+            Body::Batch(v) => v.len(),
+            Body::Fd { .. } => 1,
+            Body::Void | Body::End => 0,
+        }
+    }
+}
+
+/// A message handed back to its sending ring, travelling between threads.
+pub(crate) struct Returned<T> {
+    pub(crate) msgs: Vec<T>,
+    pub(crate) reason: ReturnReason,
+}
+
+/// What the fallback queue holds.
+pub(crate) enum Item<T> {
+    Parcel(Box<Parcel<T>>),
+    Returned(Returned<T>),
+}
+
+/// The shared side of a ring's mailbox: everything other threads touch.
+pub(crate) struct Inbox<T> {
+    pub(crate) id: u64,
+    pub(crate) core: core::Core<Item<T>>,
+    /// A duplicate of the ring fd: keeps the ring file, and so this fd
+    /// number, alive for as long as any address exists, so a `MSG_RING` to
+    /// it can never reach some other file.
+    ring_fd: OwnedFd,
+    /// Sending rings that have a lane to this one, for hand-backs.
+    pub(crate) origins: Mutex<HashMap<u64, Weak<Inbox<T>>>>,
+}
+
+impl<T> Inbox<T> {
+    pub(crate) fn new(id: u64, ring_fd: OwnedFd, credit_cap: usize, cap: usize) -> Self {
+        Inbox {
+            id,
+            core: core::Core::new(credit_cap, cap),
+            ring_fd,
+            origins: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub(crate) fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.ring_fd.as_fd()
+    }
+
+    pub(crate) fn origin(&self, id: u64) -> Option<Arc<Inbox<T>>> {
+        crate::sync_std_lock(&self.origins).get(&id).and_then(Weak::upgrade)
+    }
+}
+
+/// The address of a ring's mailbox: what other threads use to message it.
+///
+/// `Addr` is cheap to clone and `Send + Sync`. It keeps the target's ring fd
+/// open (so the fd number cannot be reused for another file while an `Addr`
+/// exists) and knows when the target closed.
+pub struct Addr<T> {
+    pub(crate) inbox: Arc<Inbox<T>>,
+}
+
+impl<T> Clone for Addr<T> {
+    fn clone(&self) -> Self {
+        Addr { inbox: self.inbox.clone() }
+    }
+}
+
+impl<T> fmt::Debug for Addr<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Addr")
+            .field("ring", &self.inbox.id)
+            .field("closing", &self.inbox.core.is_closing())
+            .finish()
+    }
+}
+
+impl<T> PartialEq for Addr<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.inbox.id == other.inbox.id
+    }
+}
+impl<T> Eq for Addr<T> {}
+
+impl<T> Addr<T> {
+    /// The process-unique id of the target ring.
+    pub fn ring_id(&self) -> u64 {
+        self.inbox.id
+    }
+
+    /// True once the target began closing: sends will be refused.
+    pub fn is_closed(&self) -> bool {
+        self.inbox.core.is_closing()
+    }
+
+    /// Messages accepted for the target and not yet delivered or handed back.
+    pub fn queued(&self) -> usize {
+        self.inbox.core.queued()
+    }
+
+    /// The target mailbox's capacity in messages.
+    pub fn capacity(&self) -> usize {
+        self.inbox.core.cap()
+    }
+}

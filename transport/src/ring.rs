@@ -1,0 +1,1106 @@
+//! The owned ring: one io_uring per thread, its mailbox, and its wait loop.
+//!
+//! A [`Ring`] is created on the thread that owns it and never leaves it
+//! (`!Send`): the kernel only lets the creating task submit to or wait on a
+//! `SINGLE_ISSUER | DEFER_TASKRUN` ring. Other threads reach it through its
+//! [`Addr`]. The same ring is the *source* of every message its thread sends.
+//!
+//! # The wait loop
+//!
+//! [`Ring::wait`] is the single place where a thread sleeps. It
+//! 1. flushes: turns pending batches into parcels, retries parked fd
+//!    hand-offs and submits the SQ;
+//! 2. runs deferred task work (`io_uring_enter` with `GETEVENTS`, looped
+//!    while `IORING_SQ_TASKRUN` stays set: the kernel runs a bounded number of
+//!    items per call), reaps the CQ, returns credits, drains the fallback
+//!    queue when the doorbell rang or it is non-empty;
+//! 3. if nothing is ready, spins for the optional busy-poll budget watching
+//!    the `TASKRUN` flag, the CQ tail and the fallback hint (no syscall while
+//!    nothing is there), then blocks in `io_uring_enter(min_complete = 1)`, so a
+//!    single message wakes it (no lazy-wake batching).
+//!
+//! Messages and the ring's own I/O completions come out of the same wait as
+//! [`Event`]s.
+
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::marker::PhantomData;
+use std::mem;
+use std::os::fd::AsRawFd;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use io_uring::{squeue, types, IoUring};
+
+use crate::error::{ReturnReason, RingError, SendError, SetupError};
+use crate::fd::{FdTable, FixedFd};
+use crate::mailbox::core::{Credit, Refused};
+use crate::mailbox::handle::{self, Tag};
+use crate::mailbox::reorder::Reorder;
+use crate::mailbox::{Addr, Body, Inbox, Item, Parcel, Returned};
+use crate::sys;
+
+static NEXT_RING_ID: AtomicU64 = AtomicU64::new(1);
+static DEAD_LETTERS: AtomicU64 = AtomicU64::new(0);
+
+/// Messages that could be neither delivered nor handed back, since the
+/// process started: the sender's ring was itself gone when the message came
+/// back. Never incremented while both rings live.
+pub fn dead_letters() -> u64 {
+    DEAD_LETTERS.load(Ordering::Relaxed)
+}
+
+fn dead_letter(n: usize) {
+    if n > 0 {
+        DEAD_LETTERS.fetch_add(n as u64, Ordering::Relaxed);
+    }
+}
+
+/// Settings of a ring and its mailbox.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct RingConfig {
+    /// Submission queue entries (default 256).
+    pub sq_entries: u32,
+    /// Completion queue entries (default 1024; the kernel rounds up to a power of two).
+    pub cq_entries: u32,
+    /// CQ entries kept for the ring's own I/O completions (default 1/4 of the CQ).
+    /// The rest, minus one for the doorbell, are message credits.
+    pub io_reserve: u32,
+    /// Messages the mailbox holds at most (default 65 536); `usize::MAX` is unbounded.
+    pub mailbox_capacity: usize,
+    /// Messages carried by one parcel at most (default 64).
+    pub max_batch: usize,
+    /// Slots of the registered file table (default 1024): the lower half for
+    /// [`Ring::register_fd`], the upper half for incoming hand-offs.
+    pub fixed_files: u32,
+    /// Spin this long looking for work before sleeping (default: none).
+    pub busy_poll: Option<Duration>,
+    /// How long a dropped ring waits for messages already on their way (default 1 s).
+    pub close_timeout: Duration,
+}
+
+impl Default for RingConfig {
+    fn default() -> Self {
+        RingConfig {
+            sq_entries: 256,
+            cq_entries: 1024,
+            io_reserve: 256,
+            mailbox_capacity: 1 << 16,
+            max_batch: 64,
+            fixed_files: 1024,
+            busy_poll: None,
+            close_timeout: Duration::from_secs(1),
+        }
+    }
+}
+
+impl RingConfig {
+    /// Sets the CQ size, and the I/O reserve to a quarter of it.
+    pub fn cq_entries(mut self, n: u32) -> Self {
+        self.cq_entries = n;
+        self.io_reserve = n / 4;
+        self
+    }
+    /// Sets the SQ size.
+    pub fn sq_entries(mut self, n: u32) -> Self {
+        self.sq_entries = n;
+        self
+    }
+    /// Sets the CQ entries kept for the ring's own I/O.
+    pub fn io_reserve(mut self, n: u32) -> Self {
+        self.io_reserve = n;
+        self
+    }
+    /// Sets the mailbox capacity in messages.
+    pub fn mailbox_capacity(mut self, n: usize) -> Self {
+        self.mailbox_capacity = n;
+        self
+    }
+    /// Sets the largest batch one parcel carries.
+    pub fn max_batch(mut self, n: usize) -> Self {
+        self.max_batch = n;
+        self
+    }
+    /// Sets the size of the registered file table.
+    pub fn fixed_files(mut self, n: u32) -> Self {
+        self.fixed_files = n;
+        self
+    }
+    /// Sets (or clears) the busy-poll budget.
+    pub fn busy_poll(mut self, d: Option<Duration>) -> Self {
+        self.busy_poll = d;
+        self
+    }
+    /// Sets how long a dropped ring waits for in-flight messages.
+    pub fn close_timeout(mut self, d: Duration) -> Self {
+        self.close_timeout = d;
+        self
+    }
+
+    fn validate(&self) -> Result<(), SetupError> {
+        if self.sq_entries < 2 || self.cq_entries < self.sq_entries {
+            return Err(SetupError::InvalidConfig("need 2 <= sq_entries <= cq_entries"));
+        }
+        if self.io_reserve >= self.cq_entries - 1 {
+            return Err(SetupError::InvalidConfig("io_reserve must leave room for message credits"));
+        }
+        if self.max_batch == 0 || self.mailbox_capacity == 0 {
+            return Err(SetupError::InvalidConfig("max_batch and mailbox_capacity must be > 0"));
+        }
+        if self.fixed_files < 2 {
+            return Err(SetupError::InvalidConfig("fixed_files must be >= 2"));
+        }
+        Ok(())
+    }
+}
+
+/// What a [`Ring::wait`] hands to its owner.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Event<T> {
+    /// A message from another ring (or this one).
+    Message(T),
+    /// An fd hand-off: the file is now in this ring's table, owned by `fd`.
+    Fd {
+        /// The message sent with the fd.
+        msg: T,
+        /// The received file.
+        fd: FixedFd,
+    },
+    /// A completion of this ring's own I/O (see [`Ring::push_io`]).
+    Io {
+        /// The token given to `push_io`.
+        token: u64,
+        /// The CQE's `res`.
+        result: i32,
+        /// The CQE's `flags`.
+        flags: u32,
+    },
+    /// A message this ring sent could not be delivered and is handed back.
+    Returned {
+        /// The message.
+        msg: T,
+        /// The fd sent with it, back in this ring's table, if it still exists.
+        fd: Option<FixedFd>,
+        /// Why it came back.
+        reason: ReturnReason,
+    },
+}
+
+/// Counters of one ring, for tests, metrics and benchmarks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RingStats {
+    /// Parcels this ring sent as `MSG_RING` CQEs.
+    pub ring_parcels_sent: u64,
+    /// Parcels this ring put on targets' fallback queues.
+    pub fallback_parcels_sent: u64,
+    /// Doorbells this ring sent.
+    pub doorbells_sent: u64,
+    /// fd hand-offs issued.
+    pub fds_sent: u64,
+    /// Parcels received through CQEs.
+    pub ring_parcels_received: u64,
+    /// Parcels received through this ring's fallback queue.
+    pub fallback_parcels_received: u64,
+    /// Parcels that arrived early and waited in a reorder buffer.
+    pub reordered_parcels: u64,
+    /// Messages delivered to this ring's owner (fd hand-offs included).
+    pub messages_received: u64,
+    /// Messages handed back to this ring's owner.
+    pub returned: u64,
+}
+
+/// The SQ stayed full even after a submit; the entry was not queued.
+#[derive(Debug)]
+pub struct PushError;
+
+impl std::fmt::Display for PushError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the submission queue is full")
+    }
+}
+impl std::error::Error for PushError {}
+
+struct OutLane<T> {
+    target: Arc<Inbox<T>>,
+    next_seq: u64,
+    pending: Vec<T>,
+    /// fd parcels waiting for a credit (fd messages cannot use the fallback queue).
+    parked: VecDeque<Box<Parcel<T>>>,
+}
+
+/// An io_uring owned by the current thread, with its mailbox. See the module docs.
+pub struct Ring<T: Send + 'static> {
+    uring: IoUring,
+    id: u64,
+    inbox: Arc<Inbox<T>>,
+    fds: Rc<FdTable>,
+    cfg: RingConfig,
+    credit_cap: usize,
+    out: HashMap<u64, OutLane<T>>,
+    dirty: Vec<u64>,
+    parked: usize,
+    bells: Vec<Arc<Inbox<T>>>,
+    lanes: HashMap<u64, Reorder<Box<Parcel<T>>>>,
+    in_order: Vec<Box<Parcel<T>>>,
+    ready: VecDeque<(u64, Event<T>)>,
+    scratch: VecDeque<Item<T>>,
+    cqes: Vec<(u64, i32, u32)>,
+    stats: RingStats,
+    dropping: bool,
+    _not_send: PhantomData<Rc<()>>,
+}
+
+fn errno(e: &io::Error) -> i32 {
+    e.raw_os_error().unwrap_or(0)
+}
+
+impl<T: Send + 'static> Ring<T> {
+    /// Creates a ring with the default configuration on this thread.
+    pub fn new() -> Result<Self, SetupError> {
+        Self::with_config(RingConfig::default())
+    }
+
+    /// Creates a ring on this thread.
+    pub fn with_config(cfg: RingConfig) -> Result<Self, SetupError> {
+        cfg.validate()?;
+        let uring = crate::setup::build(&cfg)?;
+        crate::setup::probe_ops(&uring)?;
+        let cq = uring.params().cq_entries();
+        let credit_cap = cq.saturating_sub(cfg.io_reserve + 1) as usize;
+        if credit_cap == 0 {
+            return Err(SetupError::InvalidConfig("the CQ leaves no room for message credits"));
+        }
+        uring.submitter().register_files_sparse(cfg.fixed_files).map_err(SetupError::Io)?;
+        let user_slots = cfg.fixed_files / 2;
+        let raw = uring.as_raw_fd();
+        sys::file_alloc_range(raw, user_slots, cfg.fixed_files - user_slots).map_err(|e| {
+            SetupError::KernelTooOld {
+                feature: "IORING_REGISTER_FILE_ALLOC_RANGE",
+                since: "6.0",
+                source: Some(e),
+            }
+        })?;
+        let dup = sys::dup_cloexec(sys::ring_fd(&uring)).map_err(SetupError::Io)?;
+        let id = NEXT_RING_ID.fetch_add(1, Ordering::Relaxed);
+        let inbox = Arc::new(Inbox::new(id, dup, credit_cap, cfg.mailbox_capacity));
+        let mut ring = Ring {
+            uring,
+            id,
+            inbox,
+            fds: Rc::new(FdTable::new(raw, user_slots)),
+            cfg,
+            credit_cap,
+            out: HashMap::new(),
+            dirty: Vec::new(),
+            parked: 0,
+            bells: Vec::new(),
+            lanes: HashMap::new(),
+            in_order: Vec::new(),
+            ready: VecDeque::new(),
+            scratch: VecDeque::new(),
+            cqes: Vec::new(),
+            stats: RingStats::default(),
+            dropping: false,
+            _not_send: PhantomData,
+        };
+        ring.self_test()?;
+        Ok(ring)
+    }
+
+    /// Sends one marked data message to itself and checks it arrives intact.
+    fn self_test(&mut self) -> Result<(), SetupError> {
+        const PROBE: u64 = (0x5052_4f42 << 3) | Tag::Ignore as u64;
+        let target = self.inbox.clone();
+        if sys::push_msg_data(&mut self.uring, target.fd(), 7, PROBE, PROBE).is_err() {
+            return Err(SetupError::InvalidConfig("SQ too small for the start-up probe"));
+        }
+        self.uring.submit_and_wait(1).map_err(SetupError::Io)?;
+        let mut cq = self.uring.completion();
+        cq.sync();
+        let cqe = cq.next().ok_or(SetupError::InvalidConfig("start-up probe got no completion"))?;
+        drop(cq);
+        match (cqe.user_data(), cqe.result(), cqe.flags()) {
+            (PROBE, 7, f) if f & sys::MSG_MARK_MASK == sys::MSG_MARK => Ok(()),
+            (PROBE, r, _) if r == -libc::EINVAL => Err(SetupError::KernelTooOld {
+                feature: "IORING_MSG_RING_FLAGS_PASS",
+                since: "6.3",
+                source: Some(io::Error::from_raw_os_error(libc::EINVAL)),
+            }),
+            (_, r, _) if r < 0 => Err(SetupError::Io(io::Error::from_raw_os_error(-r))),
+            _ => Err(SetupError::KernelTooOld {
+                feature: "IORING_MSG_RING_FLAGS_PASS (flags were not passed)",
+                since: "6.3",
+                source: None,
+            }),
+        }
+    }
+
+    /// The address other threads use to message this ring.
+    pub fn addr(&self) -> Addr<T> {
+        Addr { inbox: self.inbox.clone() }
+    }
+
+    /// This ring's process-unique id.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Message credits this ring grants its senders: CQ entries reserved for
+    /// message CQEs (the CQ size minus the I/O reserve and the doorbell entry).
+    pub fn credit_capacity(&self) -> usize {
+        self.credit_cap
+    }
+
+    /// Counters since the ring was created.
+    pub fn stats(&self) -> RingStats {
+        self.stats
+    }
+
+    /// Sends `msg` to `to`. The message is batched and leaves at the latest at
+    /// this ring's next [`flush`](Ring::flush) or [`wait`](Ring::wait).
+    ///
+    /// On `Ok`, the message will be delivered to `to`'s owner, in order after
+    /// every earlier message from this ring to `to`, or come back to this ring
+    /// as [`Event::Returned`]. On `Err`, it was not accepted and is handed back.
+    pub fn send(&mut self, to: &Addr<T>, msg: T) -> Result<(), SendError<T>> {
+        if let Err(r) = to.inbox.core.reserve(1) {
+            return Err(match r {
+                Refused::Full => SendError::Full(msg),
+                Refused::Closed => SendError::Closed(msg),
+            });
+        }
+        let id = to.inbox.id;
+        let lane = self.lane(to);
+        lane.pending.push(msg);
+        let len = lane.pending.len();
+        if len == 1 {
+            self.dirty.push(id);
+        }
+        if len >= self.cfg.max_batch {
+            self.emit_batch(id);
+        }
+        Ok(())
+    }
+
+    /// Moves `fd` (a slot of this ring's table) to `to`, with `msg`.
+    ///
+    /// The receiver gets [`Event::Fd`] in order with the other messages from
+    /// this ring. If the kernel refuses (no free slot in the receiver's
+    /// table, receiver gone), the fd and message come back as
+    /// [`Event::Returned`]. On `Err`, both are handed back at once
+    /// (`SendError::Closed` also when `fd` belongs to another ring).
+    pub fn send_fd(
+        &mut self,
+        to: &Addr<T>,
+        fd: FixedFd,
+        msg: T,
+    ) -> Result<(), SendError<(T, FixedFd)>> {
+        if !fd.belongs_to(&self.fds) {
+            return Err(SendError::Closed((msg, fd)));
+        }
+        if let Err(r) = to.inbox.core.reserve(1) {
+            return Err(match r {
+                Refused::Full => SendError::Full((msg, fd)),
+                Refused::Closed => SendError::Closed((msg, fd)),
+            });
+        }
+        let id = to.inbox.id;
+        self.lane(to);
+        self.emit_batch(id); // earlier messages get earlier sequence numbers
+        let lane = self.out.get_mut(&id).expect("lane exists");
+        let seq = lane.next_seq;
+        lane.next_seq += 1;
+        let slot = fd.into_slot();
+        let parcel = Box::new(Parcel { from: self.id, to: id, seq, body: Body::Fd { msg, slot } });
+        self.stats.fds_sent += 1;
+        self.route(parcel);
+        Ok(())
+    }
+
+    /// Registers `fd` in this ring's table, taking ownership of it. On error
+    /// the fd is handed back.
+    pub fn register_fd(
+        &mut self,
+        fd: std::os::fd::OwnedFd,
+    ) -> Result<FixedFd, (io::Error, std::os::fd::OwnedFd)> {
+        let Some(slot) = self.fds.alloc_user_slot() else {
+            return Err((io::Error::from_raw_os_error(libc::ENFILE), fd));
+        };
+        match sys::files_update(self.uring.as_raw_fd(), slot, fd.as_raw_fd()) {
+            // The table holds its own reference to the file: our fd can go.
+            Ok(()) => Ok(FixedFd::new(slot, self.fds.clone())),
+            Err(e) => {
+                self.fds.forget(slot);
+                Err((e, fd))
+            }
+        }
+    }
+
+    /// Queues one of the ring's own I/O operations. Its completion comes out
+    /// of [`wait`](Ring::wait) as [`Event::Io`] with `token`. The entry's
+    /// `user_data` is overwritten. Keep at most `io_reserve` completions
+    /// outstanding, so that I/O never competes with messages for CQ space.
+    ///
+    /// # Safety
+    /// Every buffer or other memory the entry references must stay valid
+    /// (and unaliased where the kernel writes) until its final completion has
+    /// been returned by `wait`. `token` must be below 2^61.
+    pub unsafe fn push_io(&mut self, entry: squeue::Entry, token: u64) -> Result<(), PushError> {
+        assert!(token < 1 << 61, "push_io token must be below 2^61");
+        let e = entry.user_data((token << 3) | Tag::Io as u64);
+        for attempt in 0..2 {
+            // SAFETY: forwarded from this function's contract.
+            if unsafe { sys::push_user(&mut self.uring, &e) }.is_ok() {
+                return Ok(());
+            }
+            if attempt == 0 {
+                let _ = self.submit_now();
+            }
+        }
+        Err(PushError)
+    }
+
+    /// Begins closing this ring's mailbox: new sends to it fail with
+    /// [`SendError::Closed`]; messages already accepted keep arriving through
+    /// [`wait`](Ring::wait) until [`is_closed`](Ring::is_closed). The ring can
+    /// still send.
+    pub fn close(&mut self) {
+        self.inbox.core.begin_close();
+        self.advance_close();
+    }
+
+    /// True when the mailbox is closed and everything accepted was delivered
+    /// or handed back.
+    pub fn is_closed(&self) -> bool {
+        self.inbox.core.is_closed()
+    }
+
+    /// Sends everything pending and submits the SQ, without waiting.
+    pub fn flush(&mut self) -> Result<(), RingError> {
+        let mut dirty = mem::take(&mut self.dirty);
+        for &id in &dirty {
+            self.emit_batch(id);
+        }
+        dirty.clear();
+        if self.dirty.is_empty() {
+            self.dirty = dirty;
+        }
+        if self.parked > 0 {
+            self.retry_parked();
+        }
+        if !self.bells.is_empty() {
+            for t in mem::take(&mut self.bells) {
+                self.ring_doorbell(&t);
+            }
+        }
+        self.submit_now()
+    }
+
+    /// Waits for events and appends them to `out`; returns how many.
+    ///
+    /// Returns as soon as at least one event is ready, or after `timeout`
+    /// (`None`: no limit) with zero events. Always flushes first.
+    pub fn wait(
+        &mut self,
+        out: &mut Vec<Event<T>>,
+        timeout: Option<Duration>,
+    ) -> Result<usize, RingError> {
+        let before = out.len();
+        self.flush()?;
+        self.poll_kernel()?;
+        if self.ready.is_empty() {
+            if let Some(budget) = self.cfg.busy_poll {
+                let end = Instant::now() + budget.min(timeout.unwrap_or(budget));
+                while self.ready.is_empty() && Instant::now() < end {
+                    if self.work_visible() {
+                        self.poll_kernel()?;
+                    } else {
+                        std::hint::spin_loop();
+                    }
+                }
+            }
+        }
+        if self.ready.is_empty() {
+            let mut limit = timeout;
+            if self.parked > 0 || !self.bells.is_empty() || self.closing_in_progress() {
+                let tick = Duration::from_millis(1);
+                limit = Some(limit.map_or(tick, |t| t.min(tick)));
+            }
+            self.block(limit)?;
+            self.poll_kernel()?;
+        }
+        out.extend(self.ready.drain(..).map(|(_, e)| e));
+        Ok(out.len() - before)
+    }
+
+    // ----- internals: sending -----
+
+    fn lane(&mut self, to: &Addr<T>) -> &mut OutLane<T> {
+        let my_inbox = &self.inbox;
+        let from = self.id;
+        self.out.entry(to.inbox.id).or_insert_with(|| {
+            crate::sync_std_lock(&to.inbox.origins).insert(from, Arc::downgrade(my_inbox));
+            OutLane { target: to.inbox.clone(), next_seq: 0, pending: Vec::new(), parked: VecDeque::new() }
+        })
+    }
+
+    fn emit_batch(&mut self, id: u64) {
+        let Some(lane) = self.out.get_mut(&id) else { return };
+        if lane.pending.is_empty() {
+            return;
+        }
+        let msgs = mem::replace(&mut lane.pending, Vec::with_capacity(self.cfg.max_batch.min(64)));
+        let seq = lane.next_seq;
+        lane.next_seq += 1;
+        let parcel = Box::new(Parcel { from: self.id, to: id, seq, body: Body::Batch(msgs) });
+        self.route(parcel);
+    }
+
+    fn target(&self, id: u64) -> Arc<Inbox<T>> {
+        self.out.get(&id).expect("parcel to a ring without a lane").target.clone()
+    }
+
+    /// Sends a parcel down the ring path if it can, else the fallback path.
+    fn route(&mut self, parcel: Box<Parcel<T>>) {
+        let target = self.target(parcel.to);
+        match parcel.body {
+            Body::Fd { .. } => self.route_fd(&target, parcel),
+            Body::Batch(_) => match target.core.take_credit() {
+                Credit::Granted => {
+                    if let Err(parcel) = self.push_data(&target, parcel) {
+                        target.core.return_credits(1);
+                        self.to_fallback(&target, parcel);
+                    }
+                }
+                Credit::Exhausted | Credit::Closing => self.to_fallback(&target, parcel),
+            },
+            Body::Void | Body::End => self.to_fallback(&target, parcel),
+        }
+    }
+
+    fn push_data(
+        &mut self,
+        target: &Inbox<T>,
+        parcel: Box<Parcel<T>>,
+    ) -> Result<(), Box<Parcel<T>>> {
+        let count = parcel.body.messages() as i32;
+        let addr = handle::into_user_data(parcel);
+        for attempt in 0..2 {
+            let r = sys::push_msg_data(
+                &mut self.uring,
+                target.fd(),
+                count,
+                handle::tagged(addr, Tag::Parcel),
+                handle::tagged(addr, Tag::SentData),
+            );
+            if r.is_ok() {
+                self.stats.ring_parcels_sent += 1;
+                return Ok(());
+            }
+            if attempt == 0 {
+                let _ = self.submit_now();
+            }
+        }
+        // SAFETY: no SQE carrying `addr` was pushed, so the kernel never saw
+        // it and we still own the box given up just above.
+        Err(unsafe { handle::from_user_data(addr) })
+    }
+
+    fn route_fd(&mut self, target: &Arc<Inbox<T>>, parcel: Box<Parcel<T>>) {
+        let lane = self.out.get_mut(&parcel.to).expect("lane exists");
+        if !lane.parked.is_empty() {
+            lane.parked.push_back(parcel);
+            self.parked += 1;
+            return;
+        }
+        match target.core.take_credit() {
+            Credit::Granted => {
+                if let Err(parcel) = self.push_fd(target, parcel) {
+                    target.core.return_credits(1);
+                    self.park(parcel);
+                }
+            }
+            Credit::Exhausted => self.park(parcel),
+            Credit::Closing => self.refuse(target, parcel, ReturnReason::ReceiverClosed),
+        }
+    }
+
+    fn park(&mut self, parcel: Box<Parcel<T>>) {
+        let lane = self.out.get_mut(&parcel.to).expect("lane exists");
+        lane.parked.push_back(parcel);
+        self.parked += 1;
+    }
+
+    fn push_fd(&mut self, target: &Inbox<T>, parcel: Box<Parcel<T>>) -> Result<(), Box<Parcel<T>>> {
+        let Body::Fd { slot, .. } = parcel.body else { unreachable!("push_fd takes fd parcels") };
+        let addr = handle::into_user_data(parcel);
+        for attempt in 0..2 {
+            let r = sys::push_msg_fd(
+                &mut self.uring,
+                target.fd(),
+                slot,
+                None,
+                handle::tagged(addr, Tag::FdParcel),
+                handle::tagged(addr, Tag::SentFd),
+                Tag::Ignore.bare(),
+            );
+            if r.is_ok() {
+                self.stats.ring_parcels_sent += 1;
+                return Ok(());
+            }
+            if attempt == 0 {
+                let _ = self.submit_now();
+            }
+        }
+        // SAFETY: no SQE carrying `addr` was pushed; we still own the box.
+        Err(unsafe { handle::from_user_data(addr) })
+    }
+
+    fn retry_parked(&mut self) {
+        let ids: Vec<u64> =
+            self.out.iter().filter(|(_, l)| !l.parked.is_empty()).map(|(id, _)| *id).collect();
+        for id in ids {
+            let target = self.target(id);
+            loop {
+                let lane = self.out.get_mut(&id).expect("lane exists");
+                let Some(parcel) = lane.parked.pop_front() else { break };
+                self.parked -= 1;
+                match target.core.take_credit() {
+                    Credit::Granted => {
+                        if let Err(p) = self.push_fd(&target, parcel) {
+                            target.core.return_credits(1);
+                            self.out.get_mut(&id).expect("lane").parked.push_front(p);
+                            self.parked += 1;
+                            break;
+                        }
+                    }
+                    Credit::Exhausted => {
+                        self.out.get_mut(&id).expect("lane").parked.push_front(parcel);
+                        self.parked += 1;
+                        break;
+                    }
+                    Credit::Closing => self.refuse(&target, parcel, ReturnReason::ReceiverClosed),
+                }
+            }
+        }
+    }
+
+    fn to_fallback(&mut self, target: &Arc<Inbox<T>>, parcel: Box<Parcel<T>>) {
+        match target.core.push_fallback(Item::Parcel(parcel)) {
+            Ok(bell) => {
+                self.stats.fallback_parcels_sent += 1;
+                if bell {
+                    self.ring_doorbell(target);
+                }
+            }
+            Err(Item::Parcel(p)) => self.refuse(target, p, ReturnReason::ReceiverClosed),
+            Err(Item::Returned(_)) => unreachable!("to_fallback only pushes parcels"),
+        }
+    }
+
+    fn ring_doorbell(&mut self, target: &Arc<Inbox<T>>) {
+        for attempt in 0..2 {
+            let r = sys::push_msg_data(
+                &mut self.uring,
+                target.fd(),
+                0,
+                Tag::Doorbell.bare(),
+                Tag::Ignore.bare(),
+            );
+            if r.is_ok() {
+                self.stats.doorbells_sent += 1;
+                return;
+            }
+            if attempt == 0 {
+                let _ = self.submit_now();
+            }
+        }
+        // The doorbell flag stays set, so nobody else will ring: we must.
+        self.bells.push(target.clone());
+    }
+
+    /// Hands a parcel of ours back to our owner: the target will never take it.
+    fn refuse(&mut self, target: &Arc<Inbox<T>>, parcel: Box<Parcel<T>>, reason: ReturnReason) {
+        let n = parcel.body.messages();
+        target.core.unreserve(n);
+        let Parcel { to, seq, body, .. } = *parcel;
+        // The receiver must not wait for this sequence number.
+        if n > 0 {
+            let void = Box::new(Parcel { from: self.id, to, seq, body: Body::Void });
+            if let Ok(true) = target.core.push_fallback(Item::Parcel(void)) {
+                self.ring_doorbell(target);
+            }
+        }
+        let from = to; // the lane key the events are about
+        match body {
+            Body::Batch(msgs) => {
+                for msg in msgs {
+                    self.give_back(from, msg, None, reason);
+                }
+            }
+            Body::Fd { msg, slot } => {
+                let fd = FixedFd::new(slot, self.fds.clone());
+                self.give_back(from, msg, Some(fd), reason);
+            }
+            Body::Void | Body::End => {}
+        }
+    }
+
+    fn give_back(&mut self, lane: u64, msg: T, fd: Option<FixedFd>, reason: ReturnReason) {
+        if self.dropping {
+            dead_letter(1);
+            return;
+        }
+        self.stats.returned += 1;
+        self.ready.push_back((lane, Event::Returned { msg, fd, reason }));
+    }
+
+    fn submit_now(&mut self) -> Result<(), RingError> {
+        for _ in 0..16 {
+            if self.uring.submission().is_empty() {
+                return Ok(());
+            }
+            match self.uring.submit() {
+                Ok(_) => {}
+                Err(e) => match errno(&e) {
+                    libc::EINTR => {}
+                    libc::EBUSY | libc::EAGAIN => self.reap_cq(),
+                    libc::EBADR => return Err(RingError::CompletionsDropped),
+                    _ => return Err(RingError::Enter(e)),
+                },
+            }
+        }
+        Ok(())
+    }
+
+    // ----- internals: receiving -----
+
+    fn work_visible(&mut self) -> bool {
+        let sq = self.uring.submission();
+        if sq.taskrun() || sq.cq_overflow() {
+            return true;
+        }
+        drop(sq);
+        !self.uring.completion().is_empty() || self.inbox.core.fallback_pending()
+    }
+
+    fn closing_in_progress(&self) -> bool {
+        self.inbox.core.is_closing() && !self.inbox.core.is_closed()
+    }
+
+    fn block(&mut self, limit: Option<Duration>) -> Result<(), RingError> {
+        let r = match limit {
+            None => self.uring.submit_and_wait(1),
+            Some(d) => {
+                let ts = types::Timespec::from(d);
+                let args = types::SubmitArgs::new().timespec(&ts);
+                self.uring.submitter().submit_with_args(1, &args)
+            }
+        };
+        match r {
+            Ok(_) => Ok(()),
+            Err(e) => match errno(&e) {
+                libc::ETIME | libc::EINTR | libc::EBUSY | libc::EAGAIN => Ok(()),
+                libc::EBADR => Err(RingError::CompletionsDropped),
+                _ => Err(RingError::Enter(e)),
+            },
+        }
+    }
+
+    /// Runs task work, reaps the CQ, drains the fallback queue, advances close.
+    fn poll_kernel(&mut self) -> Result<(), RingError> {
+        // The kernel runs a bounded number of task-work items per enter:
+        // loop while it says more are pending.
+        for _ in 0..64 {
+            let (taskrun, overflow) = {
+                let sq = self.uring.submission();
+                (sq.taskrun(), sq.cq_overflow())
+            };
+            if taskrun || overflow {
+                if let Err(e) = sys::enter_getevents(&self.uring) {
+                    match errno(&e) {
+                        libc::EINTR | libc::EBUSY | libc::EAGAIN => {}
+                        libc::EBADR => return Err(RingError::CompletionsDropped),
+                        _ => return Err(RingError::Enter(e)),
+                    }
+                }
+            }
+            self.reap_cq();
+            if !taskrun && !overflow {
+                break;
+            }
+        }
+        self.process_cqes();
+        if self.inbox.core.fallback_pending() {
+            self.drain_fallback();
+        }
+        self.advance_close();
+        Ok(())
+    }
+
+    /// Moves CQEs out of the CQ (advancing its head) into `self.cqes`.
+    fn reap_cq(&mut self) {
+        let mut cq = self.uring.completion();
+        cq.sync();
+        for cqe in &mut cq {
+            self.cqes.push((cqe.user_data(), cqe.result(), cqe.flags()));
+        }
+        // Dropping `cq` publishes the new head: the CQ entries are free now.
+    }
+
+    fn process_cqes(&mut self) {
+        let mut credits = 0;
+        let mut bell = false;
+        let mut cqes = mem::take(&mut self.cqes);
+        for (ud, res, flags) in cqes.drain(..) {
+            match Tag::of(ud) {
+                Some(Tag::Parcel) if flags & sys::MSG_MARK_MASK == sys::MSG_MARK => {
+                    credits += 1;
+                    // SAFETY: a target-side CQE with our tag and mark carries a
+                    // parcel address given up by a sending ring of this `T`
+                    // (an `Addr<T>` only reaches a `Ring<T>`); the kernel
+                    // posted this CQE instead of the sender's error CQE, so we
+                    // are its only taker (see `handle`).
+                    let p: Box<Parcel<T>> = unsafe { handle::from_user_data(ud) };
+                    self.stats.ring_parcels_received += 1;
+                    self.accept(p);
+                }
+                Some(Tag::FdParcel) => {
+                    credits += 1;
+                    // SAFETY: as above; the target CQE of an fd message is
+                    // only posted when the hand-off succeeded.
+                    let mut p: Box<Parcel<T>> = unsafe { handle::from_user_data(ud) };
+                    if let Body::Fd { slot, .. } = &mut p.body {
+                        *slot = res as u32; // now the slot in *our* table
+                    }
+                    self.stats.ring_parcels_received += 1;
+                    self.accept(p);
+                }
+                Some(Tag::Doorbell) => bell = true,
+                Some(Tag::SentData) => {
+                    // SAFETY: an error CQE of our own data MSG_RING: the
+                    // kernel did not post the target CQE, the box is ours again.
+                    let p: Box<Parcel<T>> = unsafe { handle::from_user_data(ud) };
+                    self.send_failed(p, -res);
+                }
+                Some(Tag::SentFd) => {
+                    // SAFETY: an error CQE of our own fd MSG_RING: no target
+                    // CQE was posted, the box is ours again, and the linked
+                    // CLOSE was cancelled, so our slot still holds the file.
+                    let p: Box<Parcel<T>> = unsafe { handle::from_user_data(ud) };
+                    self.send_failed(p, -res);
+                }
+                Some(Tag::Io) => {
+                    self.ready.push_back((self.id, Event::Io { token: ud >> 3, result: res, flags }))
+                }
+                // Cancelled linked closes, doorbells to rings that died, the probe.
+                Some(Tag::Ignore) | Some(Tag::Parcel) | None => {}
+            }
+        }
+        self.cqes = cqes;
+        // The CQ head was advanced in `reap_cq`: the credits may go back.
+        self.inbox.core.return_credits(credits);
+        if bell {
+            self.inbox.core.doorbell_reaped();
+            self.drain_fallback();
+        }
+    }
+
+    fn send_failed(&mut self, parcel: Box<Parcel<T>>, err: i32) {
+        let target = self.target(parcel.to);
+        target.core.return_credits(1);
+        let is_fd = matches!(parcel.body, Body::Fd { .. });
+        match err {
+            libc::ENOMEM | libc::EAGAIN | libc::EBUSY | libc::EINTR => {
+                if is_fd {
+                    self.park(parcel);
+                } else {
+                    self.to_fallback(&target, parcel);
+                }
+            }
+            libc::EOWNERDEAD | libc::EBADFD => {
+                self.refuse(&target, parcel, ReturnReason::ReceiverClosed)
+            }
+            libc::ENFILE if is_fd => self.refuse(&target, parcel, ReturnReason::NoFreeSlot),
+            e => self.refuse(&target, parcel, ReturnReason::Kernel { errno: e }),
+        }
+    }
+
+    fn drain_fallback(&mut self) {
+        let mut items = mem::take(&mut self.scratch);
+        self.inbox.core.drain_fallback(&mut items);
+        self.take_items(&mut items);
+        self.scratch = items;
+    }
+
+    fn take_items(&mut self, items: &mut VecDeque<Item<T>>) {
+        while let Some(item) = items.pop_front() {
+            match item {
+                Item::Parcel(p) => {
+                    self.stats.fallback_parcels_received += 1;
+                    self.accept(p);
+                }
+                Item::Returned(Returned { msgs, reason }) => {
+                    for msg in msgs {
+                        self.give_back(self.id, msg, None, reason);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Puts a parcel through its sender's reorder step and delivers what is due.
+    fn accept(&mut self, p: Box<Parcel<T>>) {
+        let from = p.from;
+        let mut in_order = mem::take(&mut self.in_order);
+        let lane = self.lanes.entry(from).or_default();
+        match lane.accept(p.seq, p, |q| in_order.push(q)) {
+            Ok(true) => self.stats.reordered_parcels += 1,
+            Ok(false) => {}
+            // Cannot happen by construction (one seq per parcel, each taken
+            // once); deliver rather than lose it.
+            Err(dup) => in_order.push(dup.0),
+        }
+        for q in in_order.drain(..) {
+            self.deliver(q);
+        }
+        self.in_order = in_order;
+    }
+
+    fn deliver(&mut self, p: Box<Parcel<T>>) {
+        let Parcel { from, body, .. } = *p;
+        let n = body.messages();
+        if self.dropping {
+            self.hand_back_to_origin(from, body);
+            self.inbox.core.unreserve(n);
+            return;
+        }
+        match body {
+            Body::Batch(msgs) => {
+                self.ready.extend(msgs.into_iter().map(|m| (from, Event::Message(m))));
+            }
+            Body::Fd { msg, slot } => {
+                let fd = FixedFd::new(slot, self.fds.clone());
+                self.ready.push_back((from, Event::Fd { msg, fd }));
+            }
+            Body::Void => {}
+            Body::End => {
+                self.lanes.remove(&from);
+            }
+        }
+        self.stats.messages_received += n as u64;
+        self.inbox.core.unreserve(n);
+    }
+
+    /// Sends messages of `body` back to the ring `from` that sent them.
+    fn hand_back_to_origin(&mut self, from: u64, body: Body<T>) {
+        let msgs = match body {
+            Body::Batch(v) => v,
+            Body::Fd { msg, slot } => {
+                // The file is in our table and we own it; our shutdown closes it.
+                self.fds.release(slot);
+                vec![msg]
+            }
+            Body::Void | Body::End => return,
+        };
+        let n = msgs.len();
+        if from == self.id {
+            dead_letter(n); // we are the origin, and we are going away
+            return;
+        }
+        let Some(origin) = self.inbox.origin(from) else {
+            dead_letter(n);
+            return;
+        };
+        let item = Item::Returned(Returned { msgs, reason: ReturnReason::ReceiverClosed });
+        match origin.core.push_fallback(item) {
+            Ok(true) => self.ring_doorbell(&origin),
+            Ok(false) => {}
+            Err(_) => dead_letter(n),
+        }
+    }
+
+    fn advance_close(&mut self) {
+        if !self.closing_in_progress() || self.inbox.core.outstanding() > 0 {
+            return;
+        }
+        // Every ring parcel granted a credit has been reaped: finish.
+        let mut items = mem::take(&mut self.scratch);
+        self.inbox.core.finish_close(&mut items);
+        self.take_items(&mut items);
+        self.scratch = items;
+        // What is still held waits for a parcel its sender handed back.
+        let lanes = mem::take(&mut self.lanes);
+        for (from, mut lane) in lanes {
+            for p in lane.take_held() {
+                let n = p.body.messages();
+                self.hand_back_to_origin(from, p.body);
+                self.inbox.core.unreserve(n);
+            }
+        }
+    }
+}
+
+impl<T: Send + 'static> Drop for Ring<T> {
+    fn drop(&mut self) {
+        // Outgoing first: everything we accepted for others leaves now.
+        let _ = self.flush();
+        self.dropping = true;
+        // Undelivered events go back where they came from.
+        for (from, ev) in mem::take(&mut self.ready) {
+            match ev {
+                Event::Message(m) => self.hand_back_to_origin(from, Body::Batch(vec![m])),
+                Event::Fd { msg, fd } => {
+                    drop(fd);
+                    self.hand_back_to_origin(from, Body::Batch(vec![msg]));
+                }
+                Event::Returned { .. } => dead_letter(1),
+                Event::Io { .. } => {}
+            }
+        }
+        self.inbox.core.begin_close();
+        let deadline = Instant::now() + self.cfg.close_timeout;
+        loop {
+            let _ = self.flush();
+            let _ = self.poll_kernel();
+            let done = self.inbox.core.is_closed() && self.parked == 0 && self.bells.is_empty();
+            if done || Instant::now() >= deadline {
+                break;
+            }
+            let _ = self.block(Some(Duration::from_millis(1)));
+        }
+        if !self.inbox.core.is_closed() {
+            // Senders still hold credits they have not used: their parcels
+            // can no longer be received. Count each as lost loudly.
+            dead_letter(self.inbox.core.outstanding());
+            let mut items = VecDeque::new();
+            self.inbox.core.finish_close(&mut items);
+            self.take_items(&mut items);
+        }
+        // fd hand-offs that never got a credit: the ring's teardown closes them.
+        for lane in self.out.values_mut() {
+            for p in lane.parked.drain(..) {
+                lane.target.core.unreserve(p.body.messages());
+                dead_letter(p.body.messages());
+            }
+        }
+        self.parked = 0;
+        // Tell every receiver our lanes end, and forget us as an origin.
+        let lanes: Vec<(Arc<Inbox<T>>, u64)> =
+            self.out.values().map(|l| (l.target.clone(), l.next_seq)).collect();
+        for (target, seq) in lanes {
+            crate::sync_std_lock(&target.origins).remove(&self.id);
+            let end = Box::new(Parcel { from: self.id, to: target.id, seq, body: Body::End });
+            if let Ok(true) = target.core.push_fallback(Item::Parcel(end)) {
+                self.ring_doorbell(&target);
+            }
+        }
+        let _ = self.submit_now();
+        self.fds.shut();
+    }
+}

@@ -1,0 +1,200 @@
+//! The kernel boundary: every `unsafe` that talks to io_uring lives here.
+//!
+//! Three kinds of contract are discharged in this file:
+//!
+//! 1. **SQEs that reference no user memory.** Ringmail's own operations
+//!    (`MSG_RING` data and fd messages, `CLOSE` of a fixed slot) carry only
+//!    integers: fds, slot numbers and opaque `user_data`. Pushing them cannot
+//!    make the kernel read or write memory we own, so [`push_msg_data`],
+//!    [`push_msg_fd`] are safe functions; their only precondition (a live
+//!    target fd) is kept by the caller holding an `Arc` on the target's
+//!    duplicated ring fd.
+//! 2. **SQEs built by the user** ([`push_user`]): the user's `unsafe` promise
+//!    (buffers live until the completion) is forwarded unchanged.
+//! 3. **Raw `io_uring_register` calls** the io-uring crate does not wrap,
+//!    whose argument structs live on our stack for the duration of the call.
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
+
+use io_uring::{opcode, squeue, types, IoUring};
+
+/// Mark passed in the upper CQE flag bits of every Ringmail data message
+/// (`IORING_MSG_RING_FLAGS_PASS`). The kernel's own CQE flags use bits 0..=5
+/// and 15, so the upper half is free. 0x524d = "RM".
+pub(crate) const MSG_MARK: u32 = 0x524d_0000;
+pub(crate) const MSG_MARK_MASK: u32 = 0xffff_0000;
+
+/// `msg_ring_flags`: suppress the target's CQE (fd messages only).
+const IORING_MSG_RING_CQE_SKIP: u32 = 1 << 0;
+/// `io_uring_enter` flag: run task work and wait for completions.
+const IORING_ENTER_GETEVENTS: u32 = 1 << 0;
+const IORING_REGISTER_FILES_UPDATE: libc::c_uint = 6;
+const IORING_REGISTER_FILE_ALLOC_RANGE: libc::c_uint = 25;
+
+/// The SQ had no room; nothing was pushed.
+#[derive(Debug)]
+pub(crate) struct SqFull;
+
+fn sq_room(ring: &mut IoUring) -> usize {
+    let sq = ring.submission();
+    sq.capacity() - sq.len()
+}
+
+/// Pushes a `MSG_RING` data message: the target CQE gets `res = count`,
+/// `user_data = target_ud`, `flags = MSG_MARK`; the sender's own CQE is
+/// skipped on success and carries `self_ud` on error.
+pub(crate) fn push_msg_data(
+    ring: &mut IoUring,
+    target: BorrowedFd<'_>,
+    count: i32,
+    target_ud: u64,
+    self_ud: u64,
+) -> Result<(), SqFull> {
+    let e = opcode::MsgRingData::new(types::Fd(target.as_raw_fd()), count, target_ud, Some(MSG_MARK))
+        .build()
+        .flags(squeue::Flags::SKIP_SUCCESS)
+        .user_data(self_ud);
+    // SAFETY: a MSG_RING data SQE references no memory: its fields are the
+    // target fd (kept open by the borrow for this call, and by the caller's
+    // `Arc` until the kernel is done, see `mailbox::Inbox`), two integers and
+    // the flags. The kernel never dereferences `target_ud`/`self_ud`.
+    unsafe { ring.submission().push(&e) }.map_err(|_| SqFull)
+}
+
+/// Pushes an fd hand-off: `MSG_RING`/`IORING_MSG_SEND_FD` of fixed slot
+/// `src_slot` into a kernel-allocated slot of the target, linked to a `CLOSE`
+/// of `src_slot`, both with their success CQEs skipped. On success the file
+/// has *moved*: the target's CQE carries the new slot in `res`, and our slot
+/// is closed by the linked op. On failure the `MSG_RING` posts its error with
+/// `self_ud` and the close is cancelled (its CQE carries `cancel_ud`), so the
+/// file is still in `src_slot`. With `silent`, the target's CQE is suppressed
+/// (`IORING_MSG_RING_CQE_SKIP`) and `dest` names the target slot.
+pub(crate) fn push_msg_fd(
+    ring: &mut IoUring,
+    target: BorrowedFd<'_>,
+    src_slot: u32,
+    dest: Option<u32>,
+    target_ud: u64,
+    self_ud: u64,
+    cancel_ud: u64,
+) -> Result<(), SqFull> {
+    if sq_room(ring) < 2 {
+        return Err(SqFull);
+    }
+    let dest_slot = match dest {
+        None => types::DestinationSlot::auto_target(),
+        Some(s) => types::DestinationSlot::try_from_slot_target(s).map_err(|_| SqFull)?,
+    };
+    let mut msg =
+        opcode::MsgRingSendFd::new(types::Fd(target.as_raw_fd()), types::Fixed(src_slot), dest_slot, target_ud);
+    if dest.is_some() {
+        msg = msg.opcode_flags(IORING_MSG_RING_CQE_SKIP);
+    }
+    let msg = msg.build().flags(squeue::Flags::SKIP_SUCCESS | squeue::Flags::IO_LINK).user_data(self_ud);
+    let close = opcode::Close::new(types::Fixed(src_slot))
+        .build()
+        .flags(squeue::Flags::SKIP_SUCCESS)
+        .user_data(cancel_ud);
+    let mut sq = ring.submission();
+    // SAFETY: neither SQE references memory: MSG_SEND_FD names the target fd
+    // (kept open as for `push_msg_data`), our fixed slot and the target slot;
+    // CLOSE names our fixed slot. Room for both was checked above, so the
+    // link is never split across submissions.
+    unsafe {
+        sq.push(&msg).map_err(|_| SqFull)?;
+        sq.push(&close).map_err(|_| SqFull)?;
+    }
+    Ok(())
+}
+
+/// Pushes an SQE built by the user.
+///
+/// # Safety
+/// Every buffer, iovec, path or other memory the entry references must stay
+/// valid (and, for buffers the kernel writes, unaliased) until the ring
+/// reports the operation's final completion.
+pub(crate) unsafe fn push_user(ring: &mut IoUring, e: &squeue::Entry) -> Result<(), SqFull> {
+    // SAFETY: forwarded from this function's own contract.
+    unsafe { ring.submission().push(e) }.map_err(|_| SqFull)
+}
+
+/// `io_uring_enter(fd, 0, 0, GETEVENTS)`: runs pending task work (incoming
+/// messages on a DEFER_TASKRUN ring) without waiting.
+pub(crate) fn enter_getevents(ring: &IoUring) -> io::Result<usize> {
+    // SAFETY: no submissions, no wait, no argument pointer: the call only
+    // flushes task work and overflowed CQEs into the CQ ring, which the
+    // io-uring crate owns and reads with the proper barriers.
+    unsafe {
+        ring.submitter().enter::<libc::sigset_t>(0, 0, IORING_ENTER_GETEVENTS, None)
+    }
+}
+
+#[repr(C)]
+struct FilesUpdate {
+    offset: u32,
+    resv: u32,
+    fds: u64,
+}
+
+/// Replaces fixed slot `slot` of `ring_fd` with `fd` (`-1` empties it).
+pub(crate) fn files_update(ring_fd: RawFd, slot: u32, fd: RawFd) -> io::Result<()> {
+    let fds = [fd];
+    let arg = FilesUpdate { offset: slot, resv: 0, fds: fds.as_ptr() as u64 };
+    // SAFETY: `arg` and `fds` live on this stack frame for the whole
+    // synchronous call; the kernel copies them and keeps no pointer.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_io_uring_register,
+            ring_fd,
+            IORING_REGISTER_FILES_UPDATE,
+            &arg as *const FilesUpdate,
+            1 as libc::c_uint,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+#[repr(C)]
+struct FileIndexRange {
+    off: u32,
+    len: u32,
+    resv: u64,
+}
+
+/// Restricts the kernel's slot allocator (`IORING_FILE_INDEX_ALLOC`) to
+/// `[off, off + len)` (Linux 6.0).
+pub(crate) fn file_alloc_range(ring_fd: RawFd, off: u32, len: u32) -> io::Result<()> {
+    let arg = FileIndexRange { off, len, resv: 0 };
+    // SAFETY: `arg` lives on this stack frame for the whole synchronous call.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_io_uring_register,
+            ring_fd,
+            IORING_REGISTER_FILE_ALLOC_RANGE,
+            &arg as *const FileIndexRange,
+            0 as libc::c_uint,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Duplicates `fd` with `O_CLOEXEC`.
+pub(crate) fn dup_cloexec(fd: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    fd.try_clone_to_owned()
+}
+
+/// Borrows a ring's own fd.
+pub(crate) fn ring_fd(uring: &IoUring) -> BorrowedFd<'_> {
+    // SAFETY: the fd is owned by `uring` and stays open while `uring` lives,
+    // which the returned borrow's lifetime is tied to.
+    unsafe { BorrowedFd::borrow_raw(uring.as_raw_fd()) }
+}
