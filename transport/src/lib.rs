@@ -24,7 +24,7 @@
 //! * **quiet rings**: senders' success CQEs are skipped
 //!   (`IOSQE_CQE_SKIP_SUCCESS`), many messages travel per ring operation.
 //!
-//! ```no_run
+//! ```
 //! use ringmail_transport::{Event, Ring};
 //!
 //! let mut rx = Ring::<String>::new()?;           // on the receiving thread

@@ -98,9 +98,11 @@ impl Default for RingConfig {
 }
 
 impl RingConfig {
-    /// Sets the CQ size, and the I/O reserve to a quarter of it.
+    /// Sets the CQ size, the I/O reserve to a quarter of it, and caps the SQ
+    /// size to it (the kernel needs `sq_entries <= cq_entries`).
     pub fn cq_entries(mut self, n: u32) -> Self {
         self.cq_entries = n;
+        self.sq_entries = self.sq_entries.min(n);
         self.io_reserve = n / 4;
         self
     }
@@ -252,6 +254,7 @@ pub struct Ring<T: Send + 'static> {
     cqes: Vec<(u64, i32, u32)>,
     stats: RingStats,
     dropping: bool,
+    close_started: Option<Instant>,
     _not_send: PhantomData<Rc<()>>,
 }
 
@@ -306,6 +309,7 @@ impl<T: Send + 'static> Ring<T> {
             cqes: Vec::new(),
             stats: RingStats::default(),
             dropping: false,
+            close_started: None,
             _not_send: PhantomData,
         };
         ring.self_test()?;
@@ -1029,7 +1033,14 @@ impl<T: Send + 'static> Ring<T> {
         if !self.closing_in_progress() || self.inbox.core.outstanding() > 0 {
             return;
         }
-        // Every ring parcel granted a credit has been reaped: finish.
+        // Every ring parcel granted a credit has been reaped. Wait for the
+        // rest of what was accepted (senders' pending batches, fallback) to
+        // arrive, unless that takes longer than `close_timeout`: then finish,
+        // and whatever a sender routes later comes back to it as Returned.
+        let since = *self.close_started.get_or_insert_with(Instant::now);
+        if self.inbox.core.queued() > 0 && since.elapsed() < self.cfg.close_timeout {
+            return;
+        }
         let mut items = mem::take(&mut self.scratch);
         self.inbox.core.finish_close(&mut items);
         self.take_items(&mut items);
@@ -1104,3 +1115,7 @@ impl<T: Send + 'static> Drop for Ring<T> {
         self.fds.shut();
     }
 }
+
+#[cfg(test)]
+#[path = "ring_tests.rs"]
+mod tests;

@@ -1,0 +1,224 @@
+//! Unit tests of the ring against the running kernel.
+
+use super::*;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::sync::mpsc;
+use std::thread;
+
+fn drain_until<T: Send + 'static>(ring: &mut Ring<T>, n: usize) -> Vec<Event<T>> {
+    let mut evs = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while evs.len() < n {
+        assert!(Instant::now() < deadline, "timed out with {} of {n} events", evs.len());
+        ring.wait(&mut evs, Some(Duration::from_millis(100))).unwrap();
+    }
+    evs
+}
+
+fn messages<T>(evs: Vec<Event<T>>) -> Vec<T> {
+    evs.into_iter()
+        .map(|e| match e {
+            Event::Message(m) => m,
+            other => panic!("unexpected event {:?}", std::mem::discriminant(&other)),
+        })
+        .collect()
+}
+
+fn pipe() -> (OwnedFd, OwnedFd) {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` is a valid 2-element array for pipe2 to fill.
+    let r = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) };
+    assert_eq!(r, 0);
+    // SAFETY: pipe2 succeeded, both fds are fresh and owned by nobody else.
+    unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+}
+
+#[test]
+fn self_send_arrives_in_order() {
+    let mut r = Ring::<u32>::new().unwrap();
+    let a = r.addr();
+    for i in 0..1000 {
+        r.send(&a, i).unwrap();
+    }
+    let got = messages(drain_until(&mut r, 1000));
+    assert_eq!(got, (0..1000).collect::<Vec<_>>());
+    assert_eq!(a.queued(), 0);
+}
+
+#[test]
+fn cross_thread_batches_keep_order() {
+    let mut rx = Ring::<u64>::new().unwrap();
+    let a = rx.addr();
+    let t = thread::spawn(move || {
+        let mut tx = Ring::<u64>::new().unwrap();
+        for i in 0..20_000 {
+            tx.send(&a, i).unwrap();
+        }
+        tx.flush().unwrap();
+        tx.stats()
+    });
+    let got = messages(drain_until(&mut rx, 20_000));
+    assert_eq!(got, (0..20_000).collect::<Vec<_>>());
+    let tx = t.join().unwrap();
+    assert!(tx.ring_parcels_sent > 0);
+    assert_eq!(rx.stats().messages_received, 20_000);
+}
+
+#[test]
+fn full_mailbox_hands_message_back() {
+    let mut r = Ring::<u32>::with_config(RingConfig::default().mailbox_capacity(4)).unwrap();
+    let a = r.addr();
+    for i in 0..4 {
+        r.send(&a, i).unwrap();
+    }
+    assert_eq!(r.send(&a, 99), Err(SendError::Full(99)));
+    assert_eq!(messages(drain_until(&mut r, 4)), vec![0, 1, 2, 3]);
+    r.send(&a, 5).unwrap();
+}
+
+#[test]
+fn closed_mailbox_refuses_and_drains() {
+    let mut r = Ring::<u32>::new().unwrap();
+    let a = r.addr();
+    r.send(&a, 1).unwrap();
+    r.close();
+    assert!(a.is_closed());
+    assert_eq!(r.send(&a, 2).unwrap_err().into_inner(), 2);
+    let got = messages(drain_until(&mut r, 1));
+    assert_eq!(got, vec![1]);
+    assert!(r.is_closed());
+}
+
+#[test]
+fn credits_leave_room_for_io_and_doorbell() {
+    let r = Ring::<u32>::with_config(RingConfig::default().cq_entries(32)).unwrap();
+    assert_eq!(r.credit_capacity(), 32 - 8 - 1);
+}
+
+#[test]
+fn fd_moves_between_rings_and_closes_with_its_owner() {
+    let (rd, wr) = pipe();
+    let (tx_addr_s, tx_addr_r) = mpsc::channel();
+    let mut rx = Ring::<u32>::new().unwrap();
+    let a = rx.addr();
+    let t = thread::spawn(move || {
+        let mut tx = Ring::<u32>::new().unwrap();
+        let fd = tx.register_fd(wr).map_err(|(e, _)| e).unwrap();
+        tx.send(&a, 1).unwrap();
+        tx.send_fd(&a, fd, 2).unwrap();
+        tx.send(&a, 3).unwrap();
+        tx.flush().unwrap();
+        tx_addr_s.send(()).unwrap();
+        // Keep the sender ring alive until the receiver is done.
+        let mut evs = Vec::new();
+        tx.wait(&mut evs, Some(Duration::from_millis(300))).unwrap();
+        assert!(evs.is_empty(), "nothing may come back");
+    });
+    tx_addr_r.recv().unwrap();
+    let evs = drain_until(&mut rx, 3);
+    let mut order = Vec::new();
+    let mut received = None;
+    for e in evs {
+        match e {
+            Event::Message(m) => order.push(m),
+            Event::Fd { msg, fd } => {
+                order.push(msg);
+                received = Some(fd);
+            }
+            _ => panic!("unexpected event"),
+        }
+    }
+    assert_eq!(order, vec![1, 2, 3]);
+    let fd = received.unwrap();
+    assert!(fd.slot() >= 512, "incoming fds use the kernel allocation range");
+    // Write through the received fixed file with the ring's own I/O.
+    let buf = *b"hi";
+    // SAFETY: `buf` lives until the completion is reaped below.
+    unsafe {
+        rx.push_io(io_uring::opcode::Write::new(fd.as_fixed(), buf.as_ptr(), 2).build(), 42).unwrap();
+    }
+    let evs = drain_until(&mut rx, 1);
+    assert!(matches!(evs[0], Event::Io { token: 42, result: 2, .. }));
+    let mut got = [0u8; 4];
+    // SAFETY: reading into a valid local buffer.
+    let n = unsafe { libc::read(std::os::fd::AsRawFd::as_raw_fd(&rd), got.as_mut_ptr().cast(), 4) };
+    assert_eq!(&got[..n as usize], b"hi");
+    t.join().unwrap();
+    // The sender's slot was closed by the linked CLOSE; dropping ours closes
+    // the last reference: the reader sees EOF.
+    drop(fd);
+    // SAFETY: as above.
+    let n = unsafe { libc::read(std::os::fd::AsRawFd::as_raw_fd(&rd), got.as_mut_ptr().cast(), 4) };
+    assert_eq!(n, 0, "write end must be fully closed");
+}
+
+#[test]
+fn fd_to_full_table_comes_back() {
+    // The receiver's kernel allocation range has a single slot.
+    let mut rx = Ring::<u32>::with_config(RingConfig::default().fixed_files(2)).unwrap();
+    let a = rx.addr();
+    let mut tx = Ring::<u32>::new().unwrap();
+    let (_r1, w1) = pipe();
+    let (_r2, w2) = pipe();
+    let f1 = tx.register_fd(w1).map_err(|(e, _)| e).unwrap();
+    let f2 = tx.register_fd(w2).map_err(|(e, _)| e).unwrap();
+    tx.send_fd(&a, f1, 1).unwrap();
+    tx.send_fd(&a, f2, 2).unwrap();
+    tx.send(&a, 3).unwrap();
+    let back = drain_until(&mut tx, 1);
+    match &back[0] {
+        Event::Returned { msg, fd: Some(_), reason: ReturnReason::NoFreeSlot } => {
+            assert!(*msg == 1 || *msg == 2)
+        }
+        _ => panic!("expected the fd back"),
+    }
+    // The receiver gets the other fd and the data message, in order, the gap skipped.
+    let evs = drain_until(&mut rx, 2);
+    assert!(matches!(evs[0], Event::Fd { .. }));
+    assert!(matches!(evs[1], Event::Message(3)));
+}
+
+#[test]
+fn dropped_receiver_hands_back_to_sender() {
+    let mut tx = Ring::<u32>::new().unwrap();
+    let (addr_s, addr_r) = mpsc::channel();
+    let (go_s, go_r) = mpsc::channel::<()>();
+    let t = thread::spawn(move || {
+        let rx = Ring::<u32>::new().unwrap();
+        addr_s.send(rx.addr()).unwrap();
+        go_r.recv().unwrap();
+        drop(rx); // never receives: everything must come back
+    });
+    let a = addr_r.recv().unwrap();
+    for i in 0..500 {
+        tx.send(&a, i).unwrap();
+    }
+    tx.flush().unwrap();
+    go_s.send(()).unwrap();
+    t.join().unwrap();
+    let evs = drain_until(&mut tx, 500);
+    let mut back: Vec<u32> = evs
+        .into_iter()
+        .map(|e| match e {
+            Event::Returned { msg, reason: ReturnReason::ReceiverClosed, .. } => msg,
+            _ => panic!("expected a hand-back"),
+        })
+        .collect();
+    back.sort_unstable();
+    assert_eq!(back, (0..500).collect::<Vec<_>>());
+    assert_eq!(tx.send(&a, 1), Err(SendError::Closed(1)));
+}
+
+#[test]
+fn busy_poll_receives() {
+    let cfg = RingConfig::default().busy_poll(Some(Duration::from_micros(200)));
+    let mut rx = Ring::<u8>::with_config(cfg).unwrap();
+    let a = rx.addr();
+    let t = thread::spawn(move || {
+        let mut tx = Ring::<u8>::new().unwrap();
+        tx.send(&a, 7).unwrap();
+        tx.flush().unwrap();
+    });
+    assert_eq!(messages(drain_until(&mut rx, 1)), vec![7]);
+    t.join().unwrap();
+}
