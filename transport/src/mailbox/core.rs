@@ -21,10 +21,11 @@
 //!   ever outstanding (one reserved CQ entry), and a parcel pushed at any time
 //!   is either seen by a drain that is already due or triggers a new doorbell.
 //! * **Close.** `state` goes Open -> Closing -> Closed. In Closing, no new
-//!   messages are reserved and no credit is granted (the credit grant re-checks
-//!   the state after taking the credit, and close reads the credits after
-//!   publishing Closing: with SeqCst on both sides one of them must see the
-//!   other), but the fallback still accepts parcels already reserved. The
+//!   messages are reserved and no credit is granted: the closing flag lives in
+//!   the top bit of the credit word itself, so a credit grant and the start of
+//!   close are read-modify-writes of one atomic and cannot miss each other
+//!   (no store/load handshake across two variables). The fallback still
+//!   accepts parcels already reserved. The
 //!   receiver waits until every granted credit is back (all ring parcels
 //!   reaped), then moves to Closed under the fallback lock and drains it one
 //!   last time; a push after that fails and the sender hands the parcel back.
@@ -34,6 +35,8 @@ use std::collections::VecDeque;
 use crate::sync::{lock, AtomicBool, AtomicU8, AtomicUsize, Mutex, Ordering};
 
 const OPEN: u8 = 0;
+/// Top bit of the credit word: set once closing began; no credit is granted after.
+const CREDITS_CLOSED: usize = 1 << (usize::BITS - 1);
 const CLOSING: u8 = 1;
 const CLOSED: u8 = 2;
 
@@ -124,41 +127,38 @@ impl<P> Core<P> {
 
     /// Takes one CQ credit.
     pub(crate) fn take_credit(&self) -> Credit {
-        let mut cur = self.credits.load(Ordering::Relaxed);
+        let mut cur = self.credits.load(Ordering::Acquire);
         loop {
+            if cur & CREDITS_CLOSED != 0 {
+                return Credit::Closing;
+            }
             if cur == 0 {
                 return Credit::Exhausted;
             }
             match self.credits.compare_exchange_weak(
                 cur,
                 cur - 1,
-                Ordering::SeqCst,
-                Ordering::Relaxed,
+                Ordering::AcqRel,
+                Ordering::Acquire,
             ) {
-                Ok(_) => break,
+                Ok(_) => return Credit::Granted,
                 Err(v) => cur = v,
             }
         }
-        // Dekker with `begin_close`: credit taken, then state read (SeqCst).
-        if self.state.load(Ordering::SeqCst) != OPEN {
-            self.credits.fetch_add(1, Ordering::SeqCst);
-            return Credit::Closing;
-        }
-        Credit::Granted
     }
 
     /// Gives back `n` credits: the receiver reaped `n` message CQEs, or a
     /// sender could not use a credit it took.
     pub(crate) fn return_credits(&self, n: usize) {
         if n > 0 {
-            let prev = self.credits.fetch_add(n, Ordering::SeqCst);
+            let prev = self.credits.fetch_add(n, Ordering::AcqRel) & !CREDITS_CLOSED;
             debug_assert!(prev + n <= self.credit_cap, "more credits returned than granted");
         }
     }
 
     /// Credits currently granted and not returned.
     pub(crate) fn outstanding(&self) -> usize {
-        self.credit_cap - self.credits.load(Ordering::SeqCst)
+        self.credit_cap - (self.credits.load(Ordering::Acquire) & !CREDITS_CLOSED)
     }
 
     /// Queues a parcel in the fallback queue. `Ok(true)` means the caller must
@@ -183,6 +183,8 @@ impl<P> Core<P> {
 
     /// Called by the receiver when it reaps the doorbell CQE, before draining.
     pub(crate) fn doorbell_reaped(&self) {
+        // SeqCst: ordered before the drain's lock, after which any push
+        // either is drained or sees `false` and rings again.
         self.doorbell.store(false, Ordering::SeqCst);
     }
 
@@ -195,14 +197,17 @@ impl<P> Core<P> {
 
     /// Open -> Closing: refuse new messages and new credits.
     pub(crate) fn begin_close(&self) {
-        let _ = self.state.compare_exchange(OPEN, CLOSING, Ordering::SeqCst, Ordering::SeqCst);
+        let _ = self.state.compare_exchange(OPEN, CLOSING, Ordering::AcqRel, Ordering::Acquire);
+        // After this RMW no credit is granted; every credit granted before it
+        // is counted by `outstanding` until the receiver reaps its CQE.
+        self.credits.fetch_or(CREDITS_CLOSED, Ordering::AcqRel);
     }
 
     /// Closing -> Closed, draining the fallback queue one last time. Call
     /// only when [`Core::outstanding`] is 0.
     pub(crate) fn finish_close(&self, out: &mut VecDeque<P>) {
         let mut q = lock(&self.fallback);
-        self.state.store(CLOSED, Ordering::SeqCst);
+        self.state.store(CLOSED, Ordering::Release);
         self.fallback_pending.store(false, Ordering::Release);
         out.append(&mut q);
     }
