@@ -246,6 +246,7 @@ pub struct Ring<T: Send + 'static> {
     out: HashMap<u64, OutLane<T>>,
     dirty: Vec<u64>,
     parked: usize,
+    fd_inflight: usize,
     bells: Vec<Arc<Inbox<T>>>,
     lanes: HashMap<u64, Reorder<Box<Parcel<T>>>>,
     in_order: Vec<Box<Parcel<T>>>,
@@ -301,6 +302,7 @@ impl<T: Send + 'static> Ring<T> {
             out: HashMap::new(),
             dirty: Vec::new(),
             parked: 0,
+            fd_inflight: 0,
             bells: Vec::new(),
             lanes: HashMap::new(),
             in_order: Vec::new(),
@@ -318,7 +320,7 @@ impl<T: Send + 'static> Ring<T> {
 
     /// Sends one marked data message to itself and checks it arrives intact.
     fn self_test(&mut self) -> Result<(), SetupError> {
-        const PROBE: u64 = (0x5052_4f42 << 3) | Tag::Ignore as u64;
+        const PROBE: u64 = Tag::Internal as u64;
         let target = self.inbox.clone();
         if sys::push_msg_data(&mut self.uring, target.fd(), 7, PROBE, PROBE).is_err() {
             return Err(SetupError::InvalidConfig("SQ too small for the start-up probe"));
@@ -386,7 +388,13 @@ impl<T: Send + 'static> Ring<T> {
             self.dirty.push(id);
         }
         if len >= self.cfg.max_batch {
+            // A full batch means the sender is streaming: let it go now, so
+            // the credit it took is not held in our SQ until the next wait.
             self.emit_batch(id);
+            // An enter error here is fatal for the ring and surfaces again
+            // from the next `flush`/`wait`; the message itself is safe in
+            // the SQ or the fallback queue.
+            let _ = self.submit_now();
         }
         Ok(())
     }
@@ -616,8 +624,9 @@ impl<T: Send + 'static> Ring<T> {
     }
 
     fn route_fd(&mut self, target: &Arc<Inbox<T>>, parcel: Box<Parcel<T>>) {
+        let at_limit = self.fd_inflight >= self.fd_inflight_max();
         let lane = self.out.get_mut(&parcel.to).expect("lane exists");
-        if !lane.parked.is_empty() {
+        if !lane.parked.is_empty() || at_limit {
             lane.parked.push_back(parcel);
             self.parked += 1;
             return;
@@ -632,6 +641,12 @@ impl<T: Send + 'static> Ring<T> {
             Credit::Exhausted => self.park(parcel),
             Credit::Closing => self.refuse(target, parcel, ReturnReason::ReceiverClosed),
         }
+    }
+
+    /// fd hand-offs in flight at most: each ends with one CQE of its linked
+    /// `CLOSE` on this ring, which must fit in the I/O reserve of our CQ.
+    fn fd_inflight_max(&self) -> usize {
+        (self.cfg.io_reserve as usize / 2).max(1)
     }
 
     fn park(&mut self, parcel: Box<Parcel<T>>) {
@@ -651,10 +666,11 @@ impl<T: Send + 'static> Ring<T> {
                 None,
                 handle::tagged(addr, Tag::FdParcel),
                 handle::tagged(addr, Tag::SentFd),
-                Tag::Ignore.bare(),
+                ((slot as u64 + 1) << 3) | Tag::Internal as u64,
             );
             if r.is_ok() {
                 self.stats.ring_parcels_sent += 1;
+                self.fd_inflight += 1;
                 return Ok(());
             }
             if attempt == 0 {
@@ -671,6 +687,9 @@ impl<T: Send + 'static> Ring<T> {
         for id in ids {
             let target = self.target(id);
             loop {
+                if self.fd_inflight >= self.fd_inflight_max() {
+                    return;
+                }
                 let lane = self.out.get_mut(&id).expect("lane exists");
                 let Some(parcel) = lane.parked.pop_front() else { break };
                 self.parked -= 1;
@@ -714,7 +733,7 @@ impl<T: Send + 'static> Ring<T> {
                 target.fd(),
                 0,
                 Tag::Doorbell.bare(),
-                Tag::Ignore.bare(),
+                Tag::Internal.bare(),
             );
             if r.is_ok() {
                 self.stats.doorbells_sent += 1;
@@ -902,8 +921,20 @@ impl<T: Send + 'static> Ring<T> {
                 Some(Tag::Io) => {
                     self.ready.push_back((self.id, Event::Io { token: ud >> 3, result: res, flags }))
                 }
-                // Cancelled linked closes, doorbells to rings that died, the probe.
-                Some(Tag::Ignore) | Some(Tag::Parcel) | None => {}
+                Some(Tag::Internal) => {
+                    let slot = ud >> 3;
+                    if slot > 0 {
+                        // The linked CLOSE of an fd hand-off's source slot.
+                        self.fd_inflight -= 1;
+                        if res >= 0 {
+                            self.fds.forget(slot as u32 - 1); // moved: the slot is free
+                        }
+                        // -ECANCELED: the hand-off failed, the file is still
+                        // in the slot and comes back with its SentFd CQE.
+                    }
+                }
+                // A foreign CQE without our mark, or a zero user_data: not ours.
+                Some(Tag::Parcel) | None => {}
             }
         }
         self.cqes = cqes;
@@ -1113,6 +1144,9 @@ impl<T: Send + 'static> Drop for Ring<T> {
         }
         let _ = self.submit_now();
         self.fds.shut();
+        // Addresses keep the ring file alive through their duplicate fd:
+        // empty the fixed-file table now so no file outlives its owner.
+        let _ = self.uring.submitter().unregister_files();
     }
 }
 

@@ -68,8 +68,10 @@ pub(crate) fn push_msg_data(
 /// has *moved*: the target's CQE carries the new slot in `res`, and our slot
 /// is closed by the linked op. On failure the `MSG_RING` posts its error with
 /// `self_ud` and the close is cancelled (its CQE carries `cancel_ud`), so the
-/// file is still in `src_slot`. With `silent`, the target's CQE is suppressed
-/// (`IORING_MSG_RING_CQE_SKIP`) and `dest` names the target slot.
+/// file is still in `src_slot`. The close always posts its CQE (`close_ud`):
+/// `0` when the slot is free again, `-ECANCELED` when the hand-off failed.
+/// With `dest`, the target's CQE is suppressed (`IORING_MSG_RING_CQE_SKIP`)
+/// and `dest` names the target slot.
 pub(crate) fn push_msg_fd(
     ring: &mut IoUring,
     target: BorrowedFd<'_>,
@@ -77,7 +79,7 @@ pub(crate) fn push_msg_fd(
     dest: Option<u32>,
     target_ud: u64,
     self_ud: u64,
-    cancel_ud: u64,
+    close_ud: u64,
 ) -> Result<(), SqFull> {
     if sq_room(ring) < 2 {
         return Err(SqFull);
@@ -92,10 +94,7 @@ pub(crate) fn push_msg_fd(
         msg = msg.opcode_flags(IORING_MSG_RING_CQE_SKIP);
     }
     let msg = msg.build().flags(squeue::Flags::SKIP_SUCCESS | squeue::Flags::IO_LINK).user_data(self_ud);
-    let close = opcode::Close::new(types::Fixed(src_slot))
-        .build()
-        .flags(squeue::Flags::SKIP_SUCCESS)
-        .user_data(cancel_ud);
+    let close = opcode::Close::new(types::Fixed(src_slot)).build().user_data(close_ud);
     let mut sq = ring.submission();
     // SAFETY: neither SQE references memory: MSG_SEND_FD names the target fd
     // (kept open as for `push_msg_data`), our fixed slot and the target slot;

@@ -32,8 +32,10 @@ pub(crate) enum Tag {
     SentData = 5,
     /// Our fd `MSG_RING` failed; `res` is the error (sender side).
     SentFd = 6,
-    /// Completions we only log (cancelled linked close, failed doorbell).
-    Ignore = 7,
+    /// Internal completions: `user_data >> 3` is 0 for ones to ignore
+    /// (a failed doorbell, the start-up probe), or `slot + 1` for the linked
+    /// `CLOSE` of an fd hand-off's source slot.
+    Internal = 7,
 }
 
 impl Tag {
@@ -45,7 +47,7 @@ impl Tag {
             4 => Tag::Doorbell,
             5 => Tag::SentData,
             6 => Tag::SentFd,
-            7 => Tag::Ignore,
+            7 => Tag::Internal,
             _ => return None,
         })
     }
