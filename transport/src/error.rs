@@ -163,7 +163,11 @@ impl fmt::Display for ReturnReason {
             ReturnReason::ReceiverClosed => f.write_str("the receiver closed before taking it"),
             ReturnReason::NoFreeSlot => f.write_str("the receiver's fixed-file table is full"),
             ReturnReason::Kernel { errno } => {
-                write!(f, "the kernel refused the message: {}", io::Error::from_raw_os_error(*errno))
+                write!(
+                    f,
+                    "the kernel refused the message: {}",
+                    io::Error::from_raw_os_error(*errno)
+                )
             }
         }
     }

@@ -147,7 +147,9 @@ impl RingConfig {
             return Err(SetupError::InvalidConfig("need 2 <= sq_entries <= cq_entries"));
         }
         if self.io_reserve >= self.cq_entries - 1 {
-            return Err(SetupError::InvalidConfig("io_reserve must leave room for message credits"));
+            return Err(SetupError::InvalidConfig(
+                "io_reserve must leave room for message credits",
+            ));
         }
         if self.max_batch == 0 || self.mailbox_capacity == 0 {
             return Err(SetupError::InvalidConfig("max_batch and mailbox_capacity must be > 0"));
@@ -557,7 +559,12 @@ impl<T: Send + 'static> Ring<T> {
         let from = self.id;
         self.out.entry(to.inbox.id).or_insert_with(|| {
             crate::sync_std_lock(&to.inbox.origins).insert(from, Arc::downgrade(my_inbox));
-            OutLane { target: to.inbox.clone(), next_seq: 0, pending: Vec::new(), parked: VecDeque::new() }
+            OutLane {
+                target: to.inbox.clone(),
+                next_seq: 0,
+                pending: Vec::new(),
+                parked: VecDeque::new(),
+            }
         })
     }
 
@@ -586,12 +593,12 @@ impl<T: Send + 'static> Ring<T> {
                 Credit::Granted => {
                     if let Err(parcel) = self.push_data(&target, parcel) {
                         target.core.return_credits(1);
-                        self.to_fallback(&target, parcel);
+                        self.send_fallback(&target, parcel);
                     }
                 }
-                Credit::Exhausted | Credit::Closing => self.to_fallback(&target, parcel),
+                Credit::Exhausted | Credit::Closing => self.send_fallback(&target, parcel),
             },
-            Body::Void | Body::End => self.to_fallback(&target, parcel),
+            Body::Void | Body::End => self.send_fallback(&target, parcel),
         }
     }
 
@@ -639,7 +646,7 @@ impl<T: Send + 'static> Ring<T> {
                 }
             }
             Credit::Exhausted => self.park(parcel),
-            Credit::Closing => self.refuse(target, parcel, ReturnReason::ReceiverClosed),
+            Credit::Closing => self.refuse(target, *parcel, ReturnReason::ReceiverClosed),
         }
     }
 
@@ -707,13 +714,13 @@ impl<T: Send + 'static> Ring<T> {
                         self.parked += 1;
                         break;
                     }
-                    Credit::Closing => self.refuse(&target, parcel, ReturnReason::ReceiverClosed),
+                    Credit::Closing => self.refuse(&target, *parcel, ReturnReason::ReceiverClosed),
                 }
             }
         }
     }
 
-    fn to_fallback(&mut self, target: &Arc<Inbox<T>>, parcel: Box<Parcel<T>>) {
+    fn send_fallback(&mut self, target: &Arc<Inbox<T>>, parcel: Box<Parcel<T>>) {
         match target.core.push_fallback(Item::Parcel(parcel)) {
             Ok(bell) => {
                 self.stats.fallback_parcels_sent += 1;
@@ -721,7 +728,7 @@ impl<T: Send + 'static> Ring<T> {
                     self.ring_doorbell(target);
                 }
             }
-            Err(Item::Parcel(p)) => self.refuse(target, p, ReturnReason::ReceiverClosed),
+            Err(Item::Parcel(p)) => self.refuse(target, *p, ReturnReason::ReceiverClosed),
             Err(Item::Returned(_)) => unreachable!("to_fallback only pushes parcels"),
         }
     }
@@ -748,10 +755,10 @@ impl<T: Send + 'static> Ring<T> {
     }
 
     /// Hands a parcel of ours back to our owner: the target will never take it.
-    fn refuse(&mut self, target: &Arc<Inbox<T>>, parcel: Box<Parcel<T>>, reason: ReturnReason) {
+    fn refuse(&mut self, target: &Arc<Inbox<T>>, parcel: Parcel<T>, reason: ReturnReason) {
         let n = parcel.body.messages();
         target.core.unreserve(n);
-        let Parcel { to, seq, body, .. } = *parcel;
+        let Parcel { to, seq, body, .. } = parcel;
         // The receiver must not wait for this sequence number.
         if n > 0 {
             let void = Box::new(Parcel { from: self.id, to, seq, body: Body::Void });
@@ -918,9 +925,9 @@ impl<T: Send + 'static> Ring<T> {
                     let p: Box<Parcel<T>> = unsafe { handle::from_user_data(ud) };
                     self.send_failed(p, -res);
                 }
-                Some(Tag::Io) => {
-                    self.ready.push_back((self.id, Event::Io { token: ud >> 3, result: res, flags }))
-                }
+                Some(Tag::Io) => self
+                    .ready
+                    .push_back((self.id, Event::Io { token: ud >> 3, result: res, flags })),
                 Some(Tag::Internal) => {
                     let slot = ud >> 3;
                     if slot > 0 {
@@ -955,14 +962,14 @@ impl<T: Send + 'static> Ring<T> {
                 if is_fd {
                     self.park(parcel);
                 } else {
-                    self.to_fallback(&target, parcel);
+                    self.send_fallback(&target, parcel);
                 }
             }
             libc::EOWNERDEAD | libc::EBADFD => {
-                self.refuse(&target, parcel, ReturnReason::ReceiverClosed)
+                self.refuse(&target, *parcel, ReturnReason::ReceiverClosed)
             }
-            libc::ENFILE if is_fd => self.refuse(&target, parcel, ReturnReason::NoFreeSlot),
-            e => self.refuse(&target, parcel, ReturnReason::Kernel { errno: e }),
+            libc::ENFILE if is_fd => self.refuse(&target, *parcel, ReturnReason::NoFreeSlot),
+            e => self.refuse(&target, *parcel, ReturnReason::Kernel { errno: e }),
         }
     }
 
@@ -1002,13 +1009,13 @@ impl<T: Send + 'static> Ring<T> {
             Err(dup) => in_order.push(dup.0),
         }
         for q in in_order.drain(..) {
-            self.deliver(q);
+            self.deliver(*q);
         }
         self.in_order = in_order;
     }
 
-    fn deliver(&mut self, p: Box<Parcel<T>>) {
-        let Parcel { from, body, .. } = *p;
+    fn deliver(&mut self, p: Parcel<T>) {
+        let Parcel { from, body, .. } = p;
         let n = body.messages();
         if self.dropping {
             self.hand_back_to_origin(from, body);

@@ -135,7 +135,8 @@ fn fd_moves_between_rings_and_closes_with_its_owner() {
     let buf = *b"hi";
     // SAFETY: `buf` lives until the completion is reaped below.
     unsafe {
-        rx.push_io(io_uring::opcode::Write::new(fd.as_fixed(), buf.as_ptr(), 2).build(), 42).unwrap();
+        rx.push_io(io_uring::opcode::Write::new(fd.as_fixed(), buf.as_ptr(), 2).build(), 42)
+            .unwrap();
     }
     let evs = drain_until(&mut rx, 1);
     assert!(matches!(evs[0], Event::Io { token: 42, result: 2, .. }));

@@ -51,10 +51,11 @@ pub(crate) fn push_msg_data(
     target_ud: u64,
     self_ud: u64,
 ) -> Result<(), SqFull> {
-    let e = opcode::MsgRingData::new(types::Fd(target.as_raw_fd()), count, target_ud, Some(MSG_MARK))
-        .build()
-        .flags(squeue::Flags::SKIP_SUCCESS)
-        .user_data(self_ud);
+    let e =
+        opcode::MsgRingData::new(types::Fd(target.as_raw_fd()), count, target_ud, Some(MSG_MARK))
+            .build()
+            .flags(squeue::Flags::SKIP_SUCCESS)
+            .user_data(self_ud);
     // SAFETY: a MSG_RING data SQE references no memory: its fields are the
     // target fd (kept open by the borrow for this call, and by the caller's
     // `Arc` until the kernel is done, see `mailbox::Inbox`), two integers and
@@ -88,12 +89,17 @@ pub(crate) fn push_msg_fd(
         None => types::DestinationSlot::auto_target(),
         Some(s) => types::DestinationSlot::try_from_slot_target(s).map_err(|_| SqFull)?,
     };
-    let mut msg =
-        opcode::MsgRingSendFd::new(types::Fd(target.as_raw_fd()), types::Fixed(src_slot), dest_slot, target_ud);
+    let mut msg = opcode::MsgRingSendFd::new(
+        types::Fd(target.as_raw_fd()),
+        types::Fixed(src_slot),
+        dest_slot,
+        target_ud,
+    );
     if dest.is_some() {
         msg = msg.opcode_flags(IORING_MSG_RING_CQE_SKIP);
     }
-    let msg = msg.build().flags(squeue::Flags::SKIP_SUCCESS | squeue::Flags::IO_LINK).user_data(self_ud);
+    let msg =
+        msg.build().flags(squeue::Flags::SKIP_SUCCESS | squeue::Flags::IO_LINK).user_data(self_ud);
     let close = opcode::Close::new(types::Fixed(src_slot)).build().user_data(close_ud);
     let mut sq = ring.submission();
     // SAFETY: neither SQE references memory: MSG_SEND_FD names the target fd
@@ -124,9 +130,7 @@ pub(crate) fn enter_getevents(ring: &IoUring) -> io::Result<usize> {
     // SAFETY: no submissions, no wait, no argument pointer: the call only
     // flushes task work and overflowed CQEs into the CQ ring, which the
     // io-uring crate owns and reads with the proper barriers.
-    unsafe {
-        ring.submitter().enter::<libc::sigset_t>(0, 0, IORING_ENTER_GETEVENTS, None)
-    }
+    unsafe { ring.submitter().enter::<libc::sigset_t>(0, 0, IORING_ENTER_GETEVENTS, None) }
 }
 
 #[repr(C)]

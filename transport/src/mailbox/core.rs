@@ -97,12 +97,8 @@ impl<P> Core<P> {
                 Some(v) if v <= self.cap => v,
                 _ => return Err(Refused::Full),
             };
-            match self.queued.compare_exchange_weak(
-                cur,
-                next,
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            ) {
+            match self.queued.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Relaxed)
+            {
                 Ok(_) => return Ok(()),
                 Err(v) => cur = v,
             }
@@ -312,8 +308,7 @@ mod loom_models {
                 Credit::Granted => {
                     let mut cq = lock(&w.cq);
                     cq.push_back(Cqe::Parcel { sender: id, seq });
-                    let parcels =
-                        cq.iter().filter(|c| matches!(c, Cqe::Parcel { .. })).count();
+                    let parcels = cq.iter().filter(|c| matches!(c, Cqe::Parcel { .. })).count();
                     assert!(parcels <= w.credit_cap, "CQ holds more message CQEs than credits");
                 }
                 Credit::Exhausted | Credit::Closing => match w.core.push_fallback((id, seq)) {
@@ -450,7 +445,8 @@ mod loom_models {
             let held: Vec<u64> = r.lanes[0].take_held().map(|p| p.1).collect();
             w.core.unreserve(held.len());
             let returned = h.join().unwrap();
-            let mut all: Vec<u64> = r.got[0].iter().chain(&returned).chain(&held).copied().collect();
+            let mut all: Vec<u64> =
+                r.got[0].iter().chain(&returned).chain(&held).copied().collect();
             all.sort_unstable();
             assert_eq!(all, vec![0, 1, 2], "delivered + handed back must equal sent");
             check_order(&r.got[0]);

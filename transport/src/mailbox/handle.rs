@@ -92,7 +92,8 @@ mod tests {
 
     #[test]
     fn round_trip_keeps_parcel_and_tag() {
-        let p = Box::new(Parcel { from: 7, to: 9, seq: 3, body: Body::Batch(vec![String::from("x")]) });
+        let p =
+            Box::new(Parcel { from: 7, to: 9, seq: 3, body: Body::Batch(vec![String::from("x")]) });
         let ud = tagged(into_user_data(p), Tag::FdParcel);
         assert_eq!(Tag::of(ud), Some(Tag::FdParcel));
         // SAFETY: `ud` came from `into_user_data::<String>` just above and is taken once.

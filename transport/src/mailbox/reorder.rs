@@ -104,7 +104,7 @@ mod tests {
         let mut r = Reorder::default();
         r.accept(0, 'a', |_| {}).unwrap();
         assert!(matches!(r.accept(0, 'b', |_| {}), Err(Duplicate('b'))));
-        assert_eq!(r.accept(2, 'c', |_| {}).unwrap(), true);
+        assert!(r.accept(2, 'c', |_| {}).unwrap());
         assert!(matches!(r.accept(2, 'd', |_| {}), Err(Duplicate('d'))));
         assert_eq!(r.take_held().collect::<Vec<_>>(), vec!['c']);
     }

@@ -1,0 +1,57 @@
+//! Shared helpers of the Ringmail examples.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
+/// The percentiles Ringmail reports latency at (the seeds' format).
+pub const PERCENTILES: [f64; 17] = [
+    1.0, 5.0, 10.0, 20.0, 30.0, 40.0, 50.0, 60.0, 70.0, 80.0, 90.0, 95.0, 99.0, 99.5, 99.9, 99.95,
+    99.99,
+];
+
+/// Formats latency samples (nanoseconds) as percentile lines, one per
+/// percentile, like the kernel mailing-list measurements Ringmail's design
+/// comes from. Sorts `samples` in place.
+pub fn percentile_report(title: &str, samples: &mut [u64]) -> String {
+    use std::fmt::Write;
+    samples.sort_unstable();
+    let mut s = format!("{title} percentiles (nsec), {} samples:\n", samples.len());
+    if samples.is_empty() {
+        return s;
+    }
+    for p in PERCENTILES {
+        let idx = ((p / 100.0) * (samples.len() - 1) as f64).round() as usize;
+        let _ = writeln!(s, "  p{p:<6} {:>10}", samples[idx]);
+    }
+    s
+}
+
+/// Parses `--name value` from `args`, or returns `default`.
+pub fn arg<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .map(|v| v.parse().unwrap_or_else(|_| panic!("bad value for {name}: {v}")))
+        .unwrap_or(default)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn report_picks_nearest_rank() {
+        let mut v: Vec<u64> = (1..=100).rev().collect();
+        let r = percentile_report("x", &mut v);
+        assert!(r.contains("100 samples"));
+        assert!(r.contains("p50         50") || r.contains("p50        51"), "{r}");
+        assert!(r.lines().count() == 18);
+    }
+
+    #[test]
+    fn arg_parses_or_defaults() {
+        let a: Vec<String> = ["--n", "5"].iter().map(|s| s.to_string()).collect();
+        assert_eq!(arg(&a, "--n", 1u32), 5);
+        assert_eq!(arg(&a, "--m", 1u32), 1);
+    }
+}

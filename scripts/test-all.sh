@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The whole Ringmail test suite: unit, integration and doc tests on real
+# rings, then the loom models of the mailbox core.
+#
+# Needs a Linux 6.3+ kernel with io_uring allowed for this process; when it
+# is not, the tests fail with Ringmail's own error naming the cause (they
+# are never skipped).
+#
+#   LOOM_MAX_PREEMPTIONS=3 scripts/test-all.sh   # deeper model checking (about 1 min)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "== cargo test --workspace"
+cargo test --workspace
+
+echo "== loom models of the mailbox core (LOOM_MAX_PREEMPTIONS=${LOOM_MAX_PREEMPTIONS:-2})"
+LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-2}" RUSTFLAGS="--cfg loom" \
+  cargo test -p ringmail-transport --release --lib --target-dir target/loom -- loom
