@@ -44,8 +44,15 @@ mod tests {
         let mut v: Vec<u64> = (1..=100).rev().collect();
         let r = percentile_report("x", &mut v);
         assert!(r.contains("100 samples"));
-        assert!(r.contains("p50         50") || r.contains("p50        51"), "{r}");
-        assert!(r.lines().count() == 18);
+        let value = |name: &str| -> u64 {
+            let line = r.lines().find(|l| l.trim_start().starts_with(&format!("{name} "))).unwrap();
+            line.split_whitespace().last().unwrap().parse().unwrap()
+        };
+        // Nearest rank over 1..=100: p50 -> index round(49.5) = 50 -> 51.
+        assert_eq!(value("p50"), 51);
+        assert_eq!(value("p1"), 2);
+        assert_eq!(value("p99.99"), 100);
+        assert_eq!(r.lines().count(), 18);
     }
 
     #[test]
