@@ -37,9 +37,9 @@ use io_uring::{squeue, types, IoUring};
 use crate::error::{ReturnReason, RingError, SendError, SetupError};
 use crate::fd::{FdTable, FixedFd};
 use crate::mailbox::core::{Credit, Refused};
-use crate::mailbox::handle::{self, Tag};
+use crate::mailbox::handle::{self, Internal, Tag};
 use crate::mailbox::reorder::Reorder;
-use crate::mailbox::{Addr, Body, Inbox, Item, Parcel, Returned};
+use crate::mailbox::{Addr, Body, Inbox, Parcel, Returned};
 use crate::sys;
 
 static NEXT_RING_ID: AtomicU64 = AtomicU64::new(1);
@@ -253,7 +253,7 @@ pub struct Ring<T: Send + 'static> {
     lanes: HashMap<u64, Reorder<Box<Parcel<T>>>>,
     in_order: Vec<Box<Parcel<T>>>,
     ready: VecDeque<(u64, Event<T>)>,
-    scratch: VecDeque<Item<T>>,
+    scratch: VecDeque<Box<Parcel<T>>>,
     cqes: Vec<(u64, i32, u32)>,
     stats: RingStats,
     dropping: bool,
@@ -322,9 +322,9 @@ impl<T: Send + 'static> Ring<T> {
 
     /// Sends one marked data message to itself and checks it arrives intact.
     fn self_test(&mut self) -> Result<(), SetupError> {
-        const PROBE: u64 = Tag::Internal as u64;
+        let probe = Internal::Ignore.user_data();
         let target = self.inbox.clone();
-        if sys::push_msg_data(&mut self.uring, target.fd(), 7, PROBE, PROBE).is_err() {
+        if sys::push_msg_data(&mut self.uring, target.fd(), 7, probe, probe).is_err() {
             return Err(SetupError::InvalidConfig("SQ too small for the start-up probe"));
         }
         self.uring.submit_and_wait(1).map_err(SetupError::Io)?;
@@ -333,8 +333,8 @@ impl<T: Send + 'static> Ring<T> {
         let cqe = cq.next().ok_or(SetupError::InvalidConfig("start-up probe got no completion"))?;
         drop(cq);
         match (cqe.user_data(), cqe.result(), cqe.flags()) {
-            (PROBE, 7, f) if f & sys::MSG_MARK_MASK == sys::MSG_MARK => Ok(()),
-            (PROBE, r, _) if r == -libc::EINVAL => Err(SetupError::KernelTooOld {
+            (ud, 7, f) if ud == probe && f & sys::MSG_MARK_MASK == sys::MSG_MARK => Ok(()),
+            (ud, r, _) if ud == probe && r == -libc::EINVAL => Err(SetupError::KernelTooOld {
                 feature: "IORING_MSG_RING_FLAGS_PASS",
                 since: "6.3",
                 source: Some(io::Error::from_raw_os_error(libc::EINVAL)),
@@ -433,6 +433,8 @@ impl<T: Send + 'static> Ring<T> {
         let parcel = Box::new(Parcel { from: self.id, to: id, seq, body: Body::Fd { msg, slot } });
         self.stats.fds_sent += 1;
         self.route(parcel);
+        // The hand-off holds a credit (and maybe a doorbell): let it go now.
+        let _ = self.submit_now();
         Ok(())
     }
 
@@ -463,7 +465,10 @@ impl<T: Send + 'static> Ring<T> {
     /// # Safety
     /// Every buffer or other memory the entry references must stay valid
     /// (and unaliased where the kernel writes) until its final completion has
-    /// been returned by `wait`. `token` must be below 2^61.
+    /// been returned by `wait`. The entry must not carry `IO_LINK` or
+    /// `IO_HARDLINK`: the chain would continue into the ring's own message
+    /// SQEs, whose failure handling relies on their CQEs. `token` must be
+    /// below 2^61.
     pub unsafe fn push_io(&mut self, entry: squeue::Entry, token: u64) -> Result<(), PushError> {
         assert!(token < 1 << 61, "push_io token must be below 2^61");
         let e = entry.user_data((token << 3) | Tag::Io as u64);
@@ -548,6 +553,8 @@ impl<T: Send + 'static> Ring<T> {
             self.block(limit)?;
             self.poll_kernel()?;
         }
+        // Processing may have queued SQEs (doorbells, hand-backs, reroutes).
+        self.submit_now()?;
         out.extend(self.ready.drain(..).map(|(_, e)| e));
         Ok(out.len() - before)
     }
@@ -673,7 +680,7 @@ impl<T: Send + 'static> Ring<T> {
                 None,
                 handle::tagged(addr, Tag::FdParcel),
                 handle::tagged(addr, Tag::SentFd),
-                ((slot as u64 + 1) << 3) | Tag::Internal as u64,
+                Internal::SlotClosed(slot).user_data(),
             );
             if r.is_ok() {
                 self.stats.ring_parcels_sent += 1;
@@ -721,18 +728,21 @@ impl<T: Send + 'static> Ring<T> {
     }
 
     fn send_fallback(&mut self, target: &Arc<Inbox<T>>, parcel: Box<Parcel<T>>) {
-        match target.core.push_fallback(Item::Parcel(parcel)) {
+        match target.core.push_fallback(parcel) {
             Ok(bell) => {
                 self.stats.fallback_parcels_sent += 1;
                 if bell {
                     self.ring_doorbell(target);
                 }
             }
-            Err(Item::Parcel(p)) => self.refuse(target, *p, ReturnReason::ReceiverClosed),
-            Err(Item::Returned(_)) => unreachable!("to_fallback only pushes parcels"),
+            Err(p) => self.refuse(target, *p, ReturnReason::ReceiverClosed),
         }
     }
 
+    /// Sends the doorbell we owe `target` (we raised its flag, so nobody
+    /// else will): pushed and submitted at once, since the receiver may be
+    /// asleep with work queued. A failure comes back as
+    /// `Internal::Doorbell` and is retried from `bells`.
     fn ring_doorbell(&mut self, target: &Arc<Inbox<T>>) {
         for attempt in 0..2 {
             let r = sys::push_msg_data(
@@ -740,17 +750,17 @@ impl<T: Send + 'static> Ring<T> {
                 target.fd(),
                 0,
                 Tag::Doorbell.bare(),
-                Tag::Internal.bare(),
+                Internal::Doorbell(target.id).user_data(),
             );
             if r.is_ok() {
                 self.stats.doorbells_sent += 1;
+                let _ = self.submit_now();
                 return;
             }
             if attempt == 0 {
                 let _ = self.submit_now();
             }
         }
-        // The doorbell flag stays set, so nobody else will ring: we must.
         self.bells.push(target.clone());
     }
 
@@ -761,10 +771,7 @@ impl<T: Send + 'static> Ring<T> {
         let Parcel { to, seq, body, .. } = parcel;
         // The receiver must not wait for this sequence number.
         if n > 0 {
-            let void = Box::new(Parcel { from: self.id, to, seq, body: Body::Void });
-            if let Ok(true) = target.core.push_fallback(Item::Parcel(void)) {
-                self.ring_doorbell(target);
-            }
+            self.send_void(target, seq);
         }
         let from = to; // the lane key the events are about
         match body {
@@ -778,6 +785,14 @@ impl<T: Send + 'static> Ring<T> {
                 self.give_back(from, msg, Some(fd), reason);
             }
             Body::Void | Body::End => {}
+        }
+    }
+
+    /// Tells `target` that sequence number `seq` of our lane will never come.
+    fn send_void(&mut self, target: &Arc<Inbox<T>>, seq: u64) {
+        let void = Box::new(Parcel { from: self.id, to: target.id, seq, body: Body::Void });
+        if let Ok(true) = target.core.push_fallback(void) {
+            self.ring_doorbell(target);
         }
     }
 
@@ -866,7 +881,7 @@ impl<T: Send + 'static> Ring<T> {
             }
         }
         self.process_cqes();
-        if self.inbox.core.fallback_pending() {
+        if self.inbox.core.fallback_pending() || self.inbox.returns_pending() {
             self.drain_fallback();
         }
         self.advance_close();
@@ -883,10 +898,22 @@ impl<T: Send + 'static> Ring<T> {
         // Dropping `cq` publishes the new head: the CQ entries are free now.
     }
 
+    /// Handles every reaped CQE, including ones reaped while handling
+    /// (a doorbell push can submit, and a submit can reap).
     fn process_cqes(&mut self) {
+        let mut batch = Vec::new();
+        while !self.cqes.is_empty() {
+            mem::swap(&mut batch, &mut self.cqes);
+            self.process_batch(&mut batch);
+        }
+        if self.cqes.capacity() < batch.capacity() {
+            self.cqes = batch; // keep the larger allocation
+        }
+    }
+
+    fn process_batch(&mut self, cqes: &mut Vec<(u64, i32, u32)>) {
         let mut credits = 0;
         let mut bell = false;
-        let mut cqes = mem::take(&mut self.cqes);
         for (ud, res, flags) in cqes.drain(..) {
             match Tag::of(ud) {
                 Some(Tag::Parcel) if flags & sys::MSG_MARK_MASK == sys::MSG_MARK => {
@@ -920,31 +947,41 @@ impl<T: Send + 'static> Ring<T> {
                 }
                 Some(Tag::SentFd) => {
                     // SAFETY: an error CQE of our own fd MSG_RING: no target
-                    // CQE was posted, the box is ours again, and the linked
-                    // CLOSE was cancelled, so our slot still holds the file.
+                    // CQE was posted, the box is ours again. The failure made
+                    // the linked CLOSE CQE-less and it did not run, so our
+                    // slot still holds the file.
                     let p: Box<Parcel<T>> = unsafe { handle::from_user_data(ud) };
+                    self.fd_inflight -= 1;
                     self.send_failed(p, -res);
                 }
                 Some(Tag::Io) => self
                     .ready
                     .push_back((self.id, Event::Io { token: ud >> 3, result: res, flags })),
-                Some(Tag::Internal) => {
-                    let slot = ud >> 3;
-                    if slot > 0 {
-                        // The linked CLOSE of an fd hand-off's source slot.
+                Some(Tag::Internal) => match Internal::of(ud) {
+                    Internal::SlotClosed(slot) => {
+                        // The hand-off succeeded and its source slot is empty.
                         self.fd_inflight -= 1;
-                        if res >= 0 {
-                            self.fds.forget(slot as u32 - 1); // moved: the slot is free
-                        }
-                        // -ECANCELED: the hand-off failed, the file is still
-                        // in the slot and comes back with its SentFd CQE.
+                        self.fds.forget(slot);
                     }
-                }
+                    Internal::Doorbell(ring)
+                        if res != -libc::EOWNERDEAD && res != -libc::EBADFD =>
+                    {
+                        // We still owe that ring its doorbell: retry at flush.
+                        let target = self
+                            .out
+                            .get(&ring)
+                            .map(|l| l.target.clone())
+                            .or_else(|| self.inbox.origin(ring));
+                        if let Some(t) = target {
+                            self.bells.push(t);
+                        }
+                    }
+                    Internal::Doorbell(_) | Internal::Ignore => {}
+                },
                 // A foreign CQE without our mark, or a zero user_data: not ours.
                 Some(Tag::Parcel) | None => {}
             }
         }
-        self.cqes = cqes;
         // The CQ head was advanced in `reap_cq`: the credits may go back.
         self.inbox.core.return_credits(credits);
         if bell {
@@ -969,6 +1006,20 @@ impl<T: Send + 'static> Ring<T> {
                 self.refuse(&target, *parcel, ReturnReason::ReceiverClosed)
             }
             libc::ENFILE if is_fd => self.refuse(&target, *parcel, ReturnReason::NoFreeSlot),
+            libc::EOVERFLOW if is_fd => {
+                // The file was installed in the target but its CQE was not
+                // posted: the target's table holds it (and frees it at its
+                // teardown). It must not have two owners: close ours.
+                let mut parcel = *parcel;
+                if let Body::Fd { slot, .. } = parcel.body {
+                    self.fds.release(slot);
+                    let Body::Fd { msg, .. } = mem::replace(&mut parcel.body, Body::Void) else {
+                        unreachable!()
+                    };
+                    parcel.body = Body::Batch(vec![msg]);
+                }
+                self.refuse(&target, parcel, ReturnReason::Kernel { errno: err })
+            }
             e => self.refuse(&target, *parcel, ReturnReason::Kernel { errno: e }),
         }
     }
@@ -976,23 +1027,21 @@ impl<T: Send + 'static> Ring<T> {
     fn drain_fallback(&mut self) {
         let mut items = mem::take(&mut self.scratch);
         self.inbox.core.drain_fallback(&mut items);
-        self.take_items(&mut items);
+        self.take_parcels(&mut items);
         self.scratch = items;
-    }
-
-    fn take_items(&mut self, items: &mut VecDeque<Item<T>>) {
-        while let Some(item) = items.pop_front() {
-            match item {
-                Item::Parcel(p) => {
-                    self.stats.fallback_parcels_received += 1;
-                    self.accept(p);
-                }
-                Item::Returned(Returned { msgs, reason }) => {
-                    for msg in msgs {
-                        self.give_back(self.id, msg, None, reason);
-                    }
+        if self.inbox.returns_pending() {
+            for Returned { msgs, reason } in self.inbox.take_returned(false) {
+                for msg in msgs {
+                    self.give_back(self.id, msg, None, reason);
                 }
             }
+        }
+    }
+
+    fn take_parcels(&mut self, items: &mut VecDeque<Box<Parcel<T>>>) {
+        while let Some(p) = items.pop_front() {
+            self.stats.fallback_parcels_received += 1;
+            self.accept(p);
         }
     }
 
@@ -1044,23 +1093,26 @@ impl<T: Send + 'static> Ring<T> {
         let msgs = match body {
             Body::Batch(v) => v,
             Body::Fd { msg, slot } => {
-                // The file is in our table and we own it; our shutdown closes it.
+                // The file is in our table and we own it: we close it; only
+                // the message goes back.
                 self.fds.release(slot);
                 vec![msg]
             }
             Body::Void | Body::End => return,
         };
-        let n = msgs.len();
         if from == self.id {
-            dead_letter(n); // we are the origin, and we are going away
+            // Sent to ourselves: hand back locally (dead letters if dropping).
+            for msg in msgs {
+                self.give_back(self.id, msg, None, ReturnReason::ReceiverClosed);
+            }
             return;
         }
+        let n = msgs.len();
         let Some(origin) = self.inbox.origin(from) else {
             dead_letter(n);
             return;
         };
-        let item = Item::Returned(Returned { msgs, reason: ReturnReason::ReceiverClosed });
-        match origin.core.push_fallback(item) {
+        match origin.push_returned(Returned { msgs, reason: ReturnReason::ReceiverClosed }) {
             Ok(true) => self.ring_doorbell(&origin),
             Ok(false) => {}
             Err(_) => dead_letter(n),
@@ -1079,11 +1131,16 @@ impl<T: Send + 'static> Ring<T> {
         if self.inbox.core.queued() > 0 && since.elapsed() < self.cfg.close_timeout {
             return;
         }
+        self.finish_close();
+    }
+
+    /// Closing -> Closed: the last fallback drain, then every parcel still
+    /// held (waiting for one its sender handed back) goes back to its origin.
+    fn finish_close(&mut self) {
         let mut items = mem::take(&mut self.scratch);
         self.inbox.core.finish_close(&mut items);
-        self.take_items(&mut items);
+        self.take_parcels(&mut items);
         self.scratch = items;
-        // What is still held waits for a parcel its sender handed back.
         let lanes = mem::take(&mut self.lanes);
         for (from, mut lane) in lanes {
             for p in lane.take_held() {
@@ -1096,6 +1153,10 @@ impl<T: Send + 'static> Ring<T> {
 }
 
 impl<T: Send + 'static> Drop for Ring<T> {
+    /// Dropping a ring closes it: what others sent it and it did not deliver
+    /// goes back to them; what it sent keeps going; what comes back to it now
+    /// has nobody to go to and is counted in [`dead_letters`]. Waits at most
+    /// `close_timeout` for messages and fd hand-offs already in flight.
     fn drop(&mut self) {
         // Outgoing first: everything we accepted for others leaves now.
         let _ = self.flush();
@@ -1117,39 +1178,59 @@ impl<T: Send + 'static> Drop for Ring<T> {
         loop {
             let _ = self.flush();
             let _ = self.poll_kernel();
-            let done = self.inbox.core.is_closed() && self.parked == 0 && self.bells.is_empty();
+            let done = self.inbox.core.is_closed()
+                && self.parked == 0
+                && self.bells.is_empty()
+                && self.fd_inflight == 0;
             if done || Instant::now() >= deadline {
                 break;
             }
             let _ = self.block(Some(Duration::from_millis(1)));
         }
         if !self.inbox.core.is_closed() {
-            // Senders still hold credits they have not used: their parcels
-            // can no longer be received. Count each as lost loudly.
+            // Senders kept credits unused past `close_timeout`: if those
+            // parcels are ever sent, nobody will read them. Counted loudly
+            // (one per parcel: the message count is unknown here).
             dead_letter(self.inbox.core.outstanding());
-            let mut items = VecDeque::new();
-            self.inbox.core.finish_close(&mut items);
-            self.take_items(&mut items);
+            self.finish_close();
         }
-        // fd hand-offs that never got a credit: the ring's teardown closes them.
+        // Hand-offs whose outcome we can no longer learn.
+        dead_letter(self.fd_inflight);
+        // fd hand-offs that never got a credit: the table teardown below
+        // closes their files; the receiver must not wait for their numbers.
+        let mut voids = Vec::new();
         for lane in self.out.values_mut() {
             for p in lane.parked.drain(..) {
-                lane.target.core.unreserve(p.body.messages());
-                dead_letter(p.body.messages());
+                let n = p.body.messages();
+                lane.target.core.unreserve(n);
+                dead_letter(n);
+                voids.push((lane.target.clone(), p.seq));
             }
         }
         self.parked = 0;
+        for (target, seq) in voids {
+            self.send_void(&target, seq);
+        }
         // Tell every receiver our lanes end, and forget us as an origin.
         let lanes: Vec<(Arc<Inbox<T>>, u64)> =
             self.out.values().map(|l| (l.target.clone(), l.next_seq)).collect();
         for (target, seq) in lanes {
             crate::sync_std_lock(&target.origins).remove(&self.id);
             let end = Box::new(Parcel { from: self.id, to: target.id, seq, body: Body::End });
-            if let Ok(true) = target.core.push_fallback(Item::Parcel(end)) {
+            if let Ok(true) = target.core.push_fallback(end) {
                 self.ring_doorbell(&target);
             }
         }
-        let _ = self.submit_now();
+        // Nobody can take hand-backs for us any more.
+        for r in self.inbox.take_returned(true) {
+            dead_letter(r.msgs.len());
+        }
+        for _ in 0..3 {
+            for t in mem::take(&mut self.bells) {
+                self.ring_doorbell(&t);
+            }
+            let _ = self.submit_now();
+        }
         self.fds.shut();
         // Addresses keep the ring file alive through their duplicate fd:
         // empty the fixed-file table now so no file outlives its owner.

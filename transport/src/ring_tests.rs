@@ -223,3 +223,74 @@ fn busy_poll_receives() {
     assert_eq!(messages(drain_until(&mut rx, 1)), vec![7]);
     t.join().unwrap();
 }
+
+#[test]
+fn many_failed_fd_handoffs_do_not_wedge_the_lane() {
+    // Receiver: one slot in its kernel range. Sender: at most 4 fd hand-offs
+    // in flight (io_reserve 8). 20 hand-offs: one lands, 19 fail with ENFILE;
+    // every failure must release its in-flight slot and skip its number.
+    let mut rx = Ring::<u32>::with_config(RingConfig::default().fixed_files(2)).unwrap();
+    let a = rx.addr();
+    let mut tx = Ring::<u32>::with_config(RingConfig::default().cq_entries(32)).unwrap();
+    let mut keep = Vec::new();
+    for i in 0..20 {
+        let (r, w) = pipe();
+        keep.push(r);
+        let fd = tx.register_fd(w).map_err(|(e, _)| e).unwrap();
+        tx.send_fd(&a, fd, i).unwrap();
+    }
+    tx.send(&a, 100).unwrap();
+    let mut got = Vec::new();
+    let mut back = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while got.len() < 2 || back.len() < 19 {
+        assert!(Instant::now() < deadline, "wedged: got {got:?}, back {}", back.len());
+        let mut evs = Vec::new();
+        tx.wait(&mut evs, Some(Duration::from_millis(5))).unwrap();
+        for e in evs {
+            match e {
+                Event::Returned { msg, fd: Some(fd), reason: ReturnReason::NoFreeSlot } => {
+                    back.push((msg, fd))
+                }
+                _ => panic!("unexpected event on the sender"),
+            }
+        }
+        let mut evs = Vec::new();
+        rx.wait(&mut evs, Some(Duration::from_millis(5))).unwrap();
+        for e in evs {
+            match e {
+                Event::Fd { msg, fd } => got.push((msg, Some(fd))),
+                Event::Message(m) => got.push((m, None)),
+                _ => panic!("unexpected event on the receiver"),
+            }
+        }
+    }
+    assert!(got[0].1.is_some(), "the fd that landed comes first");
+    assert_eq!(got[1].0, 100, "the data message is not stuck behind the failures");
+    // The failed fds are back with the sender and still usable as its own.
+    assert!(back.iter().all(|(_, fd)| fd.slot() < 512));
+}
+
+#[test]
+fn hand_backs_reach_a_sender_whose_mailbox_is_closed() {
+    let mut tx = Ring::<u32>::new().unwrap();
+    tx.close(); // tx no longer receives messages, but still sends
+    let (addr_s, addr_r) = mpsc::channel();
+    let (go_s, go_r) = mpsc::channel::<()>();
+    let t = thread::spawn(move || {
+        let rx = Ring::<u32>::new().unwrap();
+        addr_s.send(rx.addr()).unwrap();
+        go_r.recv().unwrap();
+    });
+    let a = addr_r.recv().unwrap();
+    for i in 0..10 {
+        tx.send(&a, i).unwrap();
+    }
+    tx.flush().unwrap();
+    let before = dead_letters();
+    go_s.send(()).unwrap();
+    t.join().unwrap();
+    let evs = drain_until(&mut tx, 10);
+    assert!(evs.iter().all(|e| matches!(e, Event::Returned { .. })));
+    assert_eq!(dead_letters(), before);
+}

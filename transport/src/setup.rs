@@ -24,6 +24,9 @@ pub(crate) fn build(cfg: &RingConfig) -> Result<IoUring, SetupError> {
         .setup_single_issuer()
         .setup_defer_taskrun()
         .setup_taskrun_flag()
+        // Keep submitting after a failed SQE, so a linked pair (fd hand-off
+        // and the close of its source slot) is never split across submits.
+        .setup_submit_all()
         .setup_cqsize(cfg.cq_entries)
         .build(cfg.sq_entries);
     match res {

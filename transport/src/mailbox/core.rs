@@ -169,7 +169,13 @@ impl<P> Core<P> {
             q.push_back(parcel);
             self.fallback_pending.store(true, Ordering::Release);
         }
-        Ok(!self.doorbell.swap(true, Ordering::AcqRel))
+        Ok(self.raise_doorbell())
+    }
+
+    /// Raises the doorbell flag after queueing work for the receiver; true
+    /// when the caller flipped it and so must send the doorbell message.
+    pub(crate) fn raise_doorbell(&self) -> bool {
+        !self.doorbell.swap(true, Ordering::AcqRel)
     }
 
     /// True when the fallback queue may hold parcels (a cheap hint).

@@ -32,9 +32,7 @@ pub(crate) enum Tag {
     SentData = 5,
     /// Our fd `MSG_RING` failed; `res` is the error (sender side).
     SentFd = 6,
-    /// Internal completions: `user_data >> 3` is 0 for ones to ignore
-    /// (a failed doorbell, the start-up probe), or `slot + 1` for the linked
-    /// `CLOSE` of an fd hand-off's source slot.
+    /// Internal completions, told apart by [`Internal`].
     Internal = 7,
 }
 
@@ -55,6 +53,41 @@ impl Tag {
     /// A `user_data` that carries only the tag.
     pub(crate) fn bare(self) -> u64 {
         self as u64
+    }
+}
+
+/// What an internal completion (`Tag::Internal`) is about: bits 3..5 of
+/// `user_data` hold the kind, the bits above it the value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Internal {
+    /// Nothing to do (the start-up probe).
+    Ignore,
+    /// The linked `CLOSE` of an fd hand-off's source slot completed (it
+    /// posts only on success: when the hand-off fails, the kernel makes the
+    /// rest of the link CQE-less).
+    SlotClosed(u32),
+    /// A doorbell we sent to this ring id failed.
+    Doorbell(u64),
+}
+
+impl Internal {
+    pub(crate) fn user_data(self) -> u64 {
+        let (kind, value) = match self {
+            Internal::Ignore => (0, 0),
+            Internal::SlotClosed(slot) => (1, slot as u64),
+            Internal::Doorbell(ring) => (2, ring),
+        };
+        debug_assert!(value < 1 << 59);
+        (value << 5) | (kind << 3) | Tag::Internal as u64
+    }
+
+    pub(crate) fn of(user_data: u64) -> Internal {
+        let value = user_data >> 5;
+        match (user_data >> 3) & 3 {
+            1 => Internal::SlotClosed(value as u32),
+            2 => Internal::Doorbell(value),
+            _ => Internal::Ignore,
+        }
     }
 }
 
@@ -101,5 +134,14 @@ mod tests {
         assert_eq!((back.from, back.to, back.seq), (7, 9, 3));
         assert!(matches!(&back.body, Body::Batch(v) if v == &["x"]));
         assert_eq!(Tag::of(0), None, "a zero user_data is never ours");
+    }
+
+    #[test]
+    fn internal_kinds_round_trip() {
+        for i in [Internal::Ignore, Internal::SlotClosed(511), Internal::Doorbell(1 << 40)] {
+            let ud = i.user_data();
+            assert_eq!(Tag::of(ud), Some(Tag::Internal));
+            assert_eq!(Internal::of(ud), i);
+        }
     }
 }
