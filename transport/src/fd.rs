@@ -18,11 +18,28 @@
 //! belongs to exactly one side: the receiver (delivered as
 //! [`crate::Event::Fd`]) or the sender (handed back in
 //! [`crate::Event::Returned`]).
+//!
+//! # Silent hand-offs
+//!
+//! [`crate::Ring::send_fd_silent`] moves a file with
+//! `IORING_MSG_RING_CQE_SKIP`: the receiver gets no CQE, uses no credit and
+//! is not told. The receiver must have set a slot aside for it with
+//! [`crate::Ring::reserve_slot`], which returns a [`ReservedSlot`] (kept by
+//! the receiver: it owns the slot throughout) and a [`SlotTicket`] (given to
+//! the sender: the right to fill that slot once). The ticket's shared state
+//! says when the file has landed; [`ReservedSlot::try_into_fixed`] then
+//! turns the reservation into a [`FixedFd`]. Silent hand-offs are not
+//! ordered with messages. A reserved slot dropped while its ticket may still
+//! be used stays reserved until the ring is dropped (whatever lands in it is
+//! closed then), because an explicit slot that is reused would be silently
+//! overwritten by the kernel.
 
 use std::cell::{Cell, RefCell};
 use std::fmt;
 use std::os::fd::RawFd;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
 
 use crate::sys;
 
@@ -114,5 +131,99 @@ impl Drop for FixedFd {
 impl fmt::Debug for FixedFd {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_tuple("FixedFd").field(&self.slot).finish()
+    }
+}
+
+const RESERVED: u8 = 0;
+const LANDED: u8 = 1;
+const UNUSED: u8 = 2;
+const ABANDONED: u8 = 3;
+
+/// Receiver side of a silent hand-off: a slot of this ring's table set aside
+/// for one incoming file. See the module docs.
+pub struct ReservedSlot {
+    slot: u32,
+    table: Option<Rc<FdTable>>,
+    state: Arc<AtomicU8>,
+}
+
+/// Sender side of a silent hand-off: the right to put one file into a
+/// reserved slot of another ring. `Send`, not `Clone`.
+pub struct SlotTicket {
+    pub(crate) ring: u64,
+    pub(crate) slot: u32,
+    state: Arc<AtomicU8>,
+}
+
+pub(crate) fn reserve(slot: u32, ring: u64, table: Rc<FdTable>) -> (ReservedSlot, SlotTicket) {
+    let state = Arc::new(AtomicU8::new(RESERVED));
+    (
+        ReservedSlot { slot, table: Some(table), state: state.clone() },
+        SlotTicket { ring, slot, state },
+    )
+}
+
+impl ReservedSlot {
+    /// The reserved slot's index.
+    pub fn slot(&self) -> u32 {
+        self.slot
+    }
+
+    /// True once the file has landed in the slot.
+    pub fn landed(&self) -> bool {
+        self.state.load(Ordering::Acquire) == LANDED
+    }
+
+    /// The file, once it has landed; the reservation back otherwise.
+    pub fn try_into_fixed(mut self) -> Result<FixedFd, ReservedSlot> {
+        if !self.landed() {
+            return Err(self);
+        }
+        let table = self.table.take().expect("a live reservation has its table");
+        Ok(FixedFd::new(self.slot, table))
+    }
+}
+
+impl Drop for ReservedSlot {
+    fn drop(&mut self) {
+        let Some(table) = self.table.take() else { return }; // became a FixedFd
+                                                             // If the ticket is still out, the kernel may yet fill the slot: keep
+                                                             // it reserved (the ring's teardown closes whatever lands).
+        match self.state.compare_exchange(RESERVED, ABANDONED, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => {}
+            Err(_) => table.release(self.slot), // landed or never used
+        }
+    }
+}
+
+impl fmt::Debug for ReservedSlot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReservedSlot")
+            .field("slot", &self.slot)
+            .field("landed", &self.landed())
+            .finish()
+    }
+}
+
+impl SlotTicket {
+    /// Marks the hand-off done: the file is in the receiver's slot.
+    pub(crate) fn landed(self) {
+        let _ = self.state.compare_exchange(RESERVED, LANDED, Ordering::AcqRel, Ordering::Acquire);
+        // An ABANDONED reservation stays reserved: the file sits in the slot
+        // until the receiving ring drops its table.
+    }
+}
+
+impl Drop for SlotTicket {
+    fn drop(&mut self) {
+        // A ticket dropped without a landing frees the reservation.
+        let _ = self.state.compare_exchange(RESERVED, UNUSED, Ordering::AcqRel, Ordering::Acquire);
+    }
+}
+
+impl fmt::Debug for SlotTicket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SlotTicket").field("ring", &self.ring).field("slot", &self.slot).finish()
     }
 }

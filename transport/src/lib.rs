@@ -64,7 +64,7 @@
 #![warn(missing_docs)]
 
 mod error;
-mod fd;
+pub mod fd;
 pub mod mailbox;
 mod ring;
 mod setup;
@@ -72,7 +72,7 @@ mod sync;
 mod sys;
 
 pub use error::{ReturnReason, RingError, SendError, SetupError, UnavailableCause};
-pub use fd::FixedFd;
+pub use fd::{FixedFd, ReservedSlot, SlotTicket};
 pub use io_uring;
 pub use mailbox::Addr;
 pub use ring::{dead_letters, Event, PushError, Ring, RingConfig, RingStats};

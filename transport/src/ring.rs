@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use io_uring::{squeue, types, IoUring};
 
 use crate::error::{ReturnReason, RingError, SendError, SetupError};
-use crate::fd::{FdTable, FixedFd};
+use crate::fd::{self, FdTable, FixedFd, ReservedSlot, SlotTicket};
 use crate::mailbox::core::{Credit, Refused};
 use crate::mailbox::handle::{self, Internal, Tag};
 use crate::mailbox::reorder::Reorder;
@@ -183,6 +183,16 @@ pub enum Event<T> {
         /// The CQE's `flags`.
         flags: u32,
     },
+    /// A silent fd hand-off ([`Ring::send_fd_silent`]) failed: the fd and
+    /// the ticket are back with this ring.
+    SilentFdReturned {
+        /// The fd, back in this ring's table.
+        fd: FixedFd,
+        /// The ticket, usable again.
+        ticket: SlotTicket,
+        /// Why the kernel refused.
+        reason: ReturnReason,
+    },
     /// A message this ring sent could not be delivered and is handed back.
     Returned {
         /// The message.
@@ -249,6 +259,7 @@ pub struct Ring<T: Send + 'static> {
     dirty: Vec<u64>,
     parked: usize,
     fd_inflight: usize,
+    silent: HashMap<u32, SlotTicket>,
     bells: Vec<Arc<Inbox<T>>>,
     lanes: HashMap<u64, Reorder<Box<Parcel<T>>>>,
     in_order: Vec<Box<Parcel<T>>>,
@@ -257,6 +268,7 @@ pub struct Ring<T: Send + 'static> {
     cqes: Vec<(u64, i32, u32)>,
     stats: RingStats,
     dropping: bool,
+    flushes: u64,
     close_started: Option<Instant>,
     _not_send: PhantomData<Rc<()>>,
 }
@@ -305,6 +317,7 @@ impl<T: Send + 'static> Ring<T> {
             dirty: Vec::new(),
             parked: 0,
             fd_inflight: 0,
+            silent: HashMap::new(),
             bells: Vec::new(),
             lanes: HashMap::new(),
             in_order: Vec::new(),
@@ -313,6 +326,7 @@ impl<T: Send + 'static> Ring<T> {
             cqes: Vec::new(),
             stats: RingStats::default(),
             dropping: false,
+            flushes: 0,
             close_started: None,
             _not_send: PhantomData,
         };
@@ -379,7 +393,10 @@ impl<T: Send + 'static> Ring<T> {
         if let Err(r) = to.inbox.core.reserve(1) {
             return Err(match r {
                 Refused::Full => SendError::Full(msg),
-                Refused::Closed => SendError::Closed(msg),
+                Refused::Closed => {
+                    self.prune(to.inbox.id);
+                    SendError::Closed(msg)
+                }
             });
         }
         let id = to.inbox.id;
@@ -434,6 +451,62 @@ impl<T: Send + 'static> Ring<T> {
         self.stats.fds_sent += 1;
         self.route(parcel);
         // The hand-off holds a credit (and maybe a doorbell): let it go now.
+        let _ = self.submit_now();
+        Ok(())
+    }
+
+    /// Sets a slot of this ring's table aside for a silent fd hand-off: keep
+    /// the [`ReservedSlot`], give the [`SlotTicket`] to the sending ring.
+    /// `None` when no slot is free. See [`crate::fd`] (module docs).
+    pub fn reserve_slot(&mut self) -> Option<(ReservedSlot, SlotTicket)> {
+        let slot = self.fds.alloc_user_slot()?;
+        Some(fd::reserve(slot, self.id, self.fds.clone()))
+    }
+
+    /// Moves `fd` into the slot `ticket` reserved in ring `to`, with
+    /// `IORING_MSG_RING_CQE_SKIP`: the receiver gets no completion and spends
+    /// no credit; it sees the file through its [`ReservedSlot`]. Not ordered
+    /// with messages. A kernel refusal comes back as
+    /// [`Event::SilentFdReturned`]; on `Err` nothing was sent.
+    #[allow(clippy::result_large_err)]
+    pub fn send_fd_silent(
+        &mut self,
+        to: &Addr<T>,
+        fd: FixedFd,
+        ticket: SlotTicket,
+    ) -> Result<(), (FixedFd, SlotTicket)> {
+        if !fd.belongs_to(&self.fds) || ticket.ring != to.inbox.id || to.inbox.core.is_closing() {
+            return Err((fd, ticket));
+        }
+        let dest = ticket.slot;
+        let src = fd.slot();
+        let mut pushed = false;
+        for attempt in 0..2 {
+            if sys::push_msg_fd(
+                &mut self.uring,
+                to.inbox.fd(),
+                src,
+                Some(dest),
+                0,
+                Internal::SilentFailed(src).user_data(),
+                Internal::SlotClosed(src).user_data(),
+            )
+            .is_ok()
+            {
+                pushed = true;
+                break;
+            }
+            if attempt == 0 {
+                let _ = self.submit_now();
+            }
+        }
+        if !pushed {
+            return Err((fd, ticket));
+        }
+        let _ = fd.into_slot(); // the framework owns it until the outcome
+        self.fd_inflight += 1;
+        self.silent.insert(src, ticket);
+        self.stats.fds_sent += 1;
         let _ = self.submit_now();
         Ok(())
     }
@@ -501,6 +574,18 @@ impl<T: Send + 'static> Ring<T> {
 
     /// Sends everything pending and submits the SQ, without waiting.
     pub fn flush(&mut self) -> Result<(), RingError> {
+        self.flushes = self.flushes.wrapping_add(1);
+        if self.flushes % 1024 == 0 {
+            let closed: Vec<u64> = self
+                .out
+                .iter()
+                .filter(|(_, l)| l.target.core.is_closed())
+                .map(|(id, _)| *id)
+                .collect();
+            for id in closed {
+                self.prune(id);
+            }
+        }
         let mut dirty = mem::take(&mut self.dirty);
         for &id in &dirty {
             self.emit_batch(id);
@@ -573,6 +658,16 @@ impl<T: Send + 'static> Ring<T> {
                 parked: VecDeque::new(),
             }
         })
+    }
+
+    /// Forgets the lane to a closed ring once nothing of ours is on it, so
+    /// the dead ring's file and memory are not kept alive by us.
+    fn prune(&mut self, id: u64) {
+        if let Some(l) = self.out.get(&id) {
+            if l.target.core.is_closed() && l.pending.is_empty() && l.parked.is_empty() {
+                self.out.remove(&id);
+            }
+        }
     }
 
     fn emit_batch(&mut self, id: u64) {
@@ -962,6 +1057,27 @@ impl<T: Send + 'static> Ring<T> {
                         // The hand-off succeeded and its source slot is empty.
                         self.fd_inflight -= 1;
                         self.fds.forget(slot);
+                        if let Some(ticket) = self.silent.remove(&slot) {
+                            ticket.landed();
+                        }
+                    }
+                    Internal::SilentFailed(slot) => {
+                        // The linked CLOSE did not run: the file is still ours.
+                        self.fd_inflight -= 1;
+                        if let Some(ticket) = self.silent.remove(&slot) {
+                            let fd = FixedFd::new(slot, self.fds.clone());
+                            let reason = match -res {
+                                libc::EOWNERDEAD | libc::EBADFD => ReturnReason::ReceiverClosed,
+                                e => ReturnReason::Kernel { errno: e },
+                            };
+                            let ev = Event::SilentFdReturned { fd, ticket, reason };
+                            if self.dropping {
+                                drop(ev);
+                            } else {
+                                self.stats.returned += 1;
+                                self.ready.push_back((self.id, ev));
+                            }
+                        }
                     }
                     Internal::Doorbell(ring)
                         if res != -libc::EOWNERDEAD && res != -libc::EBADFD =>
@@ -991,7 +1107,24 @@ impl<T: Send + 'static> Ring<T> {
     }
 
     fn send_failed(&mut self, parcel: Box<Parcel<T>>, err: i32) {
-        let target = self.target(parcel.to);
+        let Some(target) = self.out.get(&parcel.to).map(|l| l.target.clone()) else {
+            // The lane was pruned: its ring closed for good (a forced close
+            // that gave up on this credit). Hand everything back here.
+            let Parcel { to, body, .. } = *parcel;
+            match body {
+                Body::Batch(msgs) => {
+                    for m in msgs {
+                        self.give_back(to, m, None, ReturnReason::ReceiverClosed);
+                    }
+                }
+                Body::Fd { msg, slot } => {
+                    let fd = FixedFd::new(slot, self.fds.clone());
+                    self.give_back(to, msg, Some(fd), ReturnReason::ReceiverClosed);
+                }
+                Body::Void | Body::End => {}
+            }
+            return;
+        };
         target.core.return_credits(1);
         let is_fd = matches!(parcel.body, Body::Fd { .. });
         match err {
@@ -1170,7 +1303,7 @@ impl<T: Send + 'static> Drop for Ring<T> {
                     self.hand_back_to_origin(from, Body::Batch(vec![msg]));
                 }
                 Event::Returned { .. } => dead_letter(1),
-                Event::Io { .. } => {}
+                Event::Io { .. } | Event::SilentFdReturned { .. } => {}
             }
         }
         self.inbox.core.begin_close();

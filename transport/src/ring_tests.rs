@@ -294,3 +294,64 @@ fn hand_backs_reach_a_sender_whose_mailbox_is_closed() {
     assert!(evs.iter().all(|e| matches!(e, Event::Returned { .. })));
     assert_eq!(dead_letters(), before);
 }
+
+#[test]
+fn silent_fd_handoff_lands_without_a_completion() {
+    let mut rx = Ring::<u32>::new().unwrap();
+    let a = rx.addr();
+    let mut tx = Ring::<u32>::new().unwrap();
+    let (rd, wr) = pipe();
+    let fd = tx.register_fd(wr).map_err(|(e, _)| e).unwrap();
+    let (reserved, ticket) = rx.reserve_slot().unwrap();
+    tx.send_fd_silent(&a, fd, ticket).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !reserved.landed() {
+        assert!(Instant::now() < deadline, "the silent hand-off never landed");
+        let mut evs = Vec::new();
+        rx.wait(&mut evs, Some(Duration::from_millis(2))).unwrap();
+        assert!(evs.is_empty(), "the receiver is not notified");
+        tx.wait(&mut evs, Some(Duration::from_millis(2))).unwrap();
+        assert!(evs.is_empty());
+    }
+    assert_eq!(rx.stats().ring_parcels_received, 0, "no CQE, no credit used");
+    let fixed = reserved.try_into_fixed().unwrap();
+    let buf = *b"ok";
+    // SAFETY: `buf` lives until the completion is reaped below.
+    unsafe {
+        rx.push_io(io_uring::opcode::Write::new(fixed.as_fixed(), buf.as_ptr(), 2).build(), 1)
+            .unwrap();
+    }
+    let evs = drain_until(&mut rx, 1);
+    assert!(matches!(evs[0], Event::Io { token: 1, result: 2, .. }));
+    drop(fixed);
+    let mut got = [0u8; 4];
+    // SAFETY: reading into a valid local buffer.
+    let n = unsafe { libc::read(std::os::fd::AsRawFd::as_raw_fd(&rd), got.as_mut_ptr().cast(), 4) };
+    assert_eq!(&got[..n as usize], b"ok");
+    // SAFETY: as above.
+    let n = unsafe { libc::read(std::os::fd::AsRawFd::as_raw_fd(&rd), got.as_mut_ptr().cast(), 4) };
+    assert_eq!(n, 0, "one owner at a time: closed for good once the receiver dropped it");
+}
+
+#[test]
+fn silent_fd_handoff_to_a_dead_ring_comes_back() {
+    let mut tx = Ring::<u32>::new().unwrap();
+    let (a, ticket) = thread::spawn(|| {
+        let mut rx = Ring::<u32>::new().unwrap();
+        let (reserved, ticket) = rx.reserve_slot().unwrap();
+        drop(reserved);
+        (rx.addr(), ticket)
+    })
+    .join()
+    .unwrap();
+    // The receiver ring is dropped but its address lives: the kernel refuses.
+    let (_rd, wr) = pipe();
+    let fd = tx.register_fd(wr).map_err(|(e, _)| e).unwrap();
+    match tx.send_fd_silent(&a, fd, ticket) {
+        Err((fd, _ticket)) => drop(fd), // refused up front: the ring is closed
+        Ok(()) => {
+            let evs = drain_until(&mut tx, 1);
+            assert!(matches!(evs[0], Event::SilentFdReturned { .. }));
+        }
+    }
+}

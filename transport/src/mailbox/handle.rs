@@ -68,6 +68,8 @@ pub(crate) enum Internal {
     SlotClosed(u32),
     /// A doorbell we sent to this ring id failed.
     Doorbell(u64),
+    /// A silent fd hand-off (no target CQE) from this source slot failed.
+    SilentFailed(u32),
 }
 
 impl Internal {
@@ -76,6 +78,7 @@ impl Internal {
             Internal::Ignore => (0, 0),
             Internal::SlotClosed(slot) => (1, slot as u64),
             Internal::Doorbell(ring) => (2, ring),
+            Internal::SilentFailed(slot) => (3, slot as u64),
         };
         debug_assert!(value < 1 << 59);
         (value << 5) | (kind << 3) | Tag::Internal as u64
@@ -86,6 +89,7 @@ impl Internal {
         match (user_data >> 3) & 3 {
             1 => Internal::SlotClosed(value as u32),
             2 => Internal::Doorbell(value),
+            3 => Internal::SilentFailed(value as u32),
             _ => Internal::Ignore,
         }
     }
@@ -138,7 +142,12 @@ mod tests {
 
     #[test]
     fn internal_kinds_round_trip() {
-        for i in [Internal::Ignore, Internal::SlotClosed(511), Internal::Doorbell(1 << 40)] {
+        for i in [
+            Internal::Ignore,
+            Internal::SlotClosed(511),
+            Internal::Doorbell(1 << 40),
+            Internal::SilentFailed(3),
+        ] {
             let ud = i.user_data();
             assert_eq!(Tag::of(ud), Some(Tag::Internal));
             assert_eq!(Internal::of(ud), i);
