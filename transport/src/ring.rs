@@ -511,6 +511,15 @@ impl<T: Send + 'static> Ring<T> {
         Ok(())
     }
 
+    /// fd hand-offs sent and not yet settled: in flight in the kernel, or
+    /// parked on this ring for lack of a credit or over the in-flight bound
+    /// (`io_reserve / 2`). Parked hand-offs leave during later
+    /// [`flush`](Ring::flush) / [`wait`](Ring::wait) calls, so a thread that
+    /// hands off many fds keeps waiting until this reaches zero.
+    pub fn fds_in_flight(&self) -> usize {
+        self.fd_inflight + self.parked
+    }
+
     /// Registers `fd` in this ring's table, taking ownership of it. On error
     /// the fd is handed back.
     pub fn register_fd(

@@ -1,0 +1,166 @@
+//! Interleaved, ratio-based comparisons (shared/BENCHMARKS.md): every system
+//! runs once per round, in the same order (A B C A B C ...), and the report
+//! gives each system's median and the median of its per-round ratio to
+//! Ringmail, so a slow or noisy VM moves both sides of every ratio together.
+
+use serde::Serialize;
+
+/// Whether a bigger figure is better (throughput) or worse (latency).
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+pub enum Better {
+    /// Throughput-like.
+    Higher,
+    /// Latency-like.
+    Lower,
+}
+
+/// One system under comparison. The first one of a comparison is Ringmail,
+/// the reference of every ratio.
+pub struct System<'a> {
+    /// Short name printed in the tables.
+    pub name: &'static str,
+    /// Runs one round and returns its figure.
+    pub run: Box<dyn FnMut() -> f64 + 'a>,
+}
+
+/// A row of a comparison's result.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// The system.
+    pub system: &'static str,
+    /// The figure of each round, in round order.
+    pub rounds: Vec<f64>,
+    /// Median over rounds.
+    pub median: f64,
+    /// Median over rounds of (this system / Ringmail) in the same round.
+    pub ratio_to_ringmail: f64,
+}
+
+/// The result of one comparison.
+#[derive(Debug, Clone, Serialize)]
+pub struct Comparison {
+    /// What was compared, e.g. "throughput 1->1".
+    pub name: String,
+    /// Unit of the figures.
+    pub unit: &'static str,
+    /// Direction of "better".
+    pub better: Better,
+    /// One row per system, Ringmail first.
+    pub rows: Vec<Row>,
+}
+
+/// Median of `v` (the mean of the two middle values for an even count).
+pub fn median(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    let n = s.len();
+    if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    }
+}
+
+/// Runs `systems` interleaved for `rounds` rounds, after one warm-up run of
+/// each system that is not counted.
+pub fn compare(
+    name: impl Into<String>,
+    unit: &'static str,
+    better: Better,
+    rounds: usize,
+    mut systems: Vec<System<'_>>,
+) -> Comparison {
+    let name = name.into();
+    for s in systems.iter_mut() {
+        let f = (s.run)();
+        eprintln!("  [{name}] warm-up    {:<18} {f:>14.1} {unit}", s.name);
+    }
+    let mut figures = vec![Vec::with_capacity(rounds); systems.len()];
+    for round in 0..rounds {
+        for (i, s) in systems.iter_mut().enumerate() {
+            let f = (s.run)();
+            eprintln!("  [{name}] round {}/{rounds} {:<18} {f:>14.1} {unit}", round + 1, s.name);
+            figures[i].push(f);
+        }
+    }
+    let names: Vec<&'static str> = systems.iter().map(|s| s.name).collect();
+    from_figures(name, unit, better, &names, figures)
+}
+
+/// Builds a comparison from per-system, per-round figures (Ringmail first).
+pub fn from_figures(
+    name: impl Into<String>,
+    unit: &'static str,
+    better: Better,
+    names: &[&'static str],
+    figures: Vec<Vec<f64>>,
+) -> Comparison {
+    let rows = names
+        .iter()
+        .zip(&figures)
+        .map(|(n, f)| {
+            let ratios: Vec<f64> = f.iter().zip(&figures[0]).map(|(x, r)| x / r).collect();
+            Row {
+                system: n,
+                rounds: f.clone(),
+                median: median(f),
+                ratio_to_ringmail: median(&ratios),
+            }
+        })
+        .collect();
+    Comparison { name: name.into(), unit, better, rows }
+}
+
+impl Comparison {
+    /// The table printed on stdout.
+    pub fn print(&self) {
+        let hint = match self.better {
+            Better::Higher => "higher is better",
+            Better::Lower => "lower is better",
+        };
+        println!(
+            "\n{} ({}, {hint}; ratio = system / ringmail, median of per-round ratios)",
+            self.name, self.unit
+        );
+        println!("  {:<18} {:>16} {:>10}", "system", "median", "ratio");
+        for r in &self.rows {
+            println!("  {:<18} {:>16.1} {:>10.3}", r.system, r.median, r.ratio_to_ringmail);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_of_odd_and_even() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert!(median(&[]).is_nan());
+    }
+
+    #[test]
+    fn ratios_are_per_round_medians() {
+        // The first figure of each is the uncounted warm-up.
+        let mut a = [99.0, 10.0, 20.0, 30.0].into_iter();
+        let mut b = [1.0, 20.0, 20.0, 90.0].into_iter();
+        let c = compare(
+            "t",
+            "x",
+            Better::Higher,
+            3,
+            vec![
+                System { name: "ringmail", run: Box::new(move || a.next().unwrap()) },
+                System { name: "peer", run: Box::new(move || b.next().unwrap()) },
+            ],
+        );
+        assert_eq!(c.rows[0].ratio_to_ringmail, 1.0);
+        // per-round ratios 2, 1, 3 -> median 2
+        assert_eq!(c.rows[1].ratio_to_ringmail, 2.0);
+        assert_eq!(c.rows[1].median, 20.0);
+    }
+}

@@ -1,0 +1,94 @@
+//! Ringmail's side-by-side benchmarks. Rules: shared/BENCHMARKS.md — every
+//! figure is a median over interleaved rounds and every claim a ratio to a
+//! peer measured in the same run.
+//!
+//! ```text
+//! cargo run --release -p ringmail-benches -- <case> [--quick] [--rounds N] [--json PATH]
+//! cases: ping-pong, throughput, msg-lat, fd-handoff, all
+//! ```
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
+mod fd_handoff;
+mod harness;
+mod msg_lat;
+mod ping_pong;
+mod raw;
+mod throughput;
+
+use harness::Comparison;
+
+const CASES: [&str; 4] = ["ping-pong", "throughput", "msg-lat", "fd-handoff"];
+
+fn machine_line() -> String {
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
+    format!("machine: Linux {}, {cpu}, {cores} cores", kernel.trim())
+}
+
+fn usage() -> ! {
+    eprintln!(
+        "usage: ringmail-benches <case> [--quick] [--rounds N] [--json PATH]\n\
+         cases: {} or all\n\
+         --quick     a few seconds per case (to reproduce a row quickly)\n\
+         --rounds N  interleaved rounds per comparison (default 3 quick, 5 full)\n\
+         --json PATH write every comparison as JSON",
+        CASES.join(", ")
+    );
+    std::process::exit(2)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some(case) = args.first().cloned() else { usage() };
+    if case == "--help" || case == "-h" {
+        usage();
+    }
+    let quick = args.iter().any(|a| a == "--quick");
+    let value =
+        |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).cloned();
+    let rounds: usize = value("--rounds")
+        .map(|v| v.parse().unwrap_or_else(|_| usage()))
+        .unwrap_or(if quick { 3 } else { 5 });
+    let json = value("--json");
+    let cases: Vec<&str> = match case.as_str() {
+        "all" => CASES.to_vec(),
+        c if CASES.contains(&c) => vec![c],
+        _ => usage(),
+    };
+    let machine = machine_line();
+    println!("{machine}");
+    println!("mode: {}, rounds: {rounds}", if quick { "quick" } else { "full" });
+    let mut results: Vec<Comparison> = Vec::new();
+    for c in cases {
+        println!("\n=== {c}");
+        results.extend(match c {
+            "ping-pong" => ping_pong::run(quick, rounds),
+            "throughput" => throughput::run(quick, rounds),
+            "msg-lat" => msg_lat::run(quick, rounds),
+            "fd-handoff" => fd_handoff::run(quick, rounds),
+            _ => unreachable!(),
+        });
+    }
+    if let Some(path) = json {
+        let doc = serde_json::json!({
+            "machine": machine,
+            "quick": quick,
+            "rounds": rounds,
+            "comparisons": results,
+        });
+        std::fs::write(&path, serde_json::to_string_pretty(&doc).expect("json"))
+            .expect("write json");
+        println!("\nwrote {path}");
+    }
+}

@@ -1,0 +1,211 @@
+//! `ping-pong`: round trips between two threads, each side waiting for the
+//! other's reply before sending the next. Figure: median round trip (ns) of
+//! a round. Ringmail runs with the sleeping wait and with a busy-poll budget.
+
+use std::sync::{mpsc, Arc, Barrier};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use ringmail::transport::{Event, Ring, RingConfig};
+
+use crate::harness::{compare, Better, Comparison, System};
+use crate::raw::RawRing;
+
+const STOP: u64 = u64::MAX;
+
+fn p50(mut v: Vec<u64>) -> f64 {
+    v.sort_unstable();
+    v[v.len() / 2] as f64
+}
+
+/// Ringmail ring to ring.
+pub fn ringmail(n: usize, busy: Option<Duration>) -> f64 {
+    let cfg = RingConfig::default().busy_poll(busy);
+    let mut me = Ring::<u64>::with_config(cfg.clone()).expect("ring");
+    let my = me.addr();
+    let (tx, rx) = mpsc::channel();
+    let echo = thread::spawn(move || {
+        let mut ring = Ring::<u64>::with_config(cfg).expect("ring");
+        tx.send(ring.addr()).unwrap();
+        let mut evs = Vec::new();
+        loop {
+            evs.clear();
+            ring.wait(&mut evs, None).unwrap();
+            for e in evs.drain(..) {
+                if let Event::Message(x) = e {
+                    if x == STOP {
+                        return;
+                    }
+                    ring.send(&my, x).unwrap();
+                }
+            }
+        }
+    });
+    let peer = rx.recv().unwrap();
+    let mut evs = Vec::new();
+    let mut samples = Vec::with_capacity(n);
+    for i in 0..n as u64 {
+        let t = Instant::now();
+        me.send(&peer, i).unwrap();
+        evs.clear();
+        while evs.is_empty() {
+            me.wait(&mut evs, None).unwrap();
+        }
+        samples.push(t.elapsed().as_nanos() as u64);
+    }
+    me.send(&peer, STOP).unwrap();
+    me.flush().unwrap();
+    echo.join().unwrap();
+    p50(samples)
+}
+
+/// Bare MSG_RING, both sides blocking in `submit_and_wait(1)`.
+pub fn raw(n: usize) -> f64 {
+    let mut me = RawRing::new(64);
+    let my_fd = me.fd();
+    let (tx, rx) = mpsc::channel();
+    let done = Arc::new(Barrier::new(2));
+    let done2 = done.clone();
+    let echo = thread::spawn(move || {
+        let mut ring = RawRing::new(64);
+        tx.send(ring.fd()).unwrap();
+        let mut cqes = Vec::new();
+        'outer: loop {
+            ring.submit_and_wait(1);
+            cqes.clear();
+            ring.reap(&mut cqes);
+            for &(ud, _) in &cqes {
+                if ud == STOP {
+                    break 'outer;
+                }
+                ring.push_msg(my_fd, 0, ud, true);
+            }
+            ring.ring.submit().unwrap();
+        }
+        done2.wait(); // keep this ring open until the peer stops sending
+    });
+    let peer = rx.recv().unwrap();
+    let mut cqes = Vec::new();
+    let mut samples = Vec::with_capacity(n);
+    for i in 0..n as u64 {
+        let t = Instant::now();
+        me.push_msg(peer, 0, i, true);
+        cqes.clear();
+        while cqes.is_empty() {
+            me.submit_and_wait(1);
+            me.reap(&mut cqes);
+        }
+        samples.push(t.elapsed().as_nanos() as u64);
+    }
+    me.push_msg(peer, 0, STOP, true);
+    me.ring.submit().unwrap();
+    done.wait();
+    echo.join().unwrap();
+    p50(samples)
+}
+
+/// crossbeam-channel: a bounded(1) channel each way.
+pub fn crossbeam(n: usize) -> f64 {
+    let (to_s, to_r) = crossbeam_channel::bounded::<u64>(1);
+    let (back_s, back_r) = crossbeam_channel::bounded::<u64>(1);
+    let echo = thread::spawn(move || {
+        while let Ok(x) = to_r.recv() {
+            if x == STOP {
+                return;
+            }
+            back_s.send(x).unwrap();
+        }
+    });
+    let mut samples = Vec::with_capacity(n);
+    for i in 0..n as u64 {
+        let t = Instant::now();
+        to_s.send(i).unwrap();
+        back_r.recv().unwrap();
+        samples.push(t.elapsed().as_nanos() as u64);
+    }
+    to_s.send(STOP).unwrap();
+    echo.join().unwrap();
+    p50(samples)
+}
+
+/// std::sync::mpsc: a sync_channel(1) each way.
+pub fn std_mpsc(n: usize) -> f64 {
+    let (to_s, to_r) = mpsc::sync_channel::<u64>(1);
+    let (back_s, back_r) = mpsc::sync_channel::<u64>(1);
+    let echo = thread::spawn(move || {
+        while let Ok(x) = to_r.recv() {
+            if x == STOP {
+                return;
+            }
+            back_s.send(x).unwrap();
+        }
+    });
+    let mut samples = Vec::with_capacity(n);
+    for i in 0..n as u64 {
+        let t = Instant::now();
+        to_s.send(i).unwrap();
+        back_r.recv().unwrap();
+        samples.push(t.elapsed().as_nanos() as u64);
+    }
+    to_s.send(STOP).unwrap();
+    echo.join().unwrap();
+    p50(samples)
+}
+
+fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().build().expect("tokio runtime")
+}
+
+/// tokio mpsc between two current-thread runtimes on two threads.
+pub fn tokio_mpsc(n: usize) -> f64 {
+    let (to_s, mut to_r) = tokio::sync::mpsc::channel::<u64>(1);
+    let (back_s, mut back_r) = tokio::sync::mpsc::channel::<u64>(1);
+    let echo = thread::spawn(move || {
+        current_thread().block_on(async move {
+            while let Some(x) = to_r.recv().await {
+                if x == STOP {
+                    return;
+                }
+                back_s.send(x).await.unwrap();
+            }
+        })
+    });
+    let samples = current_thread().block_on(async move {
+        let mut samples = Vec::with_capacity(n);
+        for i in 0..n as u64 {
+            let t = Instant::now();
+            to_s.send(i).await.unwrap();
+            back_r.recv().await.unwrap();
+            samples.push(t.elapsed().as_nanos() as u64);
+        }
+        to_s.send(STOP).await.unwrap();
+        samples
+    });
+    echo.join().unwrap();
+    p50(samples)
+}
+
+/// Runs the case.
+pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
+    let n = if quick { 3_000 } else { 30_000 };
+    println!(
+        "ping-pong: {n} round trips per system per round, {rounds} rounds, figure = median RTT"
+    );
+    let bp = Some(Duration::from_micros(50));
+    let c = compare(
+        "ping-pong round trip",
+        "ns",
+        Better::Lower,
+        rounds,
+        vec![
+            System { name: "ringmail", run: Box::new(move || ringmail(n, None)) },
+            System { name: "ringmail-poll50us", run: Box::new(move || ringmail(n, bp)) },
+            System { name: "raw-msg-ring", run: Box::new(move || raw(n)) },
+            System { name: "crossbeam", run: Box::new(move || crossbeam(n)) },
+            System { name: "std-mpsc", run: Box::new(move || std_mpsc(n)) },
+            System { name: "tokio-mpsc", run: Box::new(move || tokio_mpsc(n)) },
+        ],
+    );
+    c.print();
+    vec![c]
+}
