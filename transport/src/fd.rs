@@ -49,6 +49,9 @@ pub(crate) struct FdTable {
     alive: Cell<bool>,
     free_user: RefCell<Vec<u32>>,
     user_slots: u32,
+    /// Reservations dropped while their ticket was still out: freed by
+    /// [`FdTable::sweep`] once the ticket side is done with them.
+    abandoned: RefCell<Vec<(u32, Arc<AtomicU8>)>>,
 }
 
 impl FdTable {
@@ -58,6 +61,25 @@ impl FdTable {
             alive: Cell::new(true),
             free_user: RefCell::new((0..user_slots).rev().collect()),
             user_slots,
+            abandoned: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// Frees abandoned reservations whose ticket has landed or was dropped.
+    pub(crate) fn sweep(&self) {
+        if self.abandoned.borrow().is_empty() {
+            return;
+        }
+        let mut done = Vec::new();
+        self.abandoned.borrow_mut().retain(|(slot, st)| {
+            let finished = st.load(Ordering::Acquire) == DONE;
+            if finished {
+                done.push(*slot);
+            }
+            !finished
+        });
+        for slot in done {
+            self.release(slot); // closes whatever landed, recycles the slot
         }
     }
 
@@ -138,6 +160,9 @@ const RESERVED: u8 = 0;
 const LANDED: u8 = 1;
 const UNUSED: u8 = 2;
 const ABANDONED: u8 = 3;
+/// Abandoned by the receiver, and the ticket side is finished (landed or
+/// dropped): the slot may be emptied and reused.
+const DONE: u8 = 4;
 
 /// Receiver side of a silent hand-off: a slot of this ring's table set aside
 /// for one incoming file. See the module docs.
@@ -186,12 +211,14 @@ impl ReservedSlot {
 
 impl Drop for ReservedSlot {
     fn drop(&mut self) {
-        let Some(table) = self.table.take() else { return }; // became a FixedFd
-                                                             // If the ticket is still out, the kernel may yet fill the slot: keep
-                                                             // it reserved (the ring's teardown closes whatever lands).
-        match self.state.compare_exchange(RESERVED, ABANDONED, Ordering::AcqRel, Ordering::Acquire)
-        {
-            Ok(_) => {}
+        // Already turned into a FixedFd: nothing left to do.
+        let Some(table) = self.table.take() else { return };
+        // If the ticket is still out, the kernel may yet fill the slot: keep
+        // it reserved until the ticket side is done (`FdTable::sweep`).
+        let abandon =
+            self.state.compare_exchange(RESERVED, ABANDONED, Ordering::AcqRel, Ordering::Acquire);
+        match abandon {
+            Ok(_) => table.abandoned.borrow_mut().push((self.slot, self.state.clone())),
             Err(_) => table.release(self.slot), // landed or never used
         }
     }
@@ -210,15 +237,35 @@ impl SlotTicket {
     /// Marks the hand-off done: the file is in the receiver's slot.
     pub(crate) fn landed(self) {
         let _ = self.state.compare_exchange(RESERVED, LANDED, Ordering::AcqRel, Ordering::Acquire);
-        // An ABANDONED reservation stays reserved: the file sits in the slot
-        // until the receiving ring drops its table.
+        // If the receiver abandoned the reservation, `Drop` below marks it
+        // DONE and the receiving ring's sweep closes the file.
+    }
+
+    /// True when the receiver already gave the reservation up.
+    pub(crate) fn abandoned(&self) -> bool {
+        self.state.load(Ordering::Acquire) == ABANDONED
+    }
+
+    /// Forgets the ticket without deciding the slot's fate: used when the
+    /// outcome of a hand-off can no longer be learned, so the slot must stay
+    /// reserved (the kernel may still fill it) until its ring is dropped.
+    pub(crate) fn in_doubt(self) {
+        std::mem::forget(self);
     }
 }
 
 impl Drop for SlotTicket {
     fn drop(&mut self) {
-        // A ticket dropped without a landing frees the reservation.
-        let _ = self.state.compare_exchange(RESERVED, UNUSED, Ordering::AcqRel, Ordering::Acquire);
+        // A ticket dropped without a landing frees the reservation; one whose
+        // reservation was abandoned lets the receiver reclaim the slot.
+        if self
+            .state
+            .compare_exchange(RESERVED, UNUSED, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            let _ =
+                self.state.compare_exchange(ABANDONED, DONE, Ordering::AcqRel, Ordering::Acquire);
+        }
     }
 }
 

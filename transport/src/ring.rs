@@ -260,6 +260,7 @@ pub struct Ring<T: Send + 'static> {
     parked: usize,
     fd_inflight: usize,
     silent: HashMap<u32, SlotTicket>,
+    fd_seqs: HashMap<u32, (u64, u64)>,
     bells: Vec<Arc<Inbox<T>>>,
     lanes: HashMap<u64, Reorder<Box<Parcel<T>>>>,
     in_order: Vec<Box<Parcel<T>>>,
@@ -318,6 +319,7 @@ impl<T: Send + 'static> Ring<T> {
             parked: 0,
             fd_inflight: 0,
             silent: HashMap::new(),
+            fd_seqs: HashMap::new(),
             bells: Vec::new(),
             lanes: HashMap::new(),
             in_order: Vec::new(),
@@ -467,16 +469,26 @@ impl<T: Send + 'static> Ring<T> {
     /// `IORING_MSG_RING_CQE_SKIP`: the receiver gets no completion and spends
     /// no credit; it sees the file through its [`ReservedSlot`]. Not ordered
     /// with messages. A kernel refusal comes back as
-    /// [`Event::SilentFdReturned`]; on `Err` nothing was sent.
-    #[allow(clippy::result_large_err)]
+    /// [`Event::SilentFdReturned`]. On `Err` nothing was sent:
+    /// `SendError::Full` when [`fds_in_flight`](Ring::fds_in_flight) is at
+    /// its bound (wait, then retry), `SendError::Closed` when the target is
+    /// closing, the ticket is for another ring or was abandoned, or `fd` is
+    /// not this ring's.
     pub fn send_fd_silent(
         &mut self,
         to: &Addr<T>,
         fd: FixedFd,
         ticket: SlotTicket,
-    ) -> Result<(), (FixedFd, SlotTicket)> {
-        if !fd.belongs_to(&self.fds) || ticket.ring != to.inbox.id || to.inbox.core.is_closing() {
-            return Err((fd, ticket));
+    ) -> Result<(), SendError<(FixedFd, SlotTicket)>> {
+        if !fd.belongs_to(&self.fds)
+            || ticket.ring != to.inbox.id
+            || to.inbox.core.is_closing()
+            || ticket.abandoned()
+        {
+            return Err(SendError::Closed((fd, ticket)));
+        }
+        if self.fd_inflight >= self.fd_inflight_max() {
+            return Err(SendError::Full((fd, ticket)));
         }
         let dest = ticket.slot;
         let src = fd.slot();
@@ -501,7 +513,7 @@ impl<T: Send + 'static> Ring<T> {
             }
         }
         if !pushed {
-            return Err((fd, ticket));
+            return Err(SendError::Full((fd, ticket)));
         }
         let _ = fd.into_slot(); // the framework owns it until the outcome
         self.fd_inflight += 1;
@@ -513,7 +525,9 @@ impl<T: Send + 'static> Ring<T> {
 
     /// fd hand-offs sent and not yet settled: in flight in the kernel, or
     /// parked on this ring for lack of a credit or over the in-flight bound
-    /// (`io_reserve / 2`). Parked hand-offs leave during later
+    /// (`io_reserve / 2`: each settles with one CQE on this ring, so fd
+    /// hand-offs use half of the I/O reserve and [`push_io`](Ring::push_io)
+    /// the other half). Parked hand-offs leave during later
     /// [`flush`](Ring::flush) / [`wait`](Ring::wait) calls, so a thread that
     /// hands off many fds keeps waiting until this reaches zero.
     pub fn fds_in_flight(&self) -> usize {
@@ -547,7 +561,8 @@ impl<T: Send + 'static> Ring<T> {
     /// # Safety
     /// Every buffer or other memory the entry references must stay valid
     /// (and unaliased where the kernel writes) until its final completion has
-    /// been returned by `wait`. The entry must not carry `IO_LINK` or
+    /// been returned by `wait`. Keep at most `io_reserve / 2` I/O completions
+    /// outstanding (fd hand-offs use the other half). The entry must not carry `IO_LINK` or
     /// `IO_HARDLINK`: the chain would continue into the ring's own message
     /// SQEs, whose failure handling relies on their CQEs. `token` must be
     /// below 2^61.
@@ -606,6 +621,7 @@ impl<T: Send + 'static> Ring<T> {
         if self.parked > 0 {
             self.retry_parked();
         }
+        self.fds.sweep();
         if !self.bells.is_empty() {
             for t in mem::take(&mut self.bells) {
                 self.ring_doorbell(&t);
@@ -617,13 +633,17 @@ impl<T: Send + 'static> Ring<T> {
     /// Waits for events and appends them to `out`; returns how many.
     ///
     /// Returns as soon as at least one event is ready, or after `timeout`
-    /// (`None`: no limit) with zero events. Always flushes first.
+    /// (`None`: no limit) with zero events, or with zero events when a close
+    /// that was in progress completes ([`is_closed`](Ring::is_closed)).
+    /// Always flushes first.
     pub fn wait(
         &mut self,
         out: &mut Vec<Event<T>>,
         timeout: Option<Duration>,
     ) -> Result<usize, RingError> {
         let before = out.len();
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let was_closing = self.closing_in_progress();
         self.flush()?;
         self.poll_kernel()?;
         if self.ready.is_empty() {
@@ -638,13 +658,19 @@ impl<T: Send + 'static> Ring<T> {
                 }
             }
         }
-        if self.ready.is_empty() {
-            let mut limit = timeout;
+        while self.ready.is_empty() {
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) || (was_closing && self.is_closed()) {
+                break; // timed out, or the close this caller waits for completed
+            }
+            let mut limit = deadline.map(|d| d - now);
+            // Work that only our own flushes move forward: wake up to do it.
             if self.parked > 0 || !self.bells.is_empty() || self.closing_in_progress() {
                 let tick = Duration::from_millis(1);
                 limit = Some(limit.map_or(tick, |t| t.min(tick)));
             }
             self.block(limit)?;
+            self.flush()?;
             self.poll_kernel()?;
         }
         // Processing may have queued SQEs (doorbells, hand-backs, reroutes).
@@ -775,6 +801,7 @@ impl<T: Send + 'static> Ring<T> {
 
     fn push_fd(&mut self, target: &Inbox<T>, parcel: Box<Parcel<T>>) -> Result<(), Box<Parcel<T>>> {
         let Body::Fd { slot, .. } = parcel.body else { unreachable!("push_fd takes fd parcels") };
+        let (to, seq) = (parcel.to, parcel.seq);
         let addr = handle::into_user_data(parcel);
         for attempt in 0..2 {
             let r = sys::push_msg_fd(
@@ -789,6 +816,9 @@ impl<T: Send + 'static> Ring<T> {
             if r.is_ok() {
                 self.stats.ring_parcels_sent += 1;
                 self.fd_inflight += 1;
+                // Which lane number it carries, for a Void if we are dropped
+                // before its outcome is known.
+                self.fd_seqs.insert(slot, (to, seq));
                 return Ok(());
             }
             if attempt == 0 {
@@ -984,12 +1014,18 @@ impl<T: Send + 'static> Ring<T> {
                 break;
             }
         }
-        self.process_cqes();
-        if self.inbox.core.fallback_pending() || self.inbox.returns_pending() {
-            self.drain_fallback();
+        // Handling can reap more (a doorbell's submit may hit EBUSY): loop
+        // until nothing reaped is left unhandled.
+        loop {
+            self.process_cqes();
+            if self.inbox.core.fallback_pending() || self.inbox.returns_pending() {
+                self.drain_fallback();
+            }
+            self.advance_close();
+            if self.cqes.is_empty() {
+                return Ok(());
+            }
         }
-        self.advance_close();
-        Ok(())
     }
 
     /// Moves CQEs out of the CQ (advancing its head) into `self.cqes`.
@@ -1056,6 +1092,9 @@ impl<T: Send + 'static> Ring<T> {
                     // slot still holds the file.
                     let p: Box<Parcel<T>> = unsafe { handle::from_user_data(ud) };
                     self.fd_inflight -= 1;
+                    if let Body::Fd { slot, .. } = p.body {
+                        self.fd_seqs.remove(&slot);
+                    }
                     self.send_failed(p, -res);
                 }
                 Some(Tag::Io) => self
@@ -1066,6 +1105,7 @@ impl<T: Send + 'static> Ring<T> {
                         // The hand-off succeeded and its source slot is empty.
                         self.fd_inflight -= 1;
                         self.fds.forget(slot);
+                        self.fd_seqs.remove(&slot);
                         if let Some(ticket) = self.silent.remove(&slot) {
                             ticket.landed();
                         }
@@ -1076,7 +1116,9 @@ impl<T: Send + 'static> Ring<T> {
                         if let Some(ticket) = self.silent.remove(&slot) {
                             let fd = FixedFd::new(slot, self.fds.clone());
                             let reason = match -res {
-                                libc::EOWNERDEAD | libc::EBADFD => ReturnReason::ReceiverClosed,
+                                libc::EOWNERDEAD | libc::EBADFD | libc::ENXIO => {
+                                    ReturnReason::ReceiverClosed
+                                }
                                 e => ReturnReason::Kernel { errno: e },
                             };
                             let ev = Event::SilentFdReturned { fd, ticket, reason };
@@ -1144,7 +1186,8 @@ impl<T: Send + 'static> Ring<T> {
                     self.send_fallback(&target, parcel);
                 }
             }
-            libc::EOWNERDEAD | libc::EBADFD => {
+            // ENXIO: the receiver's file table is already gone (it dropped).
+            libc::EOWNERDEAD | libc::EBADFD | libc::ENXIO => {
                 self.refuse(&target, *parcel, ReturnReason::ReceiverClosed)
             }
             libc::ENFILE if is_fd => self.refuse(&target, *parcel, ReturnReason::NoFreeSlot),
@@ -1336,8 +1379,22 @@ impl<T: Send + 'static> Drop for Ring<T> {
             dead_letter(self.inbox.core.outstanding());
             self.finish_close();
         }
-        // Hand-offs whose outcome we can no longer learn.
-        dead_letter(self.fd_inflight);
+        // Hand-offs whose outcome we can no longer learn. Silent ones carry no
+        // message; their slots stay reserved on the receiver (the kernel may
+        // still fill them). Messaged ones count as dead letters and get a
+        // Void, so the receiver does not hold later parcels behind them (if
+        // one lands after all, it is delivered as a duplicate number).
+        let silent = self.silent.len();
+        for (_, ticket) in self.silent.drain() {
+            ticket.in_doubt();
+        }
+        dead_letter(self.fd_inflight - silent);
+        let in_doubt: Vec<(u64, u64)> = self.fd_seqs.drain().map(|(_, v)| v).collect();
+        for (to, seq) in in_doubt {
+            if let Some(target) = self.out.get(&to).map(|l| l.target.clone()) {
+                self.send_void(&target, seq);
+            }
+        }
         // fd hand-offs that never got a credit: the table teardown below
         // closes their files; the receiver must not wait for their numbers.
         let mut voids = Vec::new();
@@ -1372,6 +1429,7 @@ impl<T: Send + 'static> Drop for Ring<T> {
                 self.ring_doorbell(&t);
             }
             let _ = self.submit_now();
+            let _ = self.poll_kernel(); // reaped while submitting: handle it
         }
         self.fds.shut();
         // Addresses keep the ring file alive through their duplicate fd:

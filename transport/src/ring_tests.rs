@@ -348,10 +348,40 @@ fn silent_fd_handoff_to_a_dead_ring_comes_back() {
     let (_rd, wr) = pipe();
     let fd = tx.register_fd(wr).map_err(|(e, _)| e).unwrap();
     match tx.send_fd_silent(&a, fd, ticket) {
-        Err((fd, _ticket)) => drop(fd), // refused up front: the ring is closed
+        Err(e) => {
+            assert!(!e.is_full());
+            drop(e.into_inner()); // refused up front: the ring is closed
+        }
         Ok(()) => {
             let evs = drain_until(&mut tx, 1);
             assert!(matches!(evs[0], Event::SilentFdReturned { .. }));
         }
     }
+}
+
+#[test]
+fn abandoned_reservation_is_reclaimed_once_its_ticket_is_done() {
+    let mut rx = Ring::<u32>::new().unwrap();
+    let a = rx.addr();
+    let mut tx = Ring::<u32>::new().unwrap();
+    let (reserved, ticket) = rx.reserve_slot().unwrap();
+    let slot = reserved.slot();
+    drop(reserved); // abandoned while the ticket is out: the slot stays reserved
+    rx.flush().unwrap();
+    let (other, t2) = rx.reserve_slot().unwrap();
+    assert_ne!(other.slot(), slot, "an abandoned slot is not reused while its ticket lives");
+    drop(t2); // an unused ticket dropped first: the slot is freed at once
+    drop(other);
+    // A ticket whose reservation was abandoned is refused up front.
+    let (_rd, wr) = pipe();
+    let fd = tx.register_fd(wr).map_err(|(e, _)| e).unwrap();
+    let (fd, ticket) = match tx.send_fd_silent(&a, fd, ticket) {
+        Err(SendError::Closed(back)) => back,
+        _ => panic!("an abandoned ticket must be refused"),
+    };
+    drop(fd);
+    drop(ticket); // the ticket side is done: the receiver may reclaim the slot
+    rx.flush().unwrap(); // sweeps
+    let (again, _t) = rx.reserve_slot().unwrap();
+    assert_eq!(again.slot(), slot, "the abandoned slot is free again");
 }

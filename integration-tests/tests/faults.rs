@@ -1,0 +1,127 @@
+//! Fault injection on real rings (issue 8): exact counts under stalls and
+//! repeated receiver shutdowns.
+
+use std::sync::{mpsc, Arc, Barrier};
+use std::thread;
+use std::time::Duration;
+
+use ringmail::transport::{dead_letters, Event, ReturnReason, Ring, RingConfig, SendError};
+
+type Msg = (u32, u64);
+
+/// A receiver with a 32-entry CQ stalls for 500 ms under a 200 000-message
+/// burst from two senders: delivered = sent, no duplicates, per-sender order.
+#[test]
+fn stall_500ms_under_a_200k_burst_into_a_32_entry_cq() {
+    const SENDERS: u32 = 2;
+    const PER: u64 = 100_000;
+    let (addr_s, addr_r) = mpsc::channel();
+    let go = Arc::new(Barrier::new(SENDERS as usize + 1));
+    let go2 = go.clone();
+    let receiver = thread::spawn(move || {
+        let cfg = RingConfig::default().cq_entries(32).mailbox_capacity(1 << 20);
+        let mut rx = Ring::<Msg>::with_config(cfg).unwrap();
+        addr_s.send(rx.addr()).unwrap();
+        go2.wait();
+        thread::sleep(Duration::from_millis(500)); // the stall, burst in progress
+        let mut next = [0u64; SENDERS as usize];
+        let mut total = 0;
+        let mut evs = Vec::new();
+        while total < SENDERS as u64 * PER {
+            evs.clear();
+            rx.wait(&mut evs, Some(Duration::from_secs(10))).unwrap();
+            assert!(!evs.is_empty(), "stuck at {total}");
+            for e in evs.drain(..) {
+                let Event::Message((s, i)) = e else { panic!("unexpected event") };
+                assert_eq!(i, next[s as usize], "sender {s}: duplicate or reordered");
+                next[s as usize] += 1;
+                total += 1;
+            }
+        }
+        go2.wait();
+        rx.stats()
+    });
+    let addr = addr_r.recv().unwrap();
+    let senders: Vec<_> = (0..SENDERS)
+        .map(|s| {
+            let addr = addr.clone();
+            let go = go.clone();
+            thread::spawn(move || {
+                let mut tx = Ring::<Msg>::new().unwrap();
+                go.wait();
+                for i in 0..PER {
+                    tx.send(&addr, (s, i)).unwrap(); // capacity covers the burst
+                }
+                tx.flush().unwrap();
+                go.wait();
+            })
+        })
+        .collect();
+    senders.into_iter().for_each(|h| h.join().unwrap());
+    let st = receiver.join().unwrap();
+    assert_eq!(st.messages_received, SENDERS as u64 * PER);
+    assert!(st.fallback_parcels_received > 0);
+    assert_eq!(addr.queued(), 0);
+    println!("{st:?}");
+}
+
+/// A receiver ring closed (or dropped) while a stream is in flight, 100
+/// times: each round, delivered + handed back = accepted, exactly.
+#[test]
+fn receiver_shut_down_mid_stream_100_times() {
+    let before = dead_letters();
+    for round in 0..100u64 {
+        let close_first = round % 2 == 0;
+        let (addr_s, addr_r) = mpsc::channel();
+        let receiver = thread::spawn(move || {
+            let mut rx = Ring::<Msg>::with_config(RingConfig::default().cq_entries(64)).unwrap();
+            addr_s.send(rx.addr()).unwrap();
+            let stop_after = 200 + (round * 7919) % 5_000;
+            let mut delivered = 0u64;
+            let mut evs = Vec::new();
+            while delivered < stop_after {
+                evs.clear();
+                rx.wait(&mut evs, Some(Duration::from_millis(20))).unwrap();
+                delivered += evs.len() as u64;
+            }
+            if close_first {
+                rx.close();
+                while !rx.is_closed() {
+                    evs.clear();
+                    rx.wait(&mut evs, Some(Duration::from_millis(5))).unwrap();
+                    delivered += evs.len() as u64;
+                }
+            }
+            delivered
+        });
+        let addr = addr_r.recv().unwrap();
+        let mut tx = Ring::<Msg>::new().unwrap();
+        let mut accepted = 0u64;
+        let mut returned = 0u64;
+        let mut evs = Vec::new();
+        for i in 0..10_000u64 {
+            match tx.send(&addr, (0, i)) {
+                Ok(()) => accepted += 1,
+                Err(SendError::Closed(_)) => break,
+                Err(SendError::Full(_)) => panic!("capacity covers the stream"),
+                Err(e) => panic!("{e}"),
+            }
+            if i % 128 == 0 {
+                tx.wait(&mut evs, Some(Duration::ZERO)).unwrap();
+            }
+        }
+        tx.flush().unwrap();
+        let delivered = receiver.join().unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while delivered + returned + evs.len() as u64 != accepted {
+            assert!(std::time::Instant::now() < deadline, "round {round}: lost messages");
+            tx.wait(&mut evs, Some(Duration::from_millis(10))).unwrap();
+        }
+        for e in evs.drain(..) {
+            assert!(matches!(e, Event::Returned { reason: ReturnReason::ReceiverClosed, .. }));
+            returned += 1;
+        }
+        assert_eq!(delivered + returned, accepted, "round {round}");
+    }
+    assert_eq!(dead_letters(), before, "no dead letters while senders live");
+}
