@@ -2,13 +2,84 @@
 //!
 //! A distributed actor framework for Rust built on io_uring ring messaging.
 //!
-//! This crate is what applications depend on. Today it exposes the transport
-//! layer ([`transport`]): owned rings, the lossless `MSG_RING` mailbox and fd
-//! passing, on which the actor runtime (typed actor references, tell/ask,
-//! supervision, registry, timers) is being built.
+//! Actors live on **shards**: a shard is one thread owning one io_uring
+//! (`SINGLE_ISSUER | DEFER_TASKRUN`). By default every actor gets a shard of
+//! its own ([`System::spawn`]); many small actors can share one
+//! ([`System::shard`], [`System::spawn_on`], [`Context::spawn`]), and then
+//! messages between them never enter the kernel. Between shards, messages
+//! travel with `IORING_OP_MSG_RING` through the transport's lossless mailbox
+//! ([`transport`]).
+//!
+//! ```
+//! use std::time::Duration;
+//! use ringmail::{Actor, Context, Handler, Message, System};
+//!
+//! struct Counter(u64);
+//! impl Actor for Counter {}
+//!
+//! struct Add(u64);
+//! impl Message for Add { type Reply = u64; }
+//!
+//! impl Handler<Add> for Counter {
+//!     fn handle(&mut self, msg: Add, _ctx: &mut Context<Self>) -> u64 {
+//!         self.0 += msg.0;
+//!         self.0
+//!     }
+//! }
+//!
+//! let system = System::new();
+//! let counter = system.spawn(Counter(0))?;       // its own thread and ring
+//! counter.tell(Add(2)).unwrap();                 // fire and forget
+//! let total = counter.ask(Add(3), Duration::from_secs(5)).unwrap();
+//! assert_eq!(total, 5);                          // per-sender order: 2 came first
+//! system.shutdown();                             // stop, close rings, join threads
+//! # Ok::<(), ringmail::SpawnError>(())
+//! ```
+//!
+//! # Guarantees
+//!
+//! * Messages from one thread to one actor are handled in send order.
+//! * Every message is handled, handed back to the sender as an error, or
+//!   counted as a dead letter ([`dead_letters`]): sent to a stopped actor,
+//!   queued when its actor stopped, or a reply whose asker gave up.
+//! * Mailboxes are bounded (`SystemConfig::mailbox_capacity`, default 1024):
+//!   [`ActorRef::try_tell`] hands the message back when full,
+//!   [`ActorRef::tell`] waits for room.
+//! * A panic in a handler stops that actor only ([`StopReason::Panicked`]).
+//!
+//! Status: supervision strategies, links and monitors, the name registry,
+//! timers and I/O as messages are being built on this core.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+mod actor;
+mod actor_ref;
+mod envelope;
+mod error;
+mod local;
+mod shard;
+mod system;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+pub use actor::{Actor, Context, Handler, Message};
+pub use actor_ref::ActorRef;
+pub use error::{AskError, SpawnError, StopReason, TellError};
+pub use system::{Shard, System, SystemConfig};
+
 /// The ring and mailbox layer (re-export of `ringmail-transport`).
 pub use ringmail_transport as transport;
+
+static DEAD_LETTERS: AtomicU64 = AtomicU64::new(0);
+
+/// Messages that reached no handler since the process started: sent to a
+/// stopped actor, still queued when their actor stopped or its shard shut
+/// down, or replies that arrived after their ask timed out.
+pub fn dead_letters() -> u64 {
+    DEAD_LETTERS.load(Ordering::Relaxed)
+}
+
+pub(crate) fn dead_letter() {
+    DEAD_LETTERS.fetch_add(1, Ordering::Relaxed);
+}

@@ -44,6 +44,10 @@ use crate::sys;
 
 static NEXT_RING_ID: AtomicU64 = AtomicU64::new(1);
 static DEAD_LETTERS: AtomicU64 = AtomicU64::new(0);
+/// Bumped whenever a mailbox finishes closing: senders then drop their lanes
+/// to closed rings at their next flush (a lane keeps its target's ring file
+/// open through the address's duplicate fd).
+static CLOSE_EPOCH: AtomicU64 = AtomicU64::new(0);
 
 /// Messages that could be neither delivered nor handed back, since the
 /// process started: the sender's ring was itself gone when the message came
@@ -269,7 +273,7 @@ pub struct Ring<T: Send + 'static> {
     cqes: Vec<(u64, i32, u32)>,
     stats: RingStats,
     dropping: bool,
-    flushes: u64,
+    close_epoch: u64,
     close_started: Option<Instant>,
     _not_send: PhantomData<Rc<()>>,
 }
@@ -328,7 +332,7 @@ impl<T: Send + 'static> Ring<T> {
             cqes: Vec::new(),
             stats: RingStats::default(),
             dropping: false,
-            flushes: 0,
+            close_epoch: CLOSE_EPOCH.load(Ordering::Relaxed),
             close_started: None,
             _not_send: PhantomData,
         };
@@ -598,8 +602,9 @@ impl<T: Send + 'static> Ring<T> {
 
     /// Sends everything pending and submits the SQ, without waiting.
     pub fn flush(&mut self) -> Result<(), RingError> {
-        self.flushes = self.flushes.wrapping_add(1);
-        if self.flushes % 1024 == 0 {
+        let epoch = CLOSE_EPOCH.load(Ordering::Acquire);
+        if epoch != self.close_epoch {
+            self.close_epoch = epoch;
             let closed: Vec<u64> = self
                 .out
                 .iter()
@@ -1324,6 +1329,7 @@ impl<T: Send + 'static> Ring<T> {
     fn finish_close(&mut self) {
         let mut items = mem::take(&mut self.scratch);
         self.inbox.core.finish_close(&mut items);
+        CLOSE_EPOCH.fetch_add(1, Ordering::Release);
         self.take_parcels(&mut items);
         self.scratch = items;
         let lanes = mem::take(&mut self.lanes);

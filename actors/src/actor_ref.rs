@@ -1,0 +1,277 @@
+//! [`ActorRef`]: the typed, cheap, `Send + Sync` handle to an actor.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::actor::{Actor, Handler, Message};
+use crate::envelope::{Body, Envelope, ReplyTo, Typed};
+use crate::error::{AskError, StopReason, TellError};
+use crate::local::{self, SendFail};
+use crate::shard::ShardHandle;
+
+static NEXT_ASK: AtomicU64 = AtomicU64::new(1);
+
+/// State of one actor shared by its references and its shard.
+pub(crate) struct ActorShared {
+    pub(crate) id: u64,
+    queued: AtomicUsize,
+    cap: usize,
+    alive: AtomicBool,
+    reason: Mutex<Option<StopReason>>,
+}
+
+impl ActorShared {
+    pub(crate) fn new(id: u64, cap: usize) -> Self {
+        ActorShared {
+            id,
+            queued: AtomicUsize::new(0),
+            cap,
+            alive: AtomicBool::new(true),
+            reason: Mutex::new(None),
+        }
+    }
+
+    fn reserve(&self) -> bool {
+        let mut cur = self.queued.load(Ordering::Relaxed);
+        loop {
+            if cur >= self.cap {
+                return false;
+            }
+            match self.queued.compare_exchange_weak(
+                cur,
+                cur + 1,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return true,
+                Err(v) => cur = v,
+            }
+        }
+    }
+
+    pub(crate) fn unreserve(&self) {
+        self.queued.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    pub(crate) fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Acquire)
+    }
+
+    /// Marks the actor stopped (first reason wins).
+    pub(crate) fn set_stopped(&self, reason: StopReason) {
+        let mut r = self.reason.lock().unwrap_or_else(|p| p.into_inner());
+        if r.is_none() {
+            *r = Some(reason);
+        }
+        self.alive.store(false, Ordering::Release);
+    }
+}
+
+/// A reference to an actor of type `A`: cheap to clone, `Send + Sync`.
+///
+/// Messages from one thread to one actor arrive in the order they were sent
+/// (the transport's per-sender FIFO, and the shard's FIFO for co-located
+/// senders). Each actor has a bounded mailbox (`SystemConfig::mailbox_capacity`).
+pub struct ActorRef<A: Actor> {
+    pub(crate) shared: Arc<ActorShared>,
+    pub(crate) shard: Arc<ShardHandle>,
+    pub(crate) _a: PhantomData<fn() -> A>,
+}
+
+impl<A: Actor> Clone for ActorRef<A> {
+    fn clone(&self) -> Self {
+        ActorRef { shared: self.shared.clone(), shard: self.shard.clone(), _a: PhantomData }
+    }
+}
+
+impl<A: Actor> fmt::Debug for ActorRef<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ActorRef")
+            .field("id", &self.shared.id)
+            .field("shard", &self.shard.id)
+            .field("alive", &self.shared.is_alive())
+            .finish()
+    }
+}
+
+impl<A: Actor> PartialEq for ActorRef<A> {
+    fn eq(&self, other: &Self) -> bool {
+        self.shared.id == other.shared.id
+    }
+}
+impl<A: Actor> Eq for ActorRef<A> {}
+
+impl<A: Actor> ActorRef<A> {
+    /// The actor's process-unique id.
+    pub fn id(&self) -> u64 {
+        self.shared.id
+    }
+
+    /// False once the actor stopped (normally, by panic, or at shutdown).
+    pub fn is_alive(&self) -> bool {
+        self.shared.is_alive()
+    }
+
+    /// Why the actor stopped, once it has.
+    pub fn stop_reason(&self) -> Option<StopReason> {
+        self.shared.reason.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Waits until the actor has stopped, up to `timeout`.
+    pub fn wait_stopped(&self, timeout: Duration) -> Option<StopReason> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(r) = self.stop_reason() {
+                return Some(r);
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        self.stop_reason()
+    }
+
+    /// Sends `msg` without waiting. A full mailbox or a stopped actor hands
+    /// the message back; a message to a stopped actor also counts as a dead
+    /// letter.
+    pub fn try_tell<M>(&self, msg: M) -> Result<(), TellError<M>>
+    where
+        A: Handler<M>,
+        M: Message,
+    {
+        self.send_typed(msg, None).map_err(|(m, e)| e.with(m))
+    }
+
+    /// Sends `msg`, waiting while the mailbox is full (up to `patience`).
+    ///
+    /// Waiting inside a handler blocks that handler's whole shard: a
+    /// co-located target cannot make room meanwhile, so inside handlers
+    /// prefer [`try_tell`](ActorRef::try_tell).
+    pub fn tell_timeout<M>(&self, mut msg: M, patience: Duration) -> Result<(), TellError<M>>
+    where
+        A: Handler<M>,
+        M: Message,
+    {
+        let deadline = Instant::now().checked_add(patience); // None: no limit
+        let mut backoff = Duration::from_micros(10);
+        loop {
+            match self.try_tell(msg) {
+                Err(TellError::Full(m)) if deadline.is_none_or(|d| Instant::now() < d) => {
+                    msg = m;
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(Duration::from_millis(1));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Sends `msg`, waiting as long as the mailbox stays full (see
+    /// [`tell_timeout`](ActorRef::tell_timeout)); fails only if the actor
+    /// stopped or this thread has no ring.
+    pub fn tell<M>(&self, msg: M) -> Result<(), TellError<M>>
+    where
+        A: Handler<M>,
+        M: Message,
+    {
+        self.tell_timeout(msg, Duration::MAX)
+    }
+
+    /// Sends `msg` and waits up to `timeout` for the reply, which travels
+    /// back to this thread's ring.
+    ///
+    /// Blocks the calling thread (and, inside a handler, its shard); asking
+    /// an actor of one's own shard would deadlock and is refused.
+    pub fn ask<M>(&self, msg: M, timeout: Duration) -> Result<M::Reply, AskError<M>>
+    where
+        A: Handler<M>,
+        M: Message,
+    {
+        if local::on_shard(self.shard.id) {
+            return Err(AskError::WouldDeadlock(msg));
+        }
+        let Ok(addr) = local::my_addr() else { return Err(AskError::Unavailable(msg)) };
+        let ask = NEXT_ASK.fetch_add(1, Ordering::Relaxed);
+        if local::expect_reply(ask).is_err() {
+            return Err(AskError::Unavailable(msg));
+        }
+        let reply = ReplyTo { addr, ask, sent: false };
+        if let Err((m, e)) = self.send_typed(msg, Some(reply)) {
+            return Err(match e.with(m) {
+                TellError::Full(m) => AskError::Full(m),
+                TellError::Stopped(m) => AskError::Stopped(m),
+                TellError::Unavailable(m) => AskError::Unavailable(m),
+            });
+        }
+        let deadline = Instant::now().checked_add(timeout).unwrap_or_else(far_future);
+        match local::wait_reply(ask, deadline) {
+            None => Err(AskError::Timeout),
+            Some(None) => Err(AskError::NoReply),
+            Some(Some(v)) => Ok(*v.downcast::<M::Reply>().expect("a reply has its ask's type")),
+        }
+    }
+
+    /// Asks the actor to stop after the messages already sent to it.
+    pub fn stop(&self) {
+        let env = Envelope { to: self.shared.id, body: Body::Stop };
+        let _ = local::send_to_shard(self.shard.id, &self.shard.addr, env);
+    }
+
+    fn send_typed<M>(&self, msg: M, reply: Option<ReplyTo>) -> Result<(), (M, TellFail)>
+    where
+        A: Handler<M>,
+        M: Message,
+    {
+        if !self.shared.is_alive() {
+            crate::dead_letter();
+            return Err((msg, TellFail::Stopped));
+        }
+        if !self.shared.reserve() {
+            return Err((msg, TellFail::Full));
+        }
+        let typed: Typed<A, M> = Typed { msg, reply, _a: PhantomData };
+        let env = Envelope { to: self.shared.id, body: Body::Msg(Box::new(typed)) };
+        match local::send_to_shard(self.shard.id, &self.shard.addr, env) {
+            Ok(()) => Ok(()),
+            Err((env, why)) => {
+                self.shared.unreserve();
+                let Body::Msg(erased) = env.body else { unreachable!("sent a Msg") };
+                let typed = erased.into_any().downcast::<Typed<A, M>>().expect("same type");
+                let Typed { msg, reply, .. } = *typed;
+                if let Some(mut r) = reply {
+                    r.sent = true; // the caller gets the error, no reply needed
+                }
+                let fail = match why {
+                    SendFail::Full => TellFail::Full,
+                    SendFail::Closed => {
+                        crate::dead_letter();
+                        TellFail::Stopped
+                    }
+                    SendFail::NoRing => TellFail::Unavailable,
+                };
+                Err((msg, fail))
+            }
+        }
+    }
+}
+
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(100 * 365 * 24 * 3600)
+}
+
+pub(crate) enum TellFail {
+    Full,
+    Stopped,
+    Unavailable,
+}
+
+impl TellFail {
+    fn with<M>(self, m: M) -> TellError<M> {
+        match self {
+            TellFail::Full => TellError::Full(m),
+            TellFail::Stopped => TellError::Stopped(m),
+            TellFail::Unavailable => TellError::Unavailable(m),
+        }
+    }
+}

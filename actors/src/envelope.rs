@@ -1,0 +1,122 @@
+//! What travels between shards: type-erased messages, control envelopes and
+//! replies. One `Ring<Envelope>` per thread carries all of them.
+
+use std::any::Any;
+use std::marker::PhantomData;
+
+use ringmail_transport::Addr;
+
+use crate::actor::{Actor, Context, Handler, Message};
+use crate::actor_ref::{ActorRef, ActorShared};
+
+/// An envelope for actor `to` (a process-unique actor id; 0 for replies).
+pub(crate) struct Envelope {
+    pub(crate) to: u64,
+    pub(crate) body: Body,
+}
+
+pub(crate) enum Body {
+    /// A typed message for the actor.
+    Msg(Box<dyn Erased>),
+    /// Stop the actor after the messages before this one.
+    Stop,
+    /// Install a new actor on the receiving shard.
+    Spawn(Box<dyn Hosted>),
+    /// The reply to ask `ask`; `None` when the actor stopped without replying.
+    Reply { ask: u64, value: Option<Box<dyn Any + Send>> },
+    /// Stop every actor of the shard, close its ring, end its thread.
+    Shutdown,
+}
+
+/// A message whose actor type is known only to itself.
+pub(crate) trait Erased: Send {
+    /// Runs the handler on `slot` (a `Slot<A>`); true when the actor asked to stop.
+    fn handle(self: Box<Self>, slot: &mut dyn Any) -> bool;
+    /// Gives the typed message back (for an error that returns it).
+    fn into_any(self: Box<Self>) -> Box<dyn Any>;
+}
+
+/// Where an asker waits: its thread's ring and the ask's id.
+pub(crate) struct ReplyTo {
+    pub(crate) addr: Addr<Envelope>,
+    pub(crate) ask: u64,
+    pub(crate) sent: bool,
+}
+
+impl ReplyTo {
+    fn send(mut self, value: Option<Box<dyn Any + Send>>) {
+        self.sent = true;
+        let env = Envelope { to: 0, body: Body::Reply { ask: self.ask, value } };
+        if crate::local::send_to(&self.addr, env).is_err() {
+            crate::dead_letter(); // the asker's thread is gone
+        }
+    }
+}
+
+impl Drop for ReplyTo {
+    fn drop(&mut self) {
+        if !self.sent {
+            // The handler never ran (the actor stopped or panicked first):
+            // tell the asker now rather than leave it to its timeout.
+            self.sent = true;
+            let env = Envelope { to: 0, body: Body::Reply { ask: self.ask, value: None } };
+            let _ = crate::local::send_to(&self.addr, env);
+        }
+    }
+}
+
+/// A typed message for actor type `A`.
+pub(crate) struct Typed<A, M> {
+    pub(crate) msg: M,
+    pub(crate) reply: Option<ReplyTo>,
+    pub(crate) _a: PhantomData<fn() -> A>,
+}
+
+impl<A: Handler<M>, M: Message> Erased for Typed<A, M> {
+    fn handle(self: Box<Self>, slot: &mut dyn Any) -> bool {
+        let slot = slot.downcast_mut::<Slot<A>>().expect("an envelope reaches only its actor type");
+        let mut ctx = Context { me: slot.me.clone(), stop: false };
+        let Typed { msg, reply, .. } = *self;
+        let r = slot.actor.handle(msg, &mut ctx);
+        if let Some(reply) = reply {
+            reply.send(Some(Box::new(r)));
+        }
+        ctx.stop
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn Any> {
+        self
+    }
+}
+
+/// An actor as its shard hosts it.
+pub(crate) struct Slot<A: Actor> {
+    pub(crate) actor: A,
+    pub(crate) me: ActorRef<A>,
+}
+
+/// What a shard needs from a hosted actor without knowing its type.
+pub(crate) trait Hosted: Send {
+    fn started(&mut self) -> bool;
+    fn stopped(&mut self);
+    fn shared(&self) -> &ActorShared;
+    fn as_any(&mut self) -> &mut dyn Any;
+}
+
+impl<A: Actor> Hosted for Slot<A> {
+    fn started(&mut self) -> bool {
+        let mut ctx = Context { me: self.me.clone(), stop: false };
+        self.actor.started(&mut ctx);
+        ctx.stop
+    }
+    fn stopped(&mut self) {
+        let mut ctx = Context { me: self.me.clone(), stop: false };
+        self.actor.stopped(&mut ctx);
+    }
+    fn shared(&self) -> &ActorShared {
+        &self.me.shared
+    }
+    fn as_any(&mut self) -> &mut dyn Any {
+        self
+    }
+}

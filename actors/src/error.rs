@@ -1,0 +1,109 @@
+//! Errors of the actor API. Every error about a message hands it back.
+
+use std::fmt;
+
+use ringmail_transport::SetupError;
+
+/// A `tell` that did not happen; the message is handed back.
+#[non_exhaustive]
+pub enum TellError<M> {
+    /// The actor's mailbox is at capacity.
+    Full(M),
+    /// The actor has stopped (also counted as a dead letter).
+    Stopped(M),
+    /// This thread could not get a ring (see [`SetupError`]).
+    Unavailable(M),
+}
+
+/// An `ask` that got no reply.
+#[non_exhaustive]
+pub enum AskError<M> {
+    /// The actor's mailbox is at capacity; the message is handed back.
+    Full(M),
+    /// The actor has stopped; the message is handed back.
+    Stopped(M),
+    /// This thread could not get a ring; the message is handed back.
+    Unavailable(M),
+    /// The actor is on the caller's own shard: waiting would deadlock.
+    WouldDeadlock(M),
+    /// No reply within the timeout (a late reply is a dead letter).
+    Timeout,
+    /// The actor stopped or panicked before replying.
+    NoReply,
+}
+
+macro_rules! msg_error_impls {
+    ($t:ident { $($v:ident),* } [$($unit:ident),*]) => {
+        impl<M> fmt::Debug for $t<M> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                match self {
+                    $($t::$v(_) => f.write_str(concat!(stringify!($v), "(..)")),)*
+                    $($t::$unit => f.write_str(stringify!($unit)),)*
+                }
+            }
+        }
+        impl<M> fmt::Display for $t<M> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Debug::fmt(self, f)
+            }
+        }
+        impl<M> std::error::Error for $t<M> {}
+    };
+}
+msg_error_impls!(TellError { Full, Stopped, Unavailable } []);
+msg_error_impls!(AskError { Full, Stopped, Unavailable, WouldDeadlock } [Timeout, NoReply]);
+
+impl<M> TellError<M> {
+    /// The message that was not sent.
+    pub fn into_inner(self) -> M {
+        match self {
+            TellError::Full(m) | TellError::Stopped(m) | TellError::Unavailable(m) => m,
+        }
+    }
+}
+
+/// Why an actor stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StopReason {
+    /// It asked to ([`crate::Context::stop`]) or was told to ([`crate::ActorRef::stop`]).
+    Normal,
+    /// A handler (or hook) panicked, with the panic message.
+    Panicked(String),
+    /// The system shut down.
+    Shutdown,
+    /// Its shard could not take it (closed or unavailable).
+    ShardGone,
+}
+
+/// A spawn that failed.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum SpawnError {
+    /// The shard's ring could not be created (io_uring unavailable, too old...).
+    Ring(SetupError),
+    /// The shard's thread could not be started.
+    Thread(std::io::Error),
+    /// The system is shutting down.
+    ShuttingDown,
+}
+
+impl fmt::Display for SpawnError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SpawnError::Ring(e) => write!(f, "cannot create the shard's ring: {e}"),
+            SpawnError::Thread(e) => write!(f, "cannot start the shard's thread: {e}"),
+            SpawnError::ShuttingDown => f.write_str("the actor system is shutting down"),
+        }
+    }
+}
+
+impl std::error::Error for SpawnError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            SpawnError::Ring(e) => Some(e),
+            SpawnError::Thread(e) => Some(e),
+            SpawnError::ShuttingDown => None,
+        }
+    }
+}

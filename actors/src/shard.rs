@@ -1,0 +1,265 @@
+//! A shard: one thread owning one ring, hosting one actor (the default,
+//! "dedicated" placement) or many co-located actors.
+//!
+//! # The loop
+//!
+//! The shard dispatches its local queue (co-located tells, envelopes met
+//! while an ask pumped the ring) and the envelopes its ring delivers, one at
+//! a time, in arrival order. It blocks in the ring's wait only when the local
+//! queue is empty, and looks at the ring between local batches, so local
+//! traffic cannot starve remote senders.
+//!
+//! # Failure
+//!
+//! Every handler and hook runs under `catch_unwind`: a panic stops that actor
+//! only (reason [`StopReason::Panicked`]), the shard and its other actors go
+//! on. Envelopes for an actor the shard does not host become dead letters,
+//! except for an actor whose spawn is still on its way (from another sender:
+//! no order between senders), whose envelopes wait for it.
+//!
+//! # Shutdown
+//!
+//! A `Shutdown` envelope (or the end of a dedicated shard's only actor) runs
+//! every remaining actor's `stopped` hook, closes the ring (messages already
+//! accepted are dispatched to nobody: dead letters; later ones go back to
+//! their senders), and ends the thread.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::marker::PhantomData;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ringmail_transport::{Addr, Event};
+
+use crate::actor::Actor;
+use crate::actor_ref::{ActorRef, ActorShared};
+use crate::envelope::{Body, Envelope, Hosted, Slot};
+use crate::error::StopReason;
+use crate::local;
+
+static NEXT_ACTOR: AtomicU64 = AtomicU64::new(1);
+
+/// The shared side of a shard: what references and spawners hold.
+pub(crate) struct ShardHandle {
+    pub(crate) id: u64,
+    pub(crate) addr: Addr<Envelope>,
+    /// Actors spawned here whose `Spawn` envelope may not have arrived yet.
+    pending: Mutex<HashSet<u64>>,
+    mailbox_capacity: usize,
+}
+
+impl ShardHandle {
+    pub(crate) fn new(id: u64, addr: Addr<Envelope>, mailbox_capacity: usize) -> Self {
+        ShardHandle { id, addr, pending: Mutex::new(HashSet::new()), mailbox_capacity }
+    }
+
+    fn pending(&self) -> std::sync::MutexGuard<'_, HashSet<u64>> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Spawns `actor` on this shard. The reference is usable at once:
+    /// messages sent before the actor is installed wait for it.
+    pub(crate) fn spawn<A: Actor>(self: &Arc<Self>, actor: A) -> ActorRef<A> {
+        let id = NEXT_ACTOR.fetch_add(1, Ordering::Relaxed);
+        let shared = Arc::new(ActorShared::new(id, self.mailbox_capacity));
+        let me = ActorRef { shared, shard: self.clone(), _a: PhantomData };
+        self.pending().insert(id);
+        let env = Envelope { to: id, body: Body::Spawn(Box::new(Slot { actor, me: me.clone() })) };
+        if local::send_to_shard(self.id, &self.addr, env).is_err() {
+            self.pending().remove(&id);
+            me.shared.set_stopped(StopReason::ShardGone);
+        }
+        me
+    }
+}
+
+fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "panic with a non-string payload".to_string()
+    }
+}
+
+/// The shard's thread state.
+pub(crate) struct Shard {
+    handle: Arc<ShardHandle>,
+    actors: HashMap<u64, Box<dyn Hosted>>,
+    early: HashMap<u64, Vec<Envelope>>,
+    dedicated: bool,
+    hosted_any: bool,
+    stats: Arc<crate::system::SystemStats>,
+}
+
+impl Shard {
+    pub(crate) fn new(
+        handle: Arc<ShardHandle>,
+        dedicated: bool,
+        stats: Arc<crate::system::SystemStats>,
+    ) -> Self {
+        Shard {
+            handle,
+            actors: HashMap::new(),
+            early: HashMap::new(),
+            dedicated,
+            hosted_any: false,
+            stats,
+        }
+    }
+
+    /// Runs until shutdown (or, dedicated, until its actor stopped).
+    pub(crate) fn run(mut self) {
+        let mut batch: VecDeque<Envelope> = VecDeque::new();
+        let mut events = Vec::new();
+        'run: loop {
+            let wait = if batch.is_empty() { None } else { Some(Duration::ZERO) };
+            let polled = local::with(|t| {
+                batch.append(&mut t.queue);
+                let timeout = if batch.is_empty() { wait } else { Some(Duration::ZERO) };
+                t.ring.wait(&mut events, timeout)
+            });
+            if let Ok(Err(e)) = polled {
+                eprintln!("ringmail: shard {} ring failed: {e}; stopping it", self.handle.id);
+                break 'run;
+            }
+            for e in events.drain(..) {
+                match e {
+                    Event::Message(env) => batch.push_back(env),
+                    _ => crate::dead_letter(), // an envelope we sent came back
+                }
+            }
+            while let Some(env) = batch.pop_front() {
+                if !self.dispatch(env, &mut batch) {
+                    break 'run;
+                }
+            }
+            if self.dedicated && self.hosted_any && self.actors.is_empty() {
+                break 'run;
+            }
+        }
+        self.shutdown(batch);
+    }
+
+    /// Handles one envelope; false means "shut the shard down".
+    fn dispatch(&mut self, env: Envelope, batch: &mut VecDeque<Envelope>) -> bool {
+        let to = env.to;
+        match env.body {
+            Body::Spawn(mut slot) => {
+                self.handle.pending().remove(&to);
+                self.hosted_any = true;
+                match catch_unwind(AssertUnwindSafe(|| slot.started())) {
+                    Ok(stop) => {
+                        self.actors.insert(to, slot);
+                        // Envelopes that arrived before the spawn go first.
+                        if let Some(early) = self.early.remove(&to) {
+                            for e in early.into_iter().rev() {
+                                batch.push_front(e);
+                            }
+                        }
+                        if stop {
+                            self.stop_actor(to, StopReason::Normal);
+                        }
+                    }
+                    Err(p) => {
+                        self.stats.panics.fetch_add(1, Ordering::Relaxed);
+                        slot.shared().set_stopped(StopReason::Panicked(panic_message(p)));
+                        self.dead_letter_early(to);
+                    }
+                }
+            }
+            Body::Msg(m) => {
+                let Some(slot) = self.actors.get_mut(&to) else {
+                    if self.handle.pending().contains(&to) {
+                        self.early.entry(to).or_default().push(Envelope { to, body: Body::Msg(m) });
+                    } else {
+                        crate::dead_letter(); // stopped actor (any ask gets NoReply)
+                    }
+                    return true;
+                };
+                slot.shared().unreserve();
+                match catch_unwind(AssertUnwindSafe(|| m.handle(slot.as_any()))) {
+                    Ok(false) => {}
+                    Ok(true) => self.stop_actor(to, StopReason::Normal),
+                    Err(p) => {
+                        self.stats.panics.fetch_add(1, Ordering::Relaxed);
+                        let slot = self.actors.remove(&to).expect("present");
+                        slot.shared().set_stopped(StopReason::Panicked(panic_message(p)));
+                    }
+                }
+            }
+            Body::Stop => {
+                if self.actors.contains_key(&to) {
+                    self.stop_actor(to, StopReason::Normal);
+                } else if self.handle.pending().contains(&to) {
+                    self.early.entry(to).or_default().push(Envelope { to, body: Body::Stop });
+                }
+            }
+            Body::Reply { .. } => crate::dead_letter(), // a reply after its ask gave up
+            Body::Shutdown => return false,
+        }
+        true
+    }
+
+    fn stop_actor(&mut self, id: u64, reason: StopReason) {
+        if let Some(mut slot) = self.actors.remove(&id) {
+            if let Err(p) = catch_unwind(AssertUnwindSafe(|| slot.stopped())) {
+                self.stats.panics.fetch_add(1, Ordering::Relaxed);
+                slot.shared().set_stopped(StopReason::Panicked(panic_message(p)));
+                return;
+            }
+            slot.shared().set_stopped(reason);
+        }
+    }
+
+    fn dead_letter_early(&mut self, id: u64) {
+        if let Some(early) = self.early.remove(&id) {
+            for _ in early {
+                crate::dead_letter();
+            }
+        }
+    }
+
+    fn shutdown(mut self, batch: VecDeque<Envelope>) {
+        let ids: Vec<u64> = self.actors.keys().copied().collect();
+        for id in ids {
+            self.stop_actor(id, StopReason::Shutdown);
+        }
+        // Nothing will handle these any more.
+        for env in batch {
+            if matches!(env.body, Body::Msg(_) | Body::Spawn(_)) {
+                crate::dead_letter();
+            }
+        }
+        let early: Vec<u64> = self.early.keys().copied().collect();
+        for id in early {
+            self.dead_letter_early(id);
+        }
+        // Close the ring: accepted envelopes still arriving are dead letters;
+        // later sends are refused at their senders.
+        let _ = local::with(|t| {
+            t.ring.close();
+            let mut evs = Vec::new();
+            while !t.ring.is_closed() {
+                evs.clear();
+                if t.ring.wait(&mut evs, Some(Duration::from_millis(10))).is_err() {
+                    break;
+                }
+                for e in evs.drain(..) {
+                    if let Event::Message(env) = e {
+                        if let Body::Spawn(s) = &env.body {
+                            s.shared().set_stopped(StopReason::ShardGone);
+                        }
+                        if matches!(env.body, Body::Msg(_) | Body::Spawn(_)) {
+                            crate::dead_letter();
+                        }
+                    }
+                }
+            }
+        });
+        local::teardown();
+    }
+}

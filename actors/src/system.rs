@@ -1,0 +1,175 @@
+//! The actor system: creates shards (ring-owning threads), places actors on
+//! them, and shuts everything down in order.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
+
+use ringmail_transport::RingConfig;
+
+use crate::actor::Actor;
+use crate::actor_ref::ActorRef;
+use crate::envelope::{Body, Envelope};
+use crate::error::SpawnError;
+use crate::local;
+use crate::shard::{Shard as ShardLoop, ShardHandle};
+
+static NEXT_SHARD: AtomicU64 = AtomicU64::new(1);
+
+/// Settings of an actor system.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct SystemConfig {
+    /// Messages an actor's mailbox holds at most (default 1024).
+    pub mailbox_capacity: usize,
+    /// The configuration of every shard's ring.
+    pub ring: RingConfig,
+}
+
+impl Default for SystemConfig {
+    fn default() -> Self {
+        SystemConfig { mailbox_capacity: 1024, ring: RingConfig::default() }
+    }
+}
+
+impl SystemConfig {
+    /// Sets the per-actor mailbox capacity (`usize::MAX`: unbounded, opt-in).
+    pub fn mailbox_capacity(mut self, n: usize) -> Self {
+        self.mailbox_capacity = n;
+        self
+    }
+    /// Sets the shards' ring configuration.
+    pub fn ring(mut self, ring: RingConfig) -> Self {
+        self.ring = ring;
+        self
+    }
+}
+
+/// Counters of a system.
+#[derive(Debug, Default)]
+pub(crate) struct SystemStats {
+    pub(crate) panics: AtomicU64,
+}
+
+/// A shard that hosts co-located actors (see [`System::shard`]).
+#[derive(Clone)]
+pub struct Shard(Arc<ShardHandle>);
+
+impl Shard {
+    /// The shard's id.
+    pub fn id(&self) -> u64 {
+        self.0.id
+    }
+}
+
+/// An actor system. Dropping it shuts it down (see [`System::shutdown`]).
+pub struct System {
+    cfg: SystemConfig,
+    shards: Mutex<Vec<(Arc<ShardHandle>, JoinHandle<()>)>>,
+    stats: Arc<SystemStats>,
+}
+
+impl Default for System {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl System {
+    /// A system with the default configuration.
+    pub fn new() -> System {
+        Self::with_config(SystemConfig::default())
+    }
+
+    /// A system with `cfg`.
+    pub fn with_config(cfg: SystemConfig) -> System {
+        System { cfg, shards: Mutex::new(Vec::new()), stats: Arc::default() }
+    }
+
+    fn start_shard(&self, dedicated: bool) -> Result<Arc<ShardHandle>, SpawnError> {
+        let id = NEXT_SHARD.fetch_add(1, Ordering::Relaxed);
+        let ring_cfg = self.cfg.ring.clone();
+        let cap = self.cfg.mailbox_capacity;
+        let stats = self.stats.clone();
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let (handle_tx, handle_rx) = mpsc::channel::<Arc<ShardHandle>>();
+        let thread = std::thread::Builder::new()
+            .name(format!("ringmail-shard-{id}"))
+            .spawn(move || {
+                match local::init_shard(id, ring_cfg) {
+                    Ok(addr) => {
+                        let _ = ready_tx.send(Ok(addr));
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                }
+                let Ok(handle) = handle_rx.recv() else { return };
+                ShardLoop::new(handle, dedicated, stats).run();
+            })
+            .map_err(SpawnError::Thread)?;
+        let addr = match ready_rx.recv() {
+            Ok(Ok(addr)) => addr,
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                return Err(SpawnError::Ring(e));
+            }
+            Err(_) => {
+                let _ = thread.join();
+                return Err(SpawnError::ShuttingDown);
+            }
+        };
+        let handle = Arc::new(ShardHandle::new(id, addr, cap));
+        let _ = handle_tx.send(handle.clone());
+        self.shards.lock().unwrap_or_else(|p| p.into_inner()).push((handle.clone(), thread));
+        Ok(handle)
+    }
+
+    /// Spawns `actor` on a shard of its own: its own thread and its own
+    /// `DEFER_TASKRUN` ring (the default placement). The shard ends when the
+    /// actor stops.
+    pub fn spawn<A: Actor>(&self, actor: A) -> Result<ActorRef<A>, SpawnError> {
+        let shard = self.start_shard(true)?;
+        Ok(shard.spawn(actor))
+    }
+
+    /// Starts a shard for co-located actors: one thread and one ring hosting
+    /// many actors; messages between them never enter the kernel.
+    pub fn shard(&self) -> Result<Shard, SpawnError> {
+        Ok(Shard(self.start_shard(false)?))
+    }
+
+    /// Spawns `actor` on `shard`.
+    pub fn spawn_on<A: Actor>(&self, shard: &Shard, actor: A) -> ActorRef<A> {
+        shard.0.spawn(actor)
+    }
+
+    /// Handler panics so far (each stopped its actor).
+    pub fn panics(&self) -> u64 {
+        self.stats.panics.load(Ordering::Relaxed)
+    }
+
+    /// Stops every actor (running `stopped` hooks), closes every ring and
+    /// joins every shard thread, in the order the shards were started.
+    /// Messages still queued become dead letters ([`crate::dead_letters`]).
+    pub fn shutdown(&self) {
+        let shards = std::mem::take(&mut *self.shards.lock().unwrap_or_else(|p| p.into_inner()));
+        for (handle, _) in &shards {
+            let env = Envelope { to: 0, body: Body::Shutdown };
+            // A shard that already ended (dedicated, actor stopped) refuses: fine.
+            let _ = local::send_to_shard(handle.id, &handle.addr, env);
+        }
+        for (_, thread) in shards {
+            let _ = thread.join();
+        }
+        // Let the calling thread's ring forget its lanes to the closed shards.
+        local::flush_if_present();
+    }
+}
+
+impl Drop for System {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
