@@ -3,7 +3,7 @@
 //! busy-poll budget.
 //!
 //! ```text
-//! cargo run --release -p ringmail-examples --bin ping_pong -- [--round-trips N] [--busy-poll-us N]
+//! cargo run --release -p ringmail-examples --bin ring_ping_pong -- [--round-trips N] [--busy-poll-us N]
 //! ```
 
 use std::time::{Duration, Instant};

@@ -1,0 +1,33 @@
+//! The examples run as part of the test suite, with small parameters.
+
+use std::process::Command;
+
+fn run(bin: &str, args: &[&str]) -> String {
+    let out = Command::new(bin).args(args).output().expect("example runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{bin} failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+#[test]
+fn ping_pong_prints_percentiles() {
+    let out = run(env!("CARGO_BIN_EXE_ping-pong"), &["--round-trips", "2000"]);
+    assert!(out.contains("1800 samples"), "{out}");
+    assert!(out.contains("p99.99"), "{out}");
+}
+
+#[test]
+fn pipeline_passes_everything_in_order() {
+    let out = run(env!("CARGO_BIN_EXE_pipeline"), &["--stages", "3", "--messages", "50000"]);
+    assert!(out.contains("50000 messages through 3 stages"), "{out}");
+}
+
+#[test]
+fn ring_ping_pong_prints_both_modes() {
+    let out = run(env!("CARGO_BIN_EXE_ring_ping_pong"), &["--round-trips", "1000"]);
+    assert!(out.contains("sleeping wait") && out.contains("busy-poll"), "{out}");
+}
