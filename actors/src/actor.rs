@@ -1,7 +1,11 @@
 //! The traits an application implements: [`Actor`], [`Message`], [`Handler`],
 //! and the [`Context`] a handler gets.
 
+use std::marker::PhantomData;
+use std::time::Duration;
+
 use crate::actor_ref::ActorRef;
+use crate::envelope::{Body, Envelope, Typed};
 
 /// A unit of state that handles messages one at a time, on the thread of the
 /// shard (ring) that hosts it.
@@ -27,7 +31,8 @@ pub trait Handler<M: Message>: Actor {
     fn handle(&mut self, msg: M, ctx: &mut Context<Self>) -> M::Reply;
 }
 
-/// What a handler can do besides changing its own state.
+/// What a handler can do besides changing its own state: its own address,
+/// stopping, spawning co-located actors, and timers on its shard's ring.
 pub struct Context<A: Actor> {
     pub(crate) me: ActorRef<A>,
     pub(crate) stop: bool,
@@ -50,4 +55,61 @@ impl<A: Actor> Context<A> {
     pub fn spawn<B: Actor>(&self, actor: B) -> ActorRef<B> {
         self.me.shard.spawn(actor)
     }
+
+    fn timer<M>(
+        &self,
+        delay: Duration,
+        period: Option<Duration>,
+        mut make: impl FnMut() -> Option<M> + 'static,
+    ) -> Option<TimerId>
+    where
+        A: Handler<M>,
+        M: Message,
+    {
+        let me = self.me.clone();
+        let make = Box::new(move || {
+            let msg = make()?;
+            if !me.is_alive() {
+                return None; // the actor is gone: the timer ends
+            }
+            me.shared.reserve_forced();
+            let typed: Typed<A, M> = Typed { msg, reply: None, _a: PhantomData };
+            Some(Envelope { to: me.id(), body: Body::Msg(Box::new(typed)) })
+        });
+        crate::local::with(|t| t.add_timer(delay, period, make)).ok().flatten().map(TimerId)
+    }
+
+    /// Delivers `msg` to this actor after `delay`, driven by a timeout on
+    /// the shard's own ring. `None` when the ring's SQ stayed full.
+    pub fn send_after<M>(&self, delay: Duration, msg: M) -> Option<TimerId>
+    where
+        A: Handler<M>,
+        M: Message,
+    {
+        let mut msg = Some(msg);
+        self.timer(delay, None, move || msg.take())
+    }
+
+    /// Delivers `make()` to this actor every `period`, until cancelled or
+    /// the actor stops.
+    pub fn send_interval<M>(
+        &self,
+        period: Duration,
+        mut make: impl FnMut() -> M + 'static,
+    ) -> Option<TimerId>
+    where
+        A: Handler<M>,
+        M: Message,
+    {
+        self.timer(period, Some(period), move || Some(make()))
+    }
+
+    /// Cancels a timer of this actor: it delivers nothing more.
+    pub fn cancel_timer(&self, id: TimerId) {
+        let _ = crate::local::with(|t| t.cancel_timer(id.0));
+    }
 }
+
+/// A timer armed by [`Context::send_after`] or [`Context::send_interval`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TimerId(u64);

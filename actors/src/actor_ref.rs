@@ -21,6 +21,8 @@ pub(crate) struct ActorShared {
     cap: usize,
     alive: AtomicBool,
     reason: Mutex<Option<StopReason>>,
+    /// Names this actor is registered under (removed when it stops).
+    names: Mutex<Vec<String>>,
 }
 
 impl ActorShared {
@@ -31,7 +33,22 @@ impl ActorShared {
             cap,
             alive: AtomicBool::new(true),
             reason: Mutex::new(None),
+            names: Mutex::new(Vec::new()),
         }
+    }
+
+    pub(crate) fn add_name(&self, name: String) {
+        self.names.lock().unwrap_or_else(|p| p.into_inner()).push(name);
+    }
+
+    pub(crate) fn take_names(&self) -> Vec<String> {
+        std::mem::take(&mut *self.names.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Counts a message that bypasses the capacity check (timer messages:
+    /// the actor asked for them, refusing would lose them).
+    pub(crate) fn reserve_forced(&self) {
+        self.queued.fetch_add(1, Ordering::AcqRel);
     }
 
     fn reserve(&self) -> bool {

@@ -47,8 +47,10 @@
 //!   [`ActorRef::tell`] waits for room.
 //! * A panic in a handler stops that actor only ([`StopReason::Panicked`]).
 //!
-//! Status: supervision strategies, links and monitors, the name registry,
-//! timers and I/O as messages are being built on this core.
+//! Also: a name registry ([`System::register`], [`System::lookup`]) and
+//! timers on the shard's own ring ([`Context::send_after`],
+//! [`Context::send_interval`]). Status: supervision strategies, links and
+//! monitors, and I/O as messages are being built on this core.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
@@ -58,14 +60,16 @@ mod actor_ref;
 mod envelope;
 mod error;
 mod local;
+mod registry;
 mod shard;
 mod system;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-pub use actor::{Actor, Context, Handler, Message};
+pub use actor::{Actor, Context, Handler, Message, TimerId};
 pub use actor_ref::ActorRef;
 pub use error::{AskError, SpawnError, StopReason, TellError};
+pub use registry::NameTaken;
 pub use system::{Shard, System, SystemConfig};
 
 /// The ring and mailbox layer (re-export of `ringmail-transport`).

@@ -8,9 +8,24 @@ use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use std::collections::HashMap;
+
+use ringmail_transport::io_uring::{opcode, types};
 use ringmail_transport::{Addr, Event, Ring, RingConfig, SendError, SetupError};
 
 use crate::envelope::{Body, Envelope};
+
+/// A timer armed on this thread's ring.
+pub(crate) struct Timer {
+    /// Read by the kernel; owned here until the timeout's CQE is reaped.
+    /// (Declared after `ring` in `ThreadCtx`, so the ring, and with it every
+    /// pending timeout, is gone before this box is freed.)
+    ts: Box<types::Timespec>,
+    /// Makes the envelope to deliver; `None` ends the timer.
+    make: Box<dyn FnMut() -> Option<Envelope>>,
+    period: Option<Duration>,
+    cancelled: bool,
+}
 
 pub(crate) struct ThreadCtx {
     pub(crate) ring: Ring<Envelope>,
@@ -24,6 +39,8 @@ pub(crate) struct ThreadCtx {
     /// early (while the ask's own send was being flushed).
     awaiting: Option<u64>,
     early_reply: Option<Option<Box<dyn Any + Send>>>,
+    timers: HashMap<u64, Timer>,
+    next_timer: u64,
 }
 
 impl ThreadCtx {
@@ -35,7 +52,70 @@ impl ThreadCtx {
             events: Vec::new(),
             awaiting: None,
             early_reply: None,
+            timers: HashMap::new(),
+            next_timer: 1,
         }
+    }
+
+    fn arm(&mut self, token: u64, delay: Duration) -> bool {
+        let Some(timer) = self.timers.get_mut(&token) else { return false };
+        // The previous timeout of this timer (if any) has completed: the
+        // kernel no longer reads this timespec, so it can be rewritten.
+        *timer.ts = types::Timespec::from(delay);
+        let entry = opcode::Timeout::new(&*timer.ts as *const types::Timespec).build();
+        // SAFETY: the timespec is boxed in `self.timers` under this token and
+        // stays there until the timeout's completion comes back through
+        // `fire` (or the ring is dropped first, see `Timer::ts`). No link
+        // flags are set on the entry.
+        unsafe { self.ring.push_io(entry, token) }.is_ok()
+    }
+
+    /// Arms a timer that delivers `make()` after `delay` (then every
+    /// `period`, if any). Returns its id, or `None` when the SQ stayed full.
+    pub(crate) fn add_timer(
+        &mut self,
+        delay: Duration,
+        period: Option<Duration>,
+        make: Box<dyn FnMut() -> Option<Envelope>>,
+    ) -> Option<u64> {
+        let token = self.next_timer;
+        self.next_timer += 1;
+        let ts = Box::new(types::Timespec::new());
+        self.timers.insert(token, Timer { ts, make, period, cancelled: false });
+        if self.arm(token, delay) {
+            Some(token)
+        } else {
+            self.timers.remove(&token);
+            None
+        }
+    }
+
+    /// Cancels a timer: it will deliver nothing more.
+    pub(crate) fn cancel_timer(&mut self, token: u64) {
+        if let Some(t) = self.timers.get_mut(&token) {
+            t.cancelled = true; // freed when its pending timeout completes
+        }
+    }
+
+    /// A timeout completed: the envelope to deliver, if any; re-arms intervals.
+    pub(crate) fn fire(&mut self, token: u64) -> Option<Envelope> {
+        let timer = self.timers.get_mut(&token)?;
+        if timer.cancelled {
+            self.timers.remove(&token);
+            return None;
+        }
+        let env = (timer.make)();
+        match (env.is_some(), timer.period) {
+            (true, Some(p)) => {
+                if !self.arm(token, p) {
+                    self.timers.remove(&token);
+                }
+            }
+            _ => {
+                self.timers.remove(&token);
+            }
+        }
+        env
     }
 }
 

@@ -38,6 +38,7 @@ use crate::actor_ref::{ActorRef, ActorShared};
 use crate::envelope::{Body, Envelope, Hosted, Slot};
 use crate::error::StopReason;
 use crate::local;
+use crate::registry::Registry;
 
 static NEXT_ACTOR: AtomicU64 = AtomicU64::new(1);
 
@@ -48,11 +49,17 @@ pub(crate) struct ShardHandle {
     /// Actors spawned here whose `Spawn` envelope may not have arrived yet.
     pending: Mutex<HashSet<u64>>,
     mailbox_capacity: usize,
+    pub(crate) registry: Arc<Registry>,
 }
 
 impl ShardHandle {
-    pub(crate) fn new(id: u64, addr: Addr<Envelope>, mailbox_capacity: usize) -> Self {
-        ShardHandle { id, addr, pending: Mutex::new(HashSet::new()), mailbox_capacity }
+    pub(crate) fn new(
+        id: u64,
+        addr: Addr<Envelope>,
+        mailbox_capacity: usize,
+        registry: Arc<Registry>,
+    ) -> Self {
+        ShardHandle { id, addr, pending: Mutex::new(HashSet::new()), mailbox_capacity, registry }
     }
 
     fn pending(&self) -> std::sync::MutexGuard<'_, HashSet<u64>> {
@@ -129,6 +136,12 @@ impl Shard {
             for e in events.drain(..) {
                 match e {
                     Event::Message(env) => batch.push_back(env),
+                    // A timer of one of our actors fired.
+                    Event::Io { token, .. } => {
+                        if let Ok(Some(env)) = local::with(|t| t.fire(token)) {
+                            batch.push_back(env);
+                        }
+                    }
                     _ => crate::dead_letter(), // an envelope we sent came back
                 }
             }
@@ -166,7 +179,7 @@ impl Shard {
                     }
                     Err(p) => {
                         self.stats.panics.fetch_add(1, Ordering::Relaxed);
-                        slot.shared().set_stopped(StopReason::Panicked(panic_message(p)));
+                        self.finished(slot.shared(), StopReason::Panicked(panic_message(p)));
                         self.dead_letter_early(to);
                     }
                 }
@@ -187,7 +200,7 @@ impl Shard {
                     Err(p) => {
                         self.stats.panics.fetch_add(1, Ordering::Relaxed);
                         let slot = self.actors.remove(&to).expect("present");
-                        slot.shared().set_stopped(StopReason::Panicked(panic_message(p)));
+                        self.finished(slot.shared(), StopReason::Panicked(panic_message(p)));
                     }
                 }
             }
@@ -208,10 +221,18 @@ impl Shard {
         if let Some(mut slot) = self.actors.remove(&id) {
             if let Err(p) = catch_unwind(AssertUnwindSafe(|| slot.stopped())) {
                 self.stats.panics.fetch_add(1, Ordering::Relaxed);
-                slot.shared().set_stopped(StopReason::Panicked(panic_message(p)));
+                self.finished(slot.shared(), StopReason::Panicked(panic_message(p)));
                 return;
             }
-            slot.shared().set_stopped(reason);
+            self.finished(slot.shared(), reason);
+        }
+    }
+
+    /// Records the end of an actor: its reason, and its names leave the registry.
+    fn finished(&self, shared: &ActorShared, reason: StopReason) {
+        shared.set_stopped(reason);
+        for name in shared.take_names() {
+            self.handle.registry.remove(&name, shared.id);
         }
     }
 

@@ -12,6 +12,7 @@ use crate::actor_ref::ActorRef;
 use crate::envelope::{Body, Envelope};
 use crate::error::SpawnError;
 use crate::local;
+use crate::registry::{NameTaken, Registry};
 use crate::shard::{Shard as ShardLoop, ShardHandle};
 
 static NEXT_SHARD: AtomicU64 = AtomicU64::new(1);
@@ -67,6 +68,7 @@ pub struct System {
     cfg: SystemConfig,
     shards: Mutex<Vec<(Arc<ShardHandle>, JoinHandle<()>)>>,
     stats: Arc<SystemStats>,
+    registry: Arc<Registry>,
 }
 
 impl Default for System {
@@ -83,7 +85,12 @@ impl System {
 
     /// A system with `cfg`.
     pub fn with_config(cfg: SystemConfig) -> System {
-        System { cfg, shards: Mutex::new(Vec::new()), stats: Arc::default() }
+        System {
+            cfg,
+            shards: Mutex::new(Vec::new()),
+            stats: Arc::default(),
+            registry: Arc::default(),
+        }
     }
 
     fn start_shard(&self, dedicated: bool) -> Result<Arc<ShardHandle>, SpawnError> {
@@ -120,7 +127,7 @@ impl System {
                 return Err(SpawnError::ShuttingDown);
             }
         };
-        let handle = Arc::new(ShardHandle::new(id, addr, cap));
+        let handle = Arc::new(ShardHandle::new(id, addr, cap, self.registry.clone()));
         let _ = handle_tx.send(handle.clone());
         self.shards.lock().unwrap_or_else(|p| p.into_inner()).push((handle.clone(), thread));
         Ok(handle)
@@ -143,6 +150,27 @@ impl System {
     /// Spawns `actor` on `shard`.
     pub fn spawn_on<A: Actor>(&self, shard: &Shard, actor: A) -> ActorRef<A> {
         shard.0.spawn(actor)
+    }
+
+    /// Registers `actor` under `name`, until it stops or is unregistered.
+    /// A taken name (or a stopped actor) hands the reference back.
+    pub fn register<A: Actor>(&self, name: &str, actor: &ActorRef<A>) -> Result<(), NameTaken<A>> {
+        self.registry.register(name, actor.clone())
+    }
+
+    /// The live actor of type `A` registered under `name`, from any thread.
+    pub fn lookup<A: Actor>(&self, name: &str) -> Option<ActorRef<A>> {
+        self.registry.lookup(name)
+    }
+
+    /// Removes `name` if it names `actor`.
+    pub fn unregister<A: Actor>(&self, name: &str, actor: &ActorRef<A>) {
+        self.registry.remove(name, actor.id());
+    }
+
+    /// Names currently registered.
+    pub fn registered(&self) -> usize {
+        self.registry.len()
     }
 
     /// Handler panics so far (each stopped its actor).
