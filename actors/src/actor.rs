@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use crate::actor_ref::ActorRef;
 use crate::envelope::{Body, Envelope, Typed};
+use crate::error::StopReason;
+use crate::supervisor::Down;
 
 /// A unit of state that handles messages one at a time, on the thread of the
 /// shard (ring) that hosts it.
@@ -35,7 +37,7 @@ pub trait Handler<M: Message>: Actor {
 /// stopping, spawning co-located actors, and timers on its shard's ring.
 pub struct Context<A: Actor> {
     pub(crate) me: ActorRef<A>,
-    pub(crate) stop: bool,
+    pub(crate) stop: Option<StopReason>,
 }
 
 impl<A: Actor> Context<A> {
@@ -47,7 +49,41 @@ impl<A: Actor> Context<A> {
     /// Stops this actor after the current message; its `stopped` hook runs,
     /// and messages still queued for it become dead letters.
     pub fn stop(&mut self) {
-        self.stop = true;
+        self.stop_with(StopReason::Normal);
+    }
+
+    /// Stops this actor after the current message with `reason` (what its
+    /// monitors and links see).
+    pub fn stop_with(&mut self, reason: StopReason) {
+        self.stop.get_or_insert(reason);
+    }
+
+    /// Monitors `target`: this actor receives a [`Down`] when it stops.
+    pub fn monitor<B: Actor>(&self, target: &ActorRef<B>)
+    where
+        A: Handler<Down>,
+    {
+        target.monitor(&self.me);
+    }
+
+    /// Links this actor and `other`: when either stops abnormally
+    /// ([`StopReason::is_abnormal`]), the other is stopped with
+    /// [`StopReason::Linked`].
+    pub fn link<B: Actor>(&self, other: &ActorRef<B>) {
+        let me = self.me.clone();
+        let them_id = other.id();
+        other.shared.watch(Box::new(move |r| {
+            if r.is_abnormal() {
+                me.stop_with(StopReason::Linked(them_id));
+            }
+        }));
+        let them = other.clone();
+        let me_id = self.me.id();
+        self.me.shared.watch(Box::new(move |r| {
+            if r.is_abnormal() {
+                them.stop_with(StopReason::Linked(me_id));
+            }
+        }));
     }
 
     /// Spawns another actor on this actor's shard (co-located: messages

@@ -11,6 +11,7 @@ use crate::envelope::{Body, Envelope, ReplyTo, Typed};
 use crate::error::{AskError, StopReason, TellError};
 use crate::local::{self, SendFail};
 use crate::shard::ShardHandle;
+use crate::supervisor::Down;
 
 static NEXT_ASK: AtomicU64 = AtomicU64::new(1);
 
@@ -23,7 +24,11 @@ pub(crate) struct ActorShared {
     reason: Mutex<Option<StopReason>>,
     /// Names this actor is registered under (removed when it stops).
     names: Mutex<Vec<String>>,
+    /// Who is told when it stops; `None` once it has (then `watch` calls at once).
+    watchers: Mutex<Option<Vec<Watcher>>>,
 }
+
+type Watcher = Box<dyn FnOnce(&StopReason) + Send>;
 
 impl ActorShared {
     pub(crate) fn new(id: u64, cap: usize) -> Self {
@@ -34,6 +39,20 @@ impl ActorShared {
             alive: AtomicBool::new(true),
             reason: Mutex::new(None),
             names: Mutex::new(Vec::new()),
+            watchers: Mutex::new(Some(Vec::new())),
+        }
+    }
+
+    /// Calls `w` with the stop reason once the actor stops (at once if it has).
+    pub(crate) fn watch(&self, w: Watcher) {
+        let mut ws = self.watchers.lock().unwrap_or_else(|p| p.into_inner());
+        match ws.as_mut() {
+            Some(list) => list.push(w),
+            None => {
+                drop(ws);
+                let reason = self.reason.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                w(&reason.unwrap_or(StopReason::Normal));
+            }
         }
     }
 
@@ -77,13 +96,17 @@ impl ActorShared {
         self.alive.load(Ordering::Acquire)
     }
 
-    /// Marks the actor stopped (first reason wins).
+    /// Marks the actor stopped (first reason wins) and tells its watchers.
     pub(crate) fn set_stopped(&self, reason: StopReason) {
-        let mut r = self.reason.lock().unwrap_or_else(|p| p.into_inner());
-        if r.is_none() {
-            *r = Some(reason);
-        }
+        let reason = {
+            let mut r = self.reason.lock().unwrap_or_else(|p| p.into_inner());
+            r.get_or_insert(reason).clone()
+        };
         self.alive.store(false, Ordering::Release);
+        let watchers = self.watchers.lock().unwrap_or_else(|p| p.into_inner()).take();
+        for w in watchers.into_iter().flatten() {
+            w(&reason);
+        }
     }
 }
 
@@ -231,8 +254,46 @@ impl<A: Actor> ActorRef<A> {
 
     /// Asks the actor to stop after the messages already sent to it.
     pub fn stop(&self) {
-        let env = Envelope { to: self.shared.id, body: Body::Stop };
+        self.stop_with(StopReason::Normal);
+    }
+
+    pub(crate) fn stop_with(&self, reason: StopReason) {
+        let env = Envelope { to: self.shared.id, body: Body::Stop(reason) };
         let _ = local::send_to_shard(self.shard.id, &self.shard.addr, env);
+    }
+
+    /// Makes `watcher` receive a [`Down`] when this actor stops, with the
+    /// reason (at once if it already has). DOWN messages bypass the
+    /// watcher's mailbox capacity: they are never refused.
+    pub fn monitor<W>(&self, watcher: &ActorRef<W>)
+    where
+        W: Handler<Down>,
+    {
+        let watcher = watcher.clone();
+        let actor = self.shared.id;
+        self.shared.watch(Box::new(move |reason| {
+            watcher.deliver_forced(Down { actor, reason: reason.clone() });
+        }));
+    }
+
+    /// Sends without the capacity check (DOWN, timers): the receiver asked
+    /// for these. A stopped receiver makes it a dead letter.
+    pub(crate) fn deliver_forced<M>(&self, msg: M)
+    where
+        A: Handler<M>,
+        M: Message,
+    {
+        if !self.shared.is_alive() {
+            crate::dead_letter();
+            return;
+        }
+        self.shared.reserve_forced();
+        let typed: Typed<A, M> = Typed { msg, reply: None, _a: PhantomData };
+        let env = Envelope { to: self.shared.id, body: Body::Msg(Box::new(typed)) };
+        if local::send_to_shard(self.shard.id, &self.shard.addr, env).is_err() {
+            self.shared.unreserve();
+            crate::dead_letter();
+        }
     }
 
     fn send_typed<M>(&self, msg: M, reply: Option<ReplyTo>) -> Result<(), (M, TellFail)>

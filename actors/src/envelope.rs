@@ -18,8 +18,8 @@ pub(crate) struct Envelope {
 pub(crate) enum Body {
     /// A typed message for the actor.
     Msg(Box<dyn Erased>),
-    /// Stop the actor after the messages before this one.
-    Stop,
+    /// Stop the actor after the messages before this one, with this reason.
+    Stop(crate::error::StopReason),
     /// Install a new actor on the receiving shard.
     Spawn(Box<dyn Hosted>),
     /// The reply to ask `ask`; `None` when the actor stopped without replying.
@@ -30,8 +30,9 @@ pub(crate) enum Body {
 
 /// A message whose actor type is known only to itself.
 pub(crate) trait Erased: Send {
-    /// Runs the handler on `slot` (a `Slot<A>`); true when the actor asked to stop.
-    fn handle(self: Box<Self>, slot: &mut dyn Any) -> bool;
+    /// Runs the handler on `slot` (a `Slot<A>`); `Some` when the actor asked
+    /// to stop.
+    fn handle(self: Box<Self>, slot: &mut dyn Any) -> Option<crate::error::StopReason>;
     /// Gives the typed message back (for an error that returns it).
     fn into_any(self: Box<Self>) -> Box<dyn Any>;
 }
@@ -73,9 +74,9 @@ pub(crate) struct Typed<A, M> {
 }
 
 impl<A: Handler<M>, M: Message> Erased for Typed<A, M> {
-    fn handle(self: Box<Self>, slot: &mut dyn Any) -> bool {
+    fn handle(self: Box<Self>, slot: &mut dyn Any) -> Option<crate::error::StopReason> {
         let slot = slot.downcast_mut::<Slot<A>>().expect("an envelope reaches only its actor type");
-        let mut ctx = Context { me: slot.me.clone(), stop: false };
+        let mut ctx = Context { me: slot.me.clone(), stop: None };
         let Typed { msg, reply, .. } = *self;
         let r = slot.actor.handle(msg, &mut ctx);
         if let Some(reply) = reply {
@@ -97,20 +98,20 @@ pub(crate) struct Slot<A: Actor> {
 
 /// What a shard needs from a hosted actor without knowing its type.
 pub(crate) trait Hosted: Send {
-    fn started(&mut self) -> bool;
+    fn started(&mut self) -> Option<crate::error::StopReason>;
     fn stopped(&mut self);
     fn shared(&self) -> &ActorShared;
     fn as_any(&mut self) -> &mut dyn Any;
 }
 
 impl<A: Actor> Hosted for Slot<A> {
-    fn started(&mut self) -> bool {
-        let mut ctx = Context { me: self.me.clone(), stop: false };
+    fn started(&mut self) -> Option<crate::error::StopReason> {
+        let mut ctx = Context { me: self.me.clone(), stop: None };
         self.actor.started(&mut ctx);
         ctx.stop
     }
     fn stopped(&mut self) {
-        let mut ctx = Context { me: self.me.clone(), stop: false };
+        let mut ctx = Context { me: self.me.clone(), stop: None };
         self.actor.stopped(&mut ctx);
     }
     fn shared(&self) -> &ActorShared {

@@ -74,6 +74,22 @@ pub enum StopReason {
     Shutdown,
     /// Its shard could not take it (closed or unavailable).
     ShardGone,
+    /// An actor it was linked to stopped abnormally (that actor's id).
+    Linked(u64),
+    /// A supervisor whose children failed more often than its restart
+    /// intensity allows.
+    RestartIntensity,
+}
+
+impl StopReason {
+    /// True for the reasons that count as failures (what supervisors restart
+    /// and links propagate): panics, linked failures, exhausted supervisors.
+    pub fn is_abnormal(&self) -> bool {
+        matches!(
+            self,
+            StopReason::Panicked(_) | StopReason::Linked(_) | StopReason::RestartIntensity
+        )
+    }
 }
 
 /// A spawn that failed.

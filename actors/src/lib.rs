@@ -49,8 +49,10 @@
 //!
 //! Also: a name registry ([`System::register`], [`System::lookup`]) and
 //! timers on the shard's own ring ([`Context::send_after`],
-//! [`Context::send_interval`]). Status: supervision strategies, links and
-//! monitors, and I/O as messages are being built on this core.
+//! [`Context::send_interval`]); monitors and links ([`ActorRef::monitor`],
+//! [`Context::link`], [`Down`]); supervisors with one-for-one, one-for-all
+//! and rest-for-one strategies and a restart intensity limit
+//! ([`Supervisor`]). Status: I/O as messages is being built on this core.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
@@ -62,6 +64,7 @@ mod error;
 mod local;
 mod registry;
 mod shard;
+mod supervisor;
 mod system;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -70,6 +73,7 @@ pub use actor::{Actor, Context, Handler, Message, TimerId};
 pub use actor_ref::ActorRef;
 pub use error::{AskError, SpawnError, StopReason, TellError};
 pub use registry::NameTaken;
+pub use supervisor::{Down, Strategy, Supervisor};
 pub use system::{Shard, System, SystemConfig};
 
 /// The ring and mailbox layer (re-export of `ringmail-transport`).

@@ -80,6 +80,21 @@ impl Registry {
         e.actor.downcast_ref::<ActorRef<A>>().filter(|a| a.is_alive()).cloned()
     }
 
+    /// Registers `actor` under `name`, replacing whoever had it (supervisors
+    /// re-registering a restarted child while the old instance still stops).
+    pub(crate) fn replace<A: Actor>(&self, name: &str, actor: ActorRef<A>) {
+        actor.shared.add_name(name.to_string());
+        let id = actor.id();
+        let alive = actor.is_alive();
+        self.names.insert(
+            name.to_string(),
+            Registered { id, type_id: TypeId::of::<A>(), actor: Box::new(actor) },
+        );
+        if !alive {
+            self.remove(name, id);
+        }
+    }
+
     /// Removes `name` if it still names actor `id`.
     pub(crate) fn remove(&self, name: &str, id: u64) {
         self.names.remove_if(name, |_, r| r.id == id);

@@ -173,8 +173,8 @@ impl Shard {
                                 batch.push_front(e);
                             }
                         }
-                        if stop {
-                            self.stop_actor(to, StopReason::Normal);
+                        if let Some(reason) = stop {
+                            self.stop_actor(to, reason);
                         }
                     }
                     Err(p) => {
@@ -195,8 +195,8 @@ impl Shard {
                 };
                 slot.shared().unreserve();
                 match catch_unwind(AssertUnwindSafe(|| m.handle(slot.as_any()))) {
-                    Ok(false) => {}
-                    Ok(true) => self.stop_actor(to, StopReason::Normal),
+                    Ok(None) => {}
+                    Ok(Some(reason)) => self.stop_actor(to, reason),
                     Err(p) => {
                         self.stats.panics.fetch_add(1, Ordering::Relaxed);
                         let slot = self.actors.remove(&to).expect("present");
@@ -204,11 +204,14 @@ impl Shard {
                     }
                 }
             }
-            Body::Stop => {
+            Body::Stop(reason) => {
                 if self.actors.contains_key(&to) {
-                    self.stop_actor(to, StopReason::Normal);
+                    self.stop_actor(to, reason);
                 } else if self.handle.pending().contains(&to) {
-                    self.early.entry(to).or_default().push(Envelope { to, body: Body::Stop });
+                    self.early
+                        .entry(to)
+                        .or_default()
+                        .push(Envelope { to, body: Body::Stop(reason) });
                 }
             }
             Body::Reply { .. } => crate::dead_letter(), // a reply after its ask gave up

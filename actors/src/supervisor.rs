@@ -1,0 +1,172 @@
+//! Monitors and supervision.
+//!
+//! A monitor ([`crate::ActorRef::monitor`], [`crate::Context::monitor`])
+//! delivers one [`Down`] when the watched actor stops, with the reason; DOWN
+//! messages bypass the watcher's mailbox capacity. A [`Supervisor`] is an
+//! actor that starts its children, monitors them, and restarts failed ones
+//! (a child that stops abnormally: [`StopReason::is_abnormal`]; a normal
+//! stop is not restarted) by its [`Strategy`], up to an OTP-style intensity
+//! limit: more than `max_restarts` restarts within `within` and the
+//! supervisor stops its children and itself with
+//! [`StopReason::RestartIntensity`], which its own monitors (or its own
+//! supervisor) see.
+//!
+//! Children are co-located on the supervisor's shard and, when given a name,
+//! registered under it after every (re)start, so callers find the current
+//! instance with [`crate::System::lookup`].
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use crate::actor::{Actor, Context, Handler, Message};
+use crate::error::StopReason;
+
+/// An actor stopped: the message a monitor delivers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Down {
+    /// The id of the actor that stopped.
+    pub actor: u64,
+    /// Why it stopped.
+    pub reason: StopReason,
+}
+
+impl Message for Down {
+    type Reply = ();
+}
+
+/// Which children a supervisor restarts when one fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Strategy {
+    /// Only the failed child.
+    OneForOne,
+    /// Every child: the others are stopped, then all start again in order.
+    OneForAll,
+    /// The failed child and every child started after it.
+    RestForOne,
+}
+
+struct Running {
+    id: u64,
+    stop: Box<dyn Fn() + Send>,
+}
+
+type Starter = Box<dyn FnMut(&Context<Supervisor>) -> Running + Send>;
+
+struct Child {
+    start: Starter,
+    running: Option<Running>,
+}
+
+/// A supervisor: see the module docs.
+pub struct Supervisor {
+    strategy: Strategy,
+    max_restarts: usize,
+    within: Duration,
+    children: Vec<Child>,
+    restarts: VecDeque<Instant>,
+}
+
+impl Supervisor {
+    /// A supervisor with `strategy` and the default intensity (3 restarts in 5 s).
+    pub fn new(strategy: Strategy) -> Self {
+        Supervisor {
+            strategy,
+            max_restarts: 3,
+            within: Duration::from_secs(5),
+            children: Vec::new(),
+            restarts: VecDeque::new(),
+        }
+    }
+
+    /// At most `max_restarts` restarts within `within`; one more and the
+    /// supervisor gives up.
+    pub fn intensity(mut self, max_restarts: usize, within: Duration) -> Self {
+        self.max_restarts = max_restarts;
+        self.within = within;
+        self
+    }
+
+    /// Adds a child made by `make` (called at every start), registered as
+    /// `name` when one is given. Children start in the order they are added.
+    pub fn child<A: Actor>(
+        mut self,
+        name: Option<&str>,
+        mut make: impl FnMut() -> A + Send + 'static,
+    ) -> Self {
+        let name = name.map(str::to_string);
+        let start: Starter = Box::new(move |ctx: &Context<Supervisor>| {
+            let child = ctx.spawn(make());
+            child.monitor(ctx.myself());
+            if let Some(n) = &name {
+                ctx.me.shard.registry.replace(n, child.clone());
+            }
+            let id = child.id();
+            Running { id, stop: Box::new(move || child.stop()) }
+        });
+        self.children.push(Child { start, running: None });
+        self
+    }
+
+    fn start(&mut self, i: usize, ctx: &Context<Self>) {
+        let running = (self.children[i].start)(ctx);
+        self.children[i].running = Some(running);
+    }
+
+    fn stop(&mut self, i: usize) {
+        if let Some(r) = self.children[i].running.take() {
+            (r.stop)();
+        }
+    }
+}
+
+impl Actor for Supervisor {
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        for i in 0..self.children.len() {
+            self.start(i, ctx);
+        }
+    }
+
+    fn stopped(&mut self, _ctx: &mut Context<Self>) {
+        for i in (0..self.children.len()).rev() {
+            self.stop(i);
+        }
+    }
+}
+
+impl Handler<Down> for Supervisor {
+    fn handle(&mut self, down: Down, ctx: &mut Context<Self>) {
+        // A DOWN of an instance we already replaced or stopped ourselves: ignore.
+        let Some(i) = self
+            .children
+            .iter()
+            .position(|c| c.running.as_ref().is_some_and(|r| r.id == down.actor))
+        else {
+            return;
+        };
+        self.children[i].running = None;
+        if !down.reason.is_abnormal() {
+            return; // a child that ended normally is not restarted
+        }
+        let now = Instant::now();
+        while self.restarts.front().is_some_and(|t| now.duration_since(*t) > self.within) {
+            self.restarts.pop_front();
+        }
+        if self.restarts.len() >= self.max_restarts {
+            ctx.stop_with(StopReason::RestartIntensity);
+            return;
+        }
+        self.restarts.push_back(now);
+        let range = match self.strategy {
+            Strategy::OneForOne => i..i + 1,
+            Strategy::OneForAll => 0..self.children.len(),
+            Strategy::RestForOne => i..self.children.len(),
+        };
+        for j in range.clone().rev() {
+            self.stop(j);
+        }
+        for j in range {
+            self.start(j, ctx);
+        }
+    }
+}
