@@ -140,6 +140,31 @@ impl<A: Actor> Context<A> {
         self.timer(period, Some(period), move || Some(make()))
     }
 
+    /// Starts `op` on this shard's ring; its completion is delivered to this
+    /// actor as the message `done` makes of it, with the buffer back. The
+    /// buffer belongs to the framework until then (see the `io` module docs).
+    /// Every op completes exactly once: if the ring's SQ stays full it
+    /// completes at once with result `-EBUSY`.
+    pub fn io<M>(&self, op: crate::io::IoOp, done: impl FnOnce(crate::io::IoDone) -> M + 'static)
+    where
+        A: Handler<M>,
+        M: Message,
+    {
+        let me = self.me.clone();
+        let deliver = Box::new(move |d: crate::io::IoDone| {
+            let msg = done(d);
+            if !me.is_alive() {
+                crate::dead_letter();
+                return None;
+            }
+            me.shared.reserve_forced();
+            let typed: Typed<A, M> = Typed { msg, reply: None, _a: PhantomData };
+            Some(Envelope { to: me.id(), body: Body::Msg(Box::new(typed)) })
+        });
+        // Handlers run on their shard's thread, which always has its ring.
+        let _ = crate::local::with(|t| t.start_io(op, deliver));
+    }
+
     /// Cancels a timer of this actor: it delivers nothing more.
     pub fn cancel_timer(&self, id: TimerId) {
         let _ = crate::local::with(|t| t.cancel_timer(id.0));

@@ -353,3 +353,110 @@ impl TellFail {
         }
     }
 }
+
+/// A reference that does not keep the actor's bookkeeping alive:
+/// [`upgrade`](WeakActorRef::upgrade) gives an [`ActorRef`] while the actor
+/// runs and something else still holds a strong reference.
+pub struct WeakActorRef<A: Actor> {
+    shared: std::sync::Weak<ActorShared>,
+    shard: std::sync::Weak<ShardHandle>,
+    _a: PhantomData<fn() -> A>,
+}
+
+impl<A: Actor> Clone for WeakActorRef<A> {
+    fn clone(&self) -> Self {
+        WeakActorRef { shared: self.shared.clone(), shard: self.shard.clone(), _a: PhantomData }
+    }
+}
+
+impl<A: Actor> fmt::Debug for WeakActorRef<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("WeakActorRef")
+    }
+}
+
+impl<A: Actor> WeakActorRef<A> {
+    /// A strong reference, if the actor is still alive and referenced.
+    pub fn upgrade(&self) -> Option<ActorRef<A>> {
+        let shared = self.shared.upgrade()?;
+        let shard = self.shard.upgrade()?;
+        shared.is_alive().then_some(ActorRef { shared, shard, _a: PhantomData })
+    }
+}
+
+impl<A: Actor> ActorRef<A> {
+    /// A weak reference to this actor.
+    pub fn downgrade(&self) -> WeakActorRef<A> {
+        WeakActorRef {
+            shared: Arc::downgrade(&self.shared),
+            shard: Arc::downgrade(&self.shard),
+            _a: PhantomData,
+        }
+    }
+
+    /// A reference that accepts `M` and hides the actor's type, so actors of
+    /// different types handling `M` can sit in one collection.
+    pub fn recipient<M>(&self) -> Recipient<M>
+    where
+        A: Handler<M>,
+        M: Message,
+    {
+        Recipient(Arc::new(self.clone()))
+    }
+}
+
+trait Sink<M: Message>: Send + Sync {
+    fn try_tell(&self, msg: M) -> Result<(), TellError<M>>;
+    fn tell(&self, msg: M) -> Result<(), TellError<M>>;
+    fn ask(&self, msg: M, timeout: Duration) -> Result<M::Reply, AskError<M>>;
+    fn id(&self) -> u64;
+}
+
+impl<A: Handler<M>, M: Message> Sink<M> for ActorRef<A> {
+    fn try_tell(&self, msg: M) -> Result<(), TellError<M>> {
+        ActorRef::try_tell(self, msg)
+    }
+    fn tell(&self, msg: M) -> Result<(), TellError<M>> {
+        ActorRef::tell(self, msg)
+    }
+    fn ask(&self, msg: M, timeout: Duration) -> Result<M::Reply, AskError<M>> {
+        ActorRef::ask(self, msg, timeout)
+    }
+    fn id(&self) -> u64 {
+        self.shared.id
+    }
+}
+
+/// A reference to some actor that handles `M` (see [`ActorRef::recipient`]).
+pub struct Recipient<M: Message>(Arc<dyn Sink<M>>);
+
+impl<M: Message> Clone for Recipient<M> {
+    fn clone(&self) -> Self {
+        Recipient(self.0.clone())
+    }
+}
+
+impl<M: Message> fmt::Debug for Recipient<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Recipient").field(&self.0.id()).finish()
+    }
+}
+
+impl<M: Message> Recipient<M> {
+    /// The actor's id.
+    pub fn id(&self) -> u64 {
+        self.0.id()
+    }
+    /// As [`ActorRef::try_tell`].
+    pub fn try_tell(&self, msg: M) -> Result<(), TellError<M>> {
+        self.0.try_tell(msg)
+    }
+    /// As [`ActorRef::tell`].
+    pub fn tell(&self, msg: M) -> Result<(), TellError<M>> {
+        self.0.tell(msg)
+    }
+    /// As [`ActorRef::ask`].
+    pub fn ask(&self, msg: M, timeout: Duration) -> Result<M::Reply, AskError<M>> {
+        self.0.ask(msg, timeout)
+    }
+}

@@ -52,7 +52,8 @@
 //! [`Context::send_interval`]); monitors and links ([`ActorRef::monitor`],
 //! [`Context::link`], [`Down`]); supervisors with one-for-one, one-for-all
 //! and rest-for-one strategies and a restart intensity limit
-//! ([`Supervisor`]). Status: I/O as messages is being built on this core.
+//! ([`Supervisor`]); I/O on the shard's own ring whose completions arrive as
+//! messages ([`Context::io`], [`io`]).
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
@@ -61,6 +62,7 @@ mod actor;
 mod actor_ref;
 mod envelope;
 mod error;
+pub mod io;
 mod local;
 mod registry;
 mod shard;
@@ -70,7 +72,7 @@ mod system;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 pub use actor::{Actor, Context, Handler, Message, TimerId};
-pub use actor_ref::ActorRef;
+pub use actor_ref::{ActorRef, Recipient, WeakActorRef};
 pub use error::{AskError, SpawnError, StopReason, TellError};
 pub use registry::NameTaken;
 pub use supervisor::{Down, Strategy, Supervisor};

@@ -40,6 +40,8 @@ pub(crate) struct ThreadCtx {
     awaiting: Option<u64>,
     early_reply: Option<Option<Box<dyn Any + Send>>>,
     timers: HashMap<u64, Timer>,
+    /// Actor I/O in flight (buffers owned here until the completion).
+    io: HashMap<u64, crate::io::PendingIo>,
     next_timer: u64,
 }
 
@@ -53,6 +55,7 @@ impl ThreadCtx {
             awaiting: None,
             early_reply: None,
             timers: HashMap::new(),
+            io: HashMap::new(),
             next_timer: 1,
         }
     }
@@ -97,8 +100,38 @@ impl ThreadCtx {
         }
     }
 
-    /// A timeout completed: the envelope to deliver, if any; re-arms intervals.
-    pub(crate) fn fire(&mut self, token: u64) -> Option<Envelope> {
+    /// Starts an actor's I/O operation. If the SQ stayed full, the operation
+    /// completes at once with `-EBUSY` (its buffer goes back the usual way).
+    pub(crate) fn start_io(
+        &mut self,
+        op: crate::io::IoOp,
+        deliver: Box<dyn FnOnce(crate::io::IoDone) -> Option<Envelope>>,
+    ) {
+        let token = self.next_timer;
+        self.next_timer += 1;
+        let (entry, pending) = crate::io::PendingIo::prepare(op, deliver);
+        // SAFETY: every pointer in `entry` is into `pending` (its buffer's
+        // heap allocation or its boxed timespec), which is stored below under
+        // `token` and removed only when that token's completion is reaped
+        // (`fire`), or dropped after the ring itself (field order of
+        // `ThreadCtx`). The entry carries no link flags.
+        let pushed = unsafe { self.ring.push_io(entry, token) };
+        if pushed.is_err() {
+            const EBUSY: i32 = 16;
+            if let Some(env) = pending.complete(-EBUSY) {
+                self.queue.push_back(env);
+            }
+            return;
+        }
+        self.io.insert(token, pending);
+    }
+
+    /// A completion of this thread's ring: a timer or an actor's I/O. The
+    /// envelope to deliver, if any; re-arms intervals.
+    pub(crate) fn fire(&mut self, token: u64, result: i32) -> Option<Envelope> {
+        if let Some(pending) = self.io.remove(&token) {
+            return pending.complete(result);
+        }
         let timer = self.timers.get_mut(&token)?;
         if timer.cancelled {
             self.timers.remove(&token);

@@ -136,9 +136,9 @@ impl Shard {
             for e in events.drain(..) {
                 match e {
                     Event::Message(env) => batch.push_back(env),
-                    // A timer of one of our actors fired.
-                    Event::Io { token, .. } => {
-                        if let Ok(Some(env)) = local::with(|t| t.fire(token)) {
+                    // A timer or an I/O operation of one of our actors completed.
+                    Event::Io { token, result, .. } => {
+                        if let Ok(Some(env)) = local::with(|t| t.fire(token, result)) {
                             batch.push_back(env);
                         }
                     }

@@ -1,0 +1,151 @@
+//! I/O as messages: an actor starts an operation on its shard's own ring
+//! ([`crate::Context::io`]) and its completion arrives like any message, in
+//! the same queue and the same wait as everything else.
+//!
+//! # Buffer ownership
+//!
+//! An [`IoOp`] owns its buffer (`Vec<u8>`). From submission until the
+//! kernel's completion the buffer belongs to the framework (kept in the
+//! shard's table of pending operations, the heap allocation never moves),
+//! then it comes back to the actor in [`IoDone::buf`]. A pending operation
+//! of a shard that shuts down is cancelled with its ring before its buffer is
+//! freed. The fd is only named by the operation: if the caller closes it
+//! early, the kernel holds its own reference for the operation's duration.
+
+use std::os::fd::RawFd;
+use std::time::Duration;
+
+use ringmail_transport::io_uring::{opcode, squeue, types};
+
+/// An operation on the shard's ring, with its owned buffer.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum IoOp {
+    /// `pread` into `buf` (its length is the most read); `offset` `u64::MAX`
+    /// reads at the file position.
+    Read {
+        /// The file.
+        fd: RawFd,
+        /// Filled from the start; truncated to what was read.
+        buf: Vec<u8>,
+        /// File offset.
+        offset: u64,
+    },
+    /// `pwrite` of `buf`.
+    Write {
+        /// The file.
+        fd: RawFd,
+        /// The bytes to write.
+        buf: Vec<u8>,
+        /// File offset (`u64::MAX`: the file position).
+        offset: u64,
+    },
+    /// `recv` into `buf`.
+    Recv {
+        /// The socket.
+        fd: RawFd,
+        /// Filled from the start; truncated to what was received.
+        buf: Vec<u8>,
+    },
+    /// `send` of `buf`.
+    Send {
+        /// The socket.
+        fd: RawFd,
+        /// The bytes to send.
+        buf: Vec<u8>,
+    },
+    /// `accept` on a listening socket; the result is the new fd.
+    Accept {
+        /// The listening socket.
+        fd: RawFd,
+    },
+    /// Completes after `after` (result `-ETIME`).
+    Timeout {
+        /// The delay.
+        after: Duration,
+    },
+}
+
+/// A completed operation: the CQE's result and the buffer, back.
+#[derive(Debug)]
+pub struct IoDone {
+    /// Bytes transferred, a new fd (accept), or a negative errno.
+    pub result: i32,
+    /// The operation's buffer (for reads, truncated to the bytes read).
+    pub buf: Option<Vec<u8>>,
+}
+
+/// What the shard keeps while the kernel works: the buffer (and timespec)
+/// the SQE points into, and how the completion becomes a message.
+pub(crate) struct PendingIo {
+    buf: Option<Vec<u8>>,
+    /// Read by the kernel for timeouts; boxed so it never moves.
+    _ts: Option<Box<types::Timespec>>,
+    truncate: bool,
+    pub(crate) deliver: Box<dyn FnOnce(IoDone) -> Option<crate::envelope::Envelope>>,
+}
+
+impl PendingIo {
+    /// Builds the SQE for `op` and the state that must outlive it.
+    pub(crate) fn prepare(
+        op: IoOp,
+        deliver: Box<dyn FnOnce(IoDone) -> Option<crate::envelope::Envelope>>,
+    ) -> (squeue::Entry, PendingIo) {
+        let mut p = PendingIo { buf: None, _ts: None, truncate: false, deliver };
+        let entry = match op {
+            IoOp::Read { fd, mut buf, offset } => {
+                let e = opcode::Read::new(types::Fd(fd), buf.as_mut_ptr(), buf.len() as u32)
+                    .offset(offset)
+                    .build();
+                p.buf = Some(buf);
+                p.truncate = true;
+                e
+            }
+            IoOp::Write { fd, buf, offset } => {
+                let e = opcode::Write::new(types::Fd(fd), buf.as_ptr(), buf.len() as u32)
+                    .offset(offset)
+                    .build();
+                p.buf = Some(buf);
+                e
+            }
+            IoOp::Recv { fd, mut buf } => {
+                let e =
+                    opcode::Recv::new(types::Fd(fd), buf.as_mut_ptr(), buf.len() as u32).build();
+                p.buf = Some(buf);
+                p.truncate = true;
+                e
+            }
+            IoOp::Send { fd, buf } => {
+                let e = opcode::Send::new(types::Fd(fd), buf.as_ptr(), buf.len() as u32).build();
+                p.buf = Some(buf);
+                e
+            }
+            IoOp::Accept { fd } => {
+                opcode::Accept::new(types::Fd(fd), std::ptr::null_mut(), std::ptr::null_mut())
+                    .flags(libc_cloexec())
+                    .build()
+            }
+            IoOp::Timeout { after } => {
+                let ts = Box::new(types::Timespec::from(after));
+                let e = opcode::Timeout::new(&*ts as *const types::Timespec).build();
+                p._ts = Some(ts);
+                e
+            }
+        };
+        (entry, p)
+    }
+
+    /// The completion: hands the buffer back through `deliver`.
+    pub(crate) fn complete(mut self, result: i32) -> Option<crate::envelope::Envelope> {
+        if self.truncate && result >= 0 {
+            if let Some(b) = self.buf.as_mut() {
+                b.truncate(result as usize);
+            }
+        }
+        (self.deliver)(IoDone { result, buf: self.buf.take() })
+    }
+}
+
+fn libc_cloexec() -> i32 {
+    0o2000000 // O_CLOEXEC / SOCK_CLOEXEC on Linux
+}

@@ -1,0 +1,125 @@
+//! I/O as messages, weak references and recipients, through the public API.
+
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use ringmail::io::{IoDone, IoOp};
+use ringmail::{Actor, ActorRef, Context, Handler, Message, Recipient, System, WeakActorRef};
+
+struct FileIo {
+    file: File,
+    out: mpsc::Sender<(String, i32, Vec<u8>)>,
+}
+
+struct Wrote(IoDone);
+impl Message for Wrote {
+    type Reply = ();
+}
+struct ReadBack(IoDone);
+impl Message for ReadBack {
+    type Reply = ();
+}
+struct Slept(IoDone);
+impl Message for Slept {
+    type Reply = ();
+}
+
+impl Actor for FileIo {
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        let fd = self.file.as_raw_fd();
+        ctx.io(IoOp::Timeout { after: Duration::from_millis(5) }, Slept);
+        ctx.io(IoOp::Write { fd, buf: b"hello ringmail".to_vec(), offset: 0 }, Wrote);
+    }
+}
+
+impl Handler<Wrote> for FileIo {
+    fn handle(&mut self, Wrote(done): Wrote, ctx: &mut Context<Self>) {
+        self.out.send(("wrote".into(), done.result, done.buf.unwrap_or_default())).unwrap();
+        let fd = self.file.as_raw_fd();
+        ctx.io(IoOp::Read { fd, buf: vec![0; 64], offset: 0 }, ReadBack);
+    }
+}
+impl Handler<ReadBack> for FileIo {
+    fn handle(&mut self, ReadBack(done): ReadBack, _ctx: &mut Context<Self>) {
+        self.out.send(("read".into(), done.result, done.buf.unwrap_or_default())).unwrap();
+    }
+}
+impl Handler<Slept> for FileIo {
+    fn handle(&mut self, Slept(done): Slept, _ctx: &mut Context<Self>) {
+        self.out.send(("slept".into(), done.result, Vec::new())).unwrap();
+    }
+}
+
+#[test]
+fn io_completions_arrive_as_messages_with_their_buffers() {
+    let path = std::env::temp_dir().join(format!("ringmail-io-{}", std::process::id()));
+    let file =
+        File::options().read(true).write(true).create(true).truncate(true).open(&path).unwrap();
+    let system = System::new();
+    let (s, r) = mpsc::channel();
+    let _a = system.spawn(FileIo { file, out: s }).unwrap();
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        got.push(r.recv_timeout(Duration::from_secs(10)).expect("completion"));
+    }
+    std::fs::remove_file(&path).ok();
+    let find = |k: &str| got.iter().find(|(n, _, _)| n == k).cloned().expect(k);
+    let (_, res, buf) = find("wrote");
+    assert_eq!((res, buf.as_slice()), (14, &b"hello ringmail"[..]), "the buffer comes back");
+    let (_, res, buf) = find("read");
+    assert_eq!(
+        (res, buf.as_slice()),
+        (14, &b"hello ringmail"[..]),
+        "read, truncated to its length"
+    );
+    let (_, res, _) = find("slept");
+    assert_eq!(res, -62, "a timeout completes with -ETIME");
+}
+
+// ---- weak references and recipients ----
+
+struct Doubler;
+impl Actor for Doubler {}
+struct Tripler;
+impl Actor for Tripler {}
+struct Num(u32);
+impl Message for Num {
+    type Reply = u32;
+}
+impl Handler<Num> for Doubler {
+    fn handle(&mut self, Num(n): Num, _ctx: &mut Context<Self>) -> u32 {
+        n * 2
+    }
+}
+impl Handler<Num> for Tripler {
+    fn handle(&mut self, Num(n): Num, _ctx: &mut Context<Self>) -> u32 {
+        n * 3
+    }
+}
+
+#[test]
+fn recipients_mix_actor_types_and_weak_refs_do_not_outlive_the_actor() {
+    let system = System::new();
+    let d: ActorRef<Doubler> = system.spawn(Doubler).unwrap();
+    let t = system.spawn(Tripler).unwrap();
+    let all: Vec<Recipient<Num>> = vec![d.recipient(), t.recipient()];
+    let answers: Vec<u32> =
+        all.iter().map(|r| r.ask(Num(5), Duration::from_secs(10)).unwrap()).collect();
+    assert_eq!(answers, vec![10, 15]);
+    let weak: WeakActorRef<Doubler> = d.downgrade();
+    assert!(weak.upgrade().is_some());
+    d.stop();
+    d.wait_stopped(Duration::from_secs(10)).expect("stops");
+    assert!(weak.upgrade().is_none(), "a weak ref does not revive a stopped actor");
+}
+
+#[test]
+fn more_public_handles_are_send_and_sync() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<WeakActorRef<Doubler>>();
+    send_sync::<Recipient<Num>>();
+    send_sync::<ringmail::Down>();
+    send_sync::<ringmail::StopReason>();
+}
