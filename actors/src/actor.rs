@@ -35,12 +35,20 @@ pub trait Handler<M: Message>: Actor {
 
 /// What a handler can do besides changing its own state: its own address,
 /// stopping, spawning co-located actors, and timers on its shard's ring.
+///
+/// A context is tied to its shard's thread (`!Send`): timers and I/O go to
+/// that thread's ring.
 pub struct Context<A: Actor> {
     pub(crate) me: ActorRef<A>,
     pub(crate) stop: Option<StopReason>,
+    _not_send: PhantomData<*const ()>,
 }
 
 impl<A: Actor> Context<A> {
+    pub(crate) fn new(me: ActorRef<A>) -> Self {
+        Context { me, stop: None, _not_send: PhantomData }
+    }
+
     /// This actor's own reference.
     pub fn myself(&self) -> &ActorRef<A> {
         &self.me
@@ -106,6 +114,7 @@ impl<A: Actor> Context<A> {
         let make = Box::new(move || {
             let msg = make()?;
             if !me.is_alive() {
+                crate::dead_letter();
                 return None; // the actor is gone: the timer ends
             }
             me.shared.reserve_forced();
@@ -161,8 +170,7 @@ impl<A: Actor> Context<A> {
             let typed: Typed<A, M> = Typed { msg, reply: None, _a: PhantomData };
             Some(Envelope { to: me.id(), body: Body::Msg(Box::new(typed)) })
         });
-        // Handlers run on their shard's thread, which always has its ring.
-        let _ = crate::local::with(|t| t.start_io(op, deliver));
+        crate::local::start_io(crate::io::PendingIo::prepare(op, deliver));
     }
 
     /// Cancels a timer of this actor: it delivers nothing more.

@@ -199,6 +199,9 @@ impl<A: Actor> ActorRef<A> {
             match self.try_tell(msg) {
                 Err(TellError::Full(m)) if deadline.is_none_or(|d| Instant::now() < d) => {
                     msg = m;
+                    // Our own batch may hold the messages that fill the
+                    // mailbox: let it leave before waiting for room.
+                    local::flush_if_present();
                     std::thread::sleep(backoff);
                     backoff = (backoff * 2).min(Duration::from_millis(1));
                 }
@@ -259,7 +262,7 @@ impl<A: Actor> ActorRef<A> {
 
     pub(crate) fn stop_with(&self, reason: StopReason) {
         let env = Envelope { to: self.shared.id, body: Body::Stop(reason) };
-        let _ = local::send_to_shard(self.shard.id, &self.shard.addr, env);
+        local::send_control(self.shard.id, &self.shard.addr, env, true);
     }
 
     /// Makes `watcher` receive a [`Down`] when this actor stops, with the
@@ -290,9 +293,8 @@ impl<A: Actor> ActorRef<A> {
         self.shared.reserve_forced();
         let typed: Typed<A, M> = Typed { msg, reply: None, _a: PhantomData };
         let env = Envelope { to: self.shared.id, body: Body::Msg(Box::new(typed)) };
-        if local::send_to_shard(self.shard.id, &self.shard.addr, env).is_err() {
-            self.shared.unreserve();
-            crate::dead_letter();
+        if !local::send_control(self.shard.id, &self.shard.addr, env, true) {
+            self.shared.unreserve(); // counted as a dead letter by send_control
         }
     }
 

@@ -48,9 +48,8 @@ impl ReplyTo {
     fn send(mut self, value: Option<Box<dyn Any + Send>>) {
         self.sent = true;
         let env = Envelope { to: 0, body: Body::Reply { ask: self.ask, value } };
-        if crate::local::send_to(&self.addr, env).is_err() {
-            crate::dead_letter(); // the asker's thread is gone
-        }
+        // A failure (the asker's thread is gone) is counted as a dead letter.
+        crate::local::reply_to(&self.addr, env);
     }
 }
 
@@ -61,7 +60,7 @@ impl Drop for ReplyTo {
             // tell the asker now rather than leave it to its timeout.
             self.sent = true;
             let env = Envelope { to: 0, body: Body::Reply { ask: self.ask, value: None } };
-            let _ = crate::local::send_to(&self.addr, env);
+            crate::local::reply_to(&self.addr, env);
         }
     }
 }
@@ -76,7 +75,7 @@ pub(crate) struct Typed<A, M> {
 impl<A: Handler<M>, M: Message> Erased for Typed<A, M> {
     fn handle(self: Box<Self>, slot: &mut dyn Any) -> Option<crate::error::StopReason> {
         let slot = slot.downcast_mut::<Slot<A>>().expect("an envelope reaches only its actor type");
-        let mut ctx = Context { me: slot.me.clone(), stop: None };
+        let mut ctx = Context::new(slot.me.clone());
         let Typed { msg, reply, .. } = *self;
         let r = slot.actor.handle(msg, &mut ctx);
         if let Some(reply) = reply {
@@ -106,12 +105,12 @@ pub(crate) trait Hosted: Send {
 
 impl<A: Actor> Hosted for Slot<A> {
     fn started(&mut self) -> Option<crate::error::StopReason> {
-        let mut ctx = Context { me: self.me.clone(), stop: None };
+        let mut ctx = Context::new(self.me.clone());
         self.actor.started(&mut ctx);
         ctx.stop
     }
     fn stopped(&mut self) {
-        let mut ctx = Context { me: self.me.clone(), stop: None };
+        let mut ctx = Context::new(self.me.clone());
         self.actor.stopped(&mut ctx);
     }
     fn shared(&self) -> &ActorShared {

@@ -78,6 +78,7 @@ pub struct IoDone {
 /// What the shard keeps while the kernel works: the buffer (and timespec)
 /// the SQE points into, and how the completion becomes a message.
 pub(crate) struct PendingIo {
+    entry: squeue::Entry,
     buf: Option<Vec<u8>>,
     /// Read by the kernel for timeouts; boxed so it never moves.
     _ts: Option<Box<types::Timespec>>,
@@ -86,12 +87,18 @@ pub(crate) struct PendingIo {
 }
 
 impl PendingIo {
-    /// Builds the SQE for `op` and the state that must outlive it.
+    /// Builds the SQE for `op` with the state that must outlive it.
     pub(crate) fn prepare(
         op: IoOp,
         deliver: Box<dyn FnOnce(IoDone) -> Option<crate::envelope::Envelope>>,
-    ) -> (squeue::Entry, PendingIo) {
-        let mut p = PendingIo { buf: None, _ts: None, truncate: false, deliver };
+    ) -> PendingIo {
+        let mut p = PendingIo {
+            entry: opcode::Nop::new().build(),
+            buf: None,
+            _ts: None,
+            truncate: false,
+            deliver,
+        };
         let entry = match op {
             IoOp::Read { fd, mut buf, offset } => {
                 let e = opcode::Read::new(types::Fd(fd), buf.as_mut_ptr(), buf.len() as u32)
@@ -132,7 +139,13 @@ impl PendingIo {
                 e
             }
         };
-        (entry, p)
+        p.entry = entry;
+        p
+    }
+
+    /// The SQE; its pointers are into `self`'s buffer or timespec.
+    pub(crate) fn entry(&self) -> squeue::Entry {
+        self.entry.clone()
     }
 
     /// The completion: hands the buffer back through `deliver`.

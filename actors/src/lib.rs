@@ -86,8 +86,9 @@ static DEAD_LETTERS: AtomicU64 = AtomicU64::new(0);
 /// Messages that reached no handler since the process started: sent to a
 /// stopped actor, still queued when their actor stopped or its shard shut
 /// down, or replies that arrived after their ask timed out.
+/// Includes the transport's own count ([`transport::dead_letters`]).
 pub fn dead_letters() -> u64 {
-    DEAD_LETTERS.load(Ordering::Relaxed)
+    DEAD_LETTERS.load(Ordering::Relaxed) + transport::dead_letters()
 }
 
 pub(crate) fn dead_letter() {

@@ -2,27 +2,37 @@
 //! `Ring<Envelope>`: a shard's thread owns its shard's ring; any other thread
 //! (main, a test, a worker pool) gets one lazily on its first send, and
 //! flushes it on every send, since nothing else would.
+//!
+//! # Re-entrancy
+//!
+//! The thread's context lives in a `RefCell`. No user code and no `Drop` of
+//! an envelope runs while it is borrowed: events are moved out first and
+//! handled after the borrow ends, timer and I/O closures run outside it. As a
+//! safety net, a send attempted while the context is borrowed (a `ReplyTo`
+//! or watcher firing from inside) is deferred and sent as soon as the borrow
+//! ends. During thread exit (the context being destroyed) sends fail
+//! cleanly, and the failure is counted as a dead letter.
 
 use std::any::Any;
 use std::cell::RefCell;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
-use std::collections::HashMap;
-
 use ringmail_transport::io_uring::{opcode, types};
-use ringmail_transport::{Addr, Event, Ring, RingConfig, SendError, SetupError};
+use ringmail_transport::{Addr, Event, Ring, RingConfig, SendError};
 
 use crate::envelope::{Body, Envelope};
+use crate::io::PendingIo;
 
 /// A timer armed on this thread's ring.
-pub(crate) struct Timer {
-    /// Read by the kernel; owned here until the timeout's CQE is reaped.
-    /// (Declared after `ring` in `ThreadCtx`, so the ring, and with it every
-    /// pending timeout, is gone before this box is freed.)
+struct Timer {
+    /// The kernel copies it when the timeout SQE is prepared; kept (and
+    /// rewritten in place for intervals) so the pointer is valid throughout.
     ts: Box<types::Timespec>,
-    /// Makes the envelope to deliver; `None` ends the timer.
-    make: Box<dyn FnMut() -> Option<Envelope>>,
+    /// Makes the envelope to deliver (`None` ends the timer). Taken out
+    /// while it runs, outside the context's borrow.
+    make: Option<Box<dyn FnMut() -> Option<Envelope>>>,
     period: Option<Duration>,
     cancelled: bool,
 }
@@ -34,57 +44,70 @@ pub(crate) struct ThreadCtx {
     /// Envelopes for this shard found while doing something else (a
     /// co-located tell, or an ask pumping the ring): dispatched by the loop.
     pub(crate) queue: VecDeque<Envelope>,
+    /// Completions of timers and I/O reaped outside the shard loop (while a
+    /// handler waited in `ask`): handled by the loop.
+    pub(crate) completions: Vec<(u64, i32)>,
     events: Vec<Event<Envelope>>,
     /// The ask this thread is about to wait for, and its reply if it came
     /// early (while the ask's own send was being flushed).
     awaiting: Option<u64>,
     early_reply: Option<Option<Box<dyn Any + Send>>>,
     timers: HashMap<u64, Timer>,
-    /// Actor I/O in flight (buffers owned here until the completion).
-    io: HashMap<u64, crate::io::PendingIo>,
-    next_timer: u64,
+    /// Actor I/O in flight: buffers owned here until the completion.
+    io: HashMap<u64, PendingIo>,
+    next_token: u64,
+    /// Timers plus I/O ops outstanding at most: their completions must fit
+    /// the ring's I/O share of the CQ (`io_reserve / 2`).
+    io_limit: usize,
 }
 
 impl ThreadCtx {
-    fn new(ring: Ring<Envelope>, shard: Option<u64>) -> Self {
+    fn new(ring: Ring<Envelope>, shard: Option<u64>, io_limit: usize) -> Self {
         ThreadCtx {
             ring,
             shard,
             queue: VecDeque::new(),
+            completions: Vec::new(),
             events: Vec::new(),
             awaiting: None,
             early_reply: None,
             timers: HashMap::new(),
             io: HashMap::new(),
-            next_timer: 1,
+            next_token: 1,
+            io_limit,
         }
+    }
+
+    fn at_io_limit(&self) -> bool {
+        self.timers.len() + self.io.len() >= self.io_limit
     }
 
     fn arm(&mut self, token: u64, delay: Duration) -> bool {
         let Some(timer) = self.timers.get_mut(&token) else { return false };
-        // The previous timeout of this timer (if any) has completed: the
-        // kernel no longer reads this timespec, so it can be rewritten.
+        // Any earlier timeout of this timer has completed: rewriting is safe.
         *timer.ts = types::Timespec::from(delay);
         let entry = opcode::Timeout::new(&*timer.ts as *const types::Timespec).build();
         // SAFETY: the timespec is boxed in `self.timers` under this token and
-        // stays there until the timeout's completion comes back through
-        // `fire` (or the ring is dropped first, see `Timer::ts`). No link
-        // flags are set on the entry.
+        // stays there until this timeout's completion has been taken
+        // (`take_completion`); the kernel also copies it at preparation. No
+        // link flags are set.
         unsafe { self.ring.push_io(entry, token) }.is_ok()
     }
 
-    /// Arms a timer that delivers `make()` after `delay` (then every
-    /// `period`, if any). Returns its id, or `None` when the SQ stayed full.
+    /// Arms a timer; `None` at the outstanding limit or when the SQ stayed full.
     pub(crate) fn add_timer(
         &mut self,
         delay: Duration,
         period: Option<Duration>,
         make: Box<dyn FnMut() -> Option<Envelope>>,
     ) -> Option<u64> {
-        let token = self.next_timer;
-        self.next_timer += 1;
+        if self.at_io_limit() {
+            return None;
+        }
+        let token = self.next_token;
+        self.next_token += 1;
         let ts = Box::new(types::Timespec::new());
-        self.timers.insert(token, Timer { ts, make, period, cancelled: false });
+        self.timers.insert(token, Timer { ts, make: Some(make), period, cancelled: false });
         if self.arm(token, delay) {
             Some(token)
         } else {
@@ -93,102 +116,137 @@ impl ThreadCtx {
         }
     }
 
-    /// Cancels a timer: it will deliver nothing more.
+    /// Cancels a timer: it delivers nothing more.
     pub(crate) fn cancel_timer(&mut self, token: u64) {
         if let Some(t) = self.timers.get_mut(&token) {
             t.cancelled = true; // freed when its pending timeout completes
         }
     }
 
-    /// Starts an actor's I/O operation. If the SQ stayed full, the operation
-    /// completes at once with `-EBUSY` (its buffer goes back the usual way).
-    pub(crate) fn start_io(
-        &mut self,
-        op: crate::io::IoOp,
-        deliver: Box<dyn FnOnce(crate::io::IoDone) -> Option<Envelope>>,
-    ) {
-        let token = self.next_timer;
-        self.next_timer += 1;
-        let (entry, pending) = crate::io::PendingIo::prepare(op, deliver);
-        // SAFETY: every pointer in `entry` is into `pending` (its buffer's
-        // heap allocation or its boxed timespec), which is stored below under
-        // `token` and removed only when that token's completion is reaped
-        // (`fire`), or dropped after the ring itself (field order of
-        // `ThreadCtx`). The entry carries no link flags.
-        let pushed = unsafe { self.ring.push_io(entry, token) };
+    /// Starts an actor's I/O op. When it cannot be submitted (outstanding
+    /// limit, SQ full) the op comes back, to be completed with `-EBUSY`.
+    pub(crate) fn start_io(&mut self, pending: PendingIo) -> Result<(), PendingIo> {
+        if self.at_io_limit() {
+            return Err(pending);
+        }
+        let token = self.next_token;
+        self.next_token += 1;
+        // SAFETY: every pointer in the entry is into `pending` (its buffer's
+        // heap allocation or its boxed timespec), which is stored under
+        // `token` right below and leaves the table only when that token's
+        // completion is taken (`take_completion`), or is leaked at teardown
+        // if the op may still be running (`teardown`). No link flags are set.
+        let pushed = unsafe { self.ring.push_io(pending.entry(), token) };
         if pushed.is_err() {
-            const EBUSY: i32 = 16;
-            if let Some(env) = pending.complete(-EBUSY) {
-                self.queue.push_back(env);
-            }
-            return;
+            return Err(pending);
         }
         self.io.insert(token, pending);
+        Ok(())
     }
 
-    /// A completion of this thread's ring: a timer or an actor's I/O. The
-    /// envelope to deliver, if any; re-arms intervals.
-    pub(crate) fn fire(&mut self, token: u64, result: i32) -> Option<Envelope> {
-        if let Some(pending) = self.io.remove(&token) {
-            return pending.complete(result);
+    /// Takes what a completion means, to be run outside the borrow.
+    fn take_completion(&mut self, token: u64, result: i32) -> Completion {
+        if let Some(p) = self.io.remove(&token) {
+            return Completion::Io(p, result);
         }
-        let timer = self.timers.get_mut(&token)?;
+        let Some(timer) = self.timers.get_mut(&token) else { return Completion::None };
         if timer.cancelled {
             self.timers.remove(&token);
-            return None;
+            return Completion::None;
         }
-        let env = (timer.make)();
-        match (env.is_some(), timer.period) {
-            (true, Some(p)) => {
-                if !self.arm(token, p) {
-                    self.timers.remove(&token);
-                }
-            }
-            _ => {
-                self.timers.remove(&token);
-            }
+        match timer.make.take() {
+            Some(make) => Completion::Timer(token, make, timer.period),
+            None => Completion::None,
         }
-        env
     }
+}
+
+enum Completion {
+    None,
+    Io(PendingIo, i32),
+    Timer(u64, Box<dyn FnMut() -> Option<Envelope>>, Option<Duration>),
 }
 
 thread_local! {
     static CTX: RefCell<Option<ThreadCtx>> = const { RefCell::new(None) };
+    /// Sends attempted while `CTX` was borrowed: sent when the borrow ends.
+    static DEFERRED: RefCell<Vec<(u64, Addr<Envelope>, Envelope)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// This thread has no usable ring (io_uring unavailable, or the thread is exiting).
+#[derive(Debug)]
+pub(crate) struct Unavailable;
+
+fn io_limit(cfg: &RingConfig) -> usize {
+    (cfg.io_reserve as usize / 2).max(1)
 }
 
 /// Makes this thread a shard's thread, with a ring built from `cfg`.
-pub(crate) fn init_shard(id: u64, cfg: RingConfig) -> Result<Addr<Envelope>, SetupError> {
+pub(crate) fn init_shard(
+    id: u64,
+    cfg: RingConfig,
+) -> Result<Addr<Envelope>, ringmail_transport::SetupError> {
+    let limit = io_limit(&cfg);
     let ring = Ring::with_config(cfg)?;
     let addr = ring.addr();
-    CTX.with(|c| *c.borrow_mut() = Some(ThreadCtx::new(ring, Some(id))));
+    CTX.with(|c| *c.borrow_mut() = Some(ThreadCtx::new(ring, Some(id), limit)));
     Ok(addr)
 }
 
 /// Drops this thread's ring (closing it: what it did not deliver goes back).
 pub(crate) fn teardown() {
-    CTX.with(|c| c.borrow_mut().take());
+    let ctx = CTX.with(|c| c.borrow_mut().take());
+    if let Some(mut ctx) = ctx {
+        // I/O still pending may be running in the kernel (the ring file lives
+        // on while addresses hold its duplicate fd): its buffers must never
+        // be freed. Leak them (bounded by what was pending at shutdown).
+        for (_, p) in ctx.io.drain() {
+            std::mem::forget(p);
+        }
+        drop(ctx); // envelopes dropped here may reply: CTX is empty, they fail cleanly
+    }
+    flush_deferred();
 }
 
-/// Flushes this thread's ring if it has one (without creating one): lets it
-/// drop its lanes to rings that closed.
-pub(crate) fn flush_if_present() {
-    CTX.with(|c| {
-        if let Some(t) = c.borrow_mut().as_mut() {
-            let _ = t.ring.flush();
-        }
-    });
+/// Runs `f` with this thread's context, creating a client ring if `create`.
+fn with_ctx<R>(create: bool, f: impl FnOnce(&mut ThreadCtx) -> R) -> Result<R, Unavailable> {
+    let r = CTX
+        .try_with(|c| {
+            let mut c = c.try_borrow_mut().map_err(|_| Unavailable)?;
+            if c.is_none() {
+                if !create {
+                    return Err(Unavailable);
+                }
+                let cfg = RingConfig::default();
+                let limit = io_limit(&cfg);
+                let ring = Ring::with_config(cfg).map_err(|_| Unavailable)?;
+                *c = Some(ThreadCtx::new(ring, None, limit));
+            }
+            Ok(f(c.as_mut().expect("just set")))
+        })
+        .map_err(|_| Unavailable)
+        .and_then(|r| r);
+    flush_deferred();
+    r
 }
 
 /// Runs `f` with this thread's context, creating a client ring if needed.
-pub(crate) fn with<R>(f: impl FnOnce(&mut ThreadCtx) -> R) -> Result<R, SetupError> {
-    CTX.with(|c| {
-        let mut c = c.borrow_mut();
-        if c.is_none() {
-            let ring = Ring::with_config(RingConfig::default())?;
-            *c = Some(ThreadCtx::new(ring, None));
+pub(crate) fn with<R>(f: impl FnOnce(&mut ThreadCtx) -> R) -> Result<R, Unavailable> {
+    with_ctx(true, f)
+}
+
+fn flush_deferred() {
+    loop {
+        let batch = DEFERRED.try_with(|d| std::mem::take(&mut *d.borrow_mut())).unwrap_or_default();
+        if batch.is_empty() {
+            return;
         }
-        Ok(f(c.as_mut().expect("just set")))
-    })
+        for (shard, addr, env) in batch {
+            if let Err((env, _)) = send_inner(shard, &addr, env, false) {
+                discard(env);
+            }
+        }
+    }
 }
 
 /// Why an envelope could not be sent; the envelope comes back with it.
@@ -199,36 +257,100 @@ pub(crate) enum SendFail {
 }
 
 impl ThreadCtx {
-    fn after_send(&mut self) {
-        if self.shard.is_none() {
-            // A client thread has no loop that would flush for it.
-            let _ = self.ring.flush();
-            self.collect_returns();
+    fn after_send(&mut self) -> Vec<Event<Envelope>> {
+        if self.shard.is_some() {
+            return Vec::new();
         }
-    }
-
-    /// Counts envelopes handed back to this (client) thread as dead letters.
-    fn collect_returns(&mut self) {
-        let mut evs = std::mem::take(&mut self.events);
+        // A client thread has no loop that would flush for it.
+        let _ = self.ring.flush();
+        let mut evs = Vec::new();
         let _ = self.ring.wait(&mut evs, Some(Duration::ZERO));
-        for e in evs.drain(..) {
-            match e {
-                Event::Message(env) => self.stray(env),
-                _ => crate::dead_letter(),
-            }
-        }
-        self.events = evs;
+        evs
     }
 
-    /// An envelope this thread did not wait for.
-    fn stray(&mut self, env: Envelope) {
-        match env.body {
-            Body::Reply { ask, value } if self.awaiting == Some(ask) => {
+    /// Keeps what this thread waits for or its loop will handle; returns
+    /// the rest, to be discarded outside the borrow.
+    fn sort(&mut self, e: Event<Envelope>, rest: &mut Vec<Envelope>) {
+        match e {
+            Event::Message(Envelope { body: Body::Reply { ask, value }, .. })
+                if self.awaiting == Some(ask) =>
+            {
                 self.early_reply = Some(value)
             }
-            Body::Reply { .. } => crate::dead_letter(), // a reply after its ask gave up
-            _ if self.shard.is_some() => self.queue.push_back(env),
+            Event::Message(env)
+                if self.shard.is_some() && !matches!(env.body, Body::Reply { .. }) =>
+            {
+                self.queue.push_back(env)
+            }
+            Event::Message(env) => rest.push(env),
+            Event::Returned { msg, .. } => rest.push(msg),
+            Event::Io { token, result, .. } => self.completions.push((token, result)),
             _ => crate::dead_letter(),
+        }
+    }
+}
+
+/// An envelope nobody will handle: count it, and tell whoever waits on it.
+pub(crate) fn discard(env: Envelope) {
+    match env.body {
+        Body::Msg(m) => {
+            crate::dead_letter();
+            drop(m); // an unanswered ask gets its NoReply from ReplyTo's drop
+        }
+        Body::Spawn(s) => s.shared().set_stopped(crate::error::StopReason::ShardGone),
+        Body::Reply { .. } => crate::dead_letter(), // its ask gave up
+        Body::Stop(_) | Body::Shutdown => {}
+    }
+}
+
+fn send_inner(
+    shard: u64,
+    addr: &Addr<Envelope>,
+    env: Envelope,
+    create: bool,
+) -> Result<(), (Envelope, SendFail)> {
+    let mut env = Some(env);
+    let r = with_ctx(create, |t| {
+        let e = env.take().expect("envelope");
+        if t.shard == Some(shard) {
+            t.queue.push_back(e); // co-located: never enters the kernel
+            return (Ok(()), Vec::new());
+        }
+        let r = t.ring.send(addr, e);
+        let events = t.after_send();
+        let mut rest = Vec::new();
+        for ev in events {
+            t.sort(ev, &mut rest);
+        }
+        let r = r.map_err(|e| match e {
+            SendError::Full(e) => (e, SendFail::Full),
+            SendError::Closed(e) => (e, SendFail::Closed),
+            other => (other.into_inner(), SendFail::Closed),
+        });
+        (r, rest)
+    });
+    match r {
+        Ok((r, rest)) => {
+            rest.into_iter().for_each(discard);
+            r
+        }
+        Err(Unavailable) => {
+            let e = env.take().expect("not sent");
+            // Borrowed (a Drop or watcher inside): defer it.
+            let busy = CTX.try_with(|c| c.try_borrow_mut().is_err()).unwrap_or(false);
+            if busy {
+                let mut e = Some(e);
+                let ok = DEFERRED
+                    .try_with(|d| {
+                        d.borrow_mut().push((shard, addr.clone(), e.take().expect("env")))
+                    })
+                    .is_ok();
+                if ok {
+                    return Ok(());
+                }
+                return Err((e.take().expect("env"), SendFail::NoRing));
+            }
+            Err((e, SendFail::NoRing))
         }
     }
 }
@@ -240,84 +362,143 @@ pub(crate) fn send_to_shard(
     addr: &Addr<Envelope>,
     env: Envelope,
 ) -> Result<(), (Envelope, SendFail)> {
-    let mut env = Some(env);
-    let r = with(|t| {
-        let e = env.take().expect("envelope");
-        if t.shard == Some(shard) {
-            t.queue.push_back(e); // co-located: never enters the kernel
-            return Ok(());
+    send_inner(shard, addr, env, true)
+}
+
+/// Sends a control envelope (DOWN, stop, reply): waits out a full transport
+/// mailbox for a while rather than refusing, since the receiver relies on it.
+pub(crate) fn send_control(shard: u64, addr: &Addr<Envelope>, env: Envelope, create: bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut env = env;
+    loop {
+        match send_inner(shard, addr, env, create) {
+            Ok(()) => return true,
+            Err((e, SendFail::Full)) if Instant::now() < deadline => {
+                env = e;
+                flush_if_present();
+                std::thread::sleep(Duration::from_micros(100));
+            }
+            Err((e, _)) => {
+                discard(e);
+                return false;
+            }
         }
-        let r = t.ring.send(addr, e);
-        t.after_send();
-        r.map_err(|e| match e {
-            SendError::Full(e) => (e, SendFail::Full),
-            SendError::Closed(e) => (e, SendFail::Closed),
-            other => (other.into_inner(), SendFail::Closed),
-        })
-    });
-    match r {
-        Ok(r) => r,
-        Err(_) => Err((env.take().expect("not sent"), SendFail::NoRing)),
     }
 }
 
-/// Sends to a thread's ring (replies to an asker).
-pub(crate) fn send_to(addr: &Addr<Envelope>, env: Envelope) -> Result<(), (Envelope, SendFail)> {
-    send_to_shard(u64::MAX, addr, env)
+/// Sends to a thread's ring (replies to an asker), without creating one.
+pub(crate) fn reply_to(addr: &Addr<Envelope>, env: Envelope) -> bool {
+    send_control(u64::MAX, addr, env, false)
+}
+
+/// Flushes this thread's ring if it has one (without creating one): lets it
+/// drop its lanes to rings that closed, and lets batched sends leave.
+pub(crate) fn flush_if_present() {
+    let _ = with_ctx(false, |t| {
+        let _ = t.ring.flush();
+    });
 }
 
 /// This thread's ring address (for replies).
-pub(crate) fn my_addr() -> Result<Addr<Envelope>, SetupError> {
+pub(crate) fn my_addr() -> Result<Addr<Envelope>, Unavailable> {
     with(|t| t.ring.addr())
 }
 
+/// True when this thread runs shard `id`.
+pub(crate) fn on_shard(id: u64) -> bool {
+    CTX.try_with(|c| c.try_borrow().ok().and_then(|c| c.as_ref().and_then(|t| t.shard)) == Some(id))
+        .unwrap_or(false)
+}
+
 /// Announces that this thread is about to send ask `ask` and wait for it.
-pub(crate) fn expect_reply(ask: u64) -> Result<(), SetupError> {
+pub(crate) fn expect_reply(ask: u64) -> Result<(), Unavailable> {
     with(|t| {
         t.awaiting = Some(ask);
         t.early_reply = None;
     })
 }
 
-/// True when this thread runs shard `id`.
-pub(crate) fn on_shard(id: u64) -> bool {
-    CTX.with(|c| c.borrow().as_ref().and_then(|t| t.shard) == Some(id))
+/// Waits for the reply to ask `ask` until `deadline`, pumping this thread's
+/// ring; envelopes and completions for this thread's shard that arrive
+/// meanwhile are kept for its loop. `None`: timed out. `Some(None)`: the
+/// actor will not reply.
+pub(crate) fn wait_reply(ask: u64, deadline: Instant) -> Option<Option<Box<dyn Any + Send>>> {
+    loop {
+        let step = with(|t| {
+            debug_assert_eq!(t.awaiting, Some(ask), "one ask at a time per thread");
+            if let Some(v) = t.early_reply.take() {
+                t.awaiting = None;
+                return (Some(Some(v)), Vec::new());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                t.awaiting = None;
+                return (Some(None), Vec::new());
+            }
+            let mut evs = std::mem::take(&mut t.events);
+            let _ = t.ring.wait(&mut evs, Some(deadline - now));
+            let mut rest = Vec::new();
+            for e in evs.drain(..) {
+                t.sort(e, &mut rest);
+            }
+            t.events = evs;
+            (None, rest)
+        });
+        let Ok((done, rest)) = step else { return None };
+        rest.into_iter().for_each(discard);
+        match done {
+            Some(Some(v)) => return Some(v),
+            Some(None) => return None,
+            None => {}
+        }
+    }
 }
 
-/// Waits for the reply to ask `ask` until `deadline`, pumping this thread's
-/// ring; envelopes for this thread's shard that arrive meanwhile are kept
-/// for its loop. `None`: timed out. `Some(None)`: the actor will not reply.
-pub(crate) fn wait_reply(ask: u64, deadline: Instant) -> Option<Option<Box<dyn Any + Send>>> {
-    with(|t| loop {
-        if let Some(v) = t.early_reply.take() {
-            t.awaiting = None;
-            return Some(v);
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            t.awaiting = None;
-            return None;
-        }
-        let mut evs = std::mem::take(&mut t.events);
-        let _ = t.ring.wait(&mut evs, Some(deadline - now));
-        let mut found = None;
-        for e in evs.drain(..) {
-            match e {
-                Event::Message(Envelope { body: Body::Reply { ask: a, value }, .. })
-                    if a == ask =>
-                {
-                    found = Some(value)
+/// Handles completions of timers and I/O (on a shard thread): runs their
+/// closures outside the borrow and under `catch_unwind`, re-arms intervals,
+/// and returns the envelopes to dispatch.
+pub(crate) fn complete(list: Vec<(u64, i32)>, out: &mut VecDeque<Envelope>) {
+    for (token, result) in list {
+        let Ok(c) = with(|t| t.take_completion(token, result)) else { continue };
+        match c {
+            Completion::None => {}
+            Completion::Io(p, result) => {
+                match catch_unwind(AssertUnwindSafe(|| p.complete(result))) {
+                    Ok(Some(env)) => out.push_back(env),
+                    Ok(None) => {}
+                    Err(_) => crate::dead_letter(), // the completion closure panicked
                 }
-                Event::Message(env) => t.stray(env),
-                _ => crate::dead_letter(),
+            }
+            Completion::Timer(token, mut make, period) => {
+                let env = catch_unwind(AssertUnwindSafe(&mut make)).unwrap_or(None);
+                let more = env.is_some() && period.is_some();
+                if let Some(env) = env {
+                    out.push_back(env);
+                }
+                let _ = with(|t| {
+                    if more {
+                        if let Some(timer) = t.timers.get_mut(&token) {
+                            timer.make = Some(make);
+                        }
+                        if t.arm(token, period.expect("interval")) {
+                            return;
+                        }
+                    }
+                    t.timers.remove(&token);
+                });
             }
         }
-        t.events = evs;
-        if found.is_some() {
-            t.awaiting = None;
-            return found;
+    }
+}
+
+/// Starts an I/O op for an actor; if it cannot be submitted, it completes
+/// at once with `-EBUSY` and its envelope goes on this shard's queue.
+pub(crate) fn start_io(pending: PendingIo) {
+    let failed = with(|t| t.start_io(pending).err());
+    if let Ok(Some(p)) = failed {
+        const EBUSY: i32 = 16;
+        if let Ok(Some(env)) = catch_unwind(AssertUnwindSafe(|| p.complete(-EBUSY))) {
+            let _ = with(|t| t.queue.push_back(env));
         }
-    })
-    .ok()
-    .flatten()
+    }
 }

@@ -123,34 +123,41 @@ impl Shard {
         let mut batch: VecDeque<Envelope> = VecDeque::new();
         let mut events = Vec::new();
         'run: loop {
-            let wait = if batch.is_empty() { None } else { Some(Duration::ZERO) };
+            // Under the borrow: only move things out. Handling happens after.
             let polled = local::with(|t| {
                 batch.append(&mut t.queue);
-                let timeout = if batch.is_empty() { wait } else { Some(Duration::ZERO) };
-                t.ring.wait(&mut events, timeout)
+                let done = std::mem::take(&mut t.completions);
+                let timeout =
+                    if batch.is_empty() && done.is_empty() { None } else { Some(Duration::ZERO) };
+                let r = t.ring.wait(&mut events, timeout);
+                (r, done)
             });
-            if let Ok(Err(e)) = polled {
-                eprintln!("ringmail: shard {} ring failed: {e}; stopping it", self.handle.id);
-                break 'run;
-            }
+            let mut done = match polled {
+                Ok((Ok(_), done)) => done,
+                Ok((Err(e), _)) => {
+                    eprintln!("ringmail: shard {} ring failed: {e}; stopping it", self.handle.id);
+                    break 'run;
+                }
+                Err(_) => break 'run,
+            };
             for e in events.drain(..) {
                 match e {
                     Event::Message(env) => batch.push_back(env),
                     // A timer or an I/O operation of one of our actors completed.
-                    Event::Io { token, result, .. } => {
-                        if let Ok(Some(env)) = local::with(|t| t.fire(token, result)) {
-                            batch.push_back(env);
-                        }
-                    }
-                    _ => crate::dead_letter(), // an envelope we sent came back
+                    Event::Io { token, result, .. } => done.push((token, result)),
+                    Event::Returned { msg, .. } => local::discard(msg), // the target is gone
+                    _ => crate::dead_letter(),
                 }
             }
+            local::complete(done, &mut batch);
             while let Some(env) = batch.pop_front() {
                 if !self.dispatch(env, &mut batch) {
                     break 'run;
                 }
             }
             if self.dedicated && self.hosted_any && self.actors.is_empty() {
+                // What stopping produced for co-located targets is still queued.
+                let _ = local::with(|t| batch.append(&mut t.queue));
                 break 'run;
             }
         }
@@ -241,9 +248,7 @@ impl Shard {
 
     fn dead_letter_early(&mut self, id: u64) {
         if let Some(early) = self.early.remove(&id) {
-            for _ in early {
-                crate::dead_letter();
-            }
+            early.into_iter().for_each(local::discard);
         }
     }
 
@@ -253,37 +258,36 @@ impl Shard {
             self.stop_actor(id, StopReason::Shutdown);
         }
         // Nothing will handle these any more.
-        for env in batch {
-            if matches!(env.body, Body::Msg(_) | Body::Spawn(_)) {
-                crate::dead_letter();
-            }
-        }
+        batch.into_iter().for_each(local::discard);
         let early: Vec<u64> = self.early.keys().copied().collect();
         for id in early {
             self.dead_letter_early(id);
         }
-        // Close the ring: accepted envelopes still arriving are dead letters;
-        // later sends are refused at their senders.
-        let _ = local::with(|t| {
-            t.ring.close();
-            let mut evs = Vec::new();
-            while !t.ring.is_closed() {
-                evs.clear();
-                if t.ring.wait(&mut evs, Some(Duration::from_millis(10))).is_err() {
-                    break;
-                }
-                for e in evs.drain(..) {
-                    if let Event::Message(env) = e {
-                        if let Body::Spawn(s) = &env.body {
-                            s.shared().set_stopped(StopReason::ShardGone);
-                        }
-                        if matches!(env.body, Body::Msg(_) | Body::Spawn(_)) {
-                            crate::dead_letter();
-                        }
-                    }
+        // Close the ring. Envelopes already accepted still arrive and are
+        // discarded (dead letters; a Spawn marks its actor stopped); later
+        // sends are refused at their senders. Everything is handled outside
+        // the context's borrow.
+        let _ = local::with(|t| t.ring.close());
+        loop {
+            let step = local::with(|t| {
+                let mut evs = Vec::new();
+                let r = t.ring.wait(&mut evs, Some(Duration::from_millis(10)));
+                let queued: Vec<Envelope> = t.queue.drain(..).collect();
+                (r.is_err() || t.ring.is_closed(), evs, queued)
+            });
+            let Ok((closed, evs, queued)) = step else { break };
+            let idle = queued.is_empty();
+            queued.into_iter().for_each(local::discard);
+            for e in evs {
+                match e {
+                    Event::Message(env) | Event::Returned { msg: env, .. } => local::discard(env),
+                    _ => {}
                 }
             }
-        });
+            if closed && idle {
+                break;
+            }
+        }
         local::teardown();
     }
 }

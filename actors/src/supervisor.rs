@@ -51,11 +51,14 @@ struct Running {
     stop: Box<dyn Fn() + Send>,
 }
 
-type Starter = Box<dyn FnMut(&Context<Supervisor>) -> Running + Send>;
+/// Starts one instance; `None` when the child's constructor panicked.
+type Starter = Box<dyn FnMut(&Context<Supervisor>) -> Option<Running> + Send>;
 
 struct Child {
     start: Starter,
     running: Option<Running>,
+    /// Its last instance ended normally: not restarted with its siblings.
+    ended: bool,
 }
 
 /// A supervisor: see the module docs.
@@ -96,21 +99,33 @@ impl Supervisor {
     ) -> Self {
         let name = name.map(str::to_string);
         let start: Starter = Box::new(move |ctx: &Context<Supervisor>| {
-            let child = ctx.spawn(make());
+            let actor = std::panic::catch_unwind(std::panic::AssertUnwindSafe(&mut make)).ok()?;
+            let child = ctx.spawn(actor);
             child.monitor(ctx.myself());
             if let Some(n) = &name {
                 ctx.me.shard.registry.replace(n, child.clone());
             }
             let id = child.id();
-            Running { id, stop: Box::new(move || child.stop()) }
+            Some(Running { id, stop: Box::new(move || child.stop()) })
         });
-        self.children.push(Child { start, running: None });
+        self.children.push(Child { start, running: None, ended: false });
         self
     }
 
-    fn start(&mut self, i: usize, ctx: &Context<Self>) {
-        let running = (self.children[i].start)(ctx);
-        self.children[i].running = Some(running);
+    /// Starts child `i`; a constructor that panics fails the supervisor
+    /// (its `stopped` hook then stops the children already running).
+    fn start(&mut self, i: usize, ctx: &mut Context<Self>) -> bool {
+        match (self.children[i].start)(ctx) {
+            Some(running) => {
+                self.children[i].running = Some(running);
+                self.children[i].ended = false;
+                true
+            }
+            None => {
+                ctx.stop_with(StopReason::Panicked("a child's constructor panicked".into()));
+                false
+            }
+        }
     }
 
     fn stop(&mut self, i: usize) {
@@ -123,7 +138,9 @@ impl Supervisor {
 impl Actor for Supervisor {
     fn started(&mut self, ctx: &mut Context<Self>) {
         for i in 0..self.children.len() {
-            self.start(i, ctx);
+            if !self.start(i, ctx) {
+                return;
+            }
         }
     }
 
@@ -146,7 +163,8 @@ impl Handler<Down> for Supervisor {
         };
         self.children[i].running = None;
         if !down.reason.is_abnormal() {
-            return; // a child that ended normally is not restarted
+            self.children[i].ended = true; // ended normally: not restarted
+            return;
         }
         let now = Instant::now();
         while self.restarts.front().is_some_and(|t| now.duration_since(*t) > self.within) {
@@ -166,7 +184,9 @@ impl Handler<Down> for Supervisor {
             self.stop(j);
         }
         for j in range {
-            self.start(j, ctx);
+            if (j == i || !self.children[j].ended) && !self.start(j, ctx) {
+                return;
+            }
         }
     }
 }

@@ -185,8 +185,9 @@ impl System {
         let shards = std::mem::take(&mut *self.shards.lock().unwrap_or_else(|p| p.into_inner()));
         for (handle, _) in &shards {
             let env = Envelope { to: 0, body: Body::Shutdown };
-            // A shard that already ended (dedicated, actor stopped) refuses: fine.
-            let _ = local::send_to_shard(handle.id, &handle.addr, env);
+            // Waits out a full mailbox; a shard that already ended (dedicated,
+            // actor stopped) refuses, which is fine.
+            local::send_control(handle.id, &handle.addr, env, true);
         }
         for (_, thread) in shards {
             let _ = thread.join();

@@ -46,6 +46,10 @@ use crate::sys;
 /// The owner-thread side of a ring's registered file table.
 pub(crate) struct FdTable {
     ring_fd: RawFd,
+    /// Free slots of the kernel's allocation range, shared with the ring's
+    /// inbox: senders take one per fd hand-off (see `Inbox::take_fd_slot`),
+    /// and it comes back here when the slot is emptied.
+    kernel_free: Arc<std::sync::atomic::AtomicUsize>,
     alive: Cell<bool>,
     free_user: RefCell<Vec<u32>>,
     user_slots: u32,
@@ -55,9 +59,14 @@ pub(crate) struct FdTable {
 }
 
 impl FdTable {
-    pub(crate) fn new(ring_fd: RawFd, user_slots: u32) -> Self {
+    pub(crate) fn new(
+        ring_fd: RawFd,
+        user_slots: u32,
+        kernel_free: Arc<std::sync::atomic::AtomicUsize>,
+    ) -> Self {
         FdTable {
             ring_fd,
+            kernel_free,
             alive: Cell::new(true),
             free_user: RefCell::new((0..user_slots).rev().collect()),
             user_slots,
@@ -101,6 +110,8 @@ impl FdTable {
     pub(crate) fn forget(&self, slot: u32) {
         if slot < self.user_slots {
             self.free_user.borrow_mut().push(slot);
+        } else {
+            self.kernel_free.fetch_add(1, Ordering::AcqRel);
         }
     }
 

@@ -310,12 +310,15 @@ impl<T: Send + 'static> Ring<T> {
         })?;
         let dup = sys::dup_cloexec(sys::ring_fd(&uring)).map_err(SetupError::Io)?;
         let id = NEXT_RING_ID.fetch_add(1, Ordering::Relaxed);
-        let inbox = Arc::new(Inbox::new(id, dup, credit_cap, cfg.mailbox_capacity));
+        let kernel_free =
+            Arc::new(std::sync::atomic::AtomicUsize::new((cfg.fixed_files - user_slots) as usize));
+        let inbox =
+            Arc::new(Inbox::new(id, dup, credit_cap, cfg.mailbox_capacity, kernel_free.clone()));
         let mut ring = Ring {
             uring,
             id,
             inbox,
-            fds: Rc::new(FdTable::new(raw, user_slots)),
+            fds: Rc::new(FdTable::new(raw, user_slots, kernel_free)),
             cfg,
             credit_cap,
             out: HashMap::new(),
@@ -780,15 +783,29 @@ impl<T: Send + 'static> Ring<T> {
             self.parked += 1;
             return;
         }
+        if target.core.is_closing() {
+            return self.refuse(target, *parcel, ReturnReason::ReceiverClosed);
+        }
+        // A free slot in the receiver's table, then a CQ credit.
+        if !target.take_fd_slot() {
+            return self.park(parcel);
+        }
         match target.core.take_credit() {
             Credit::Granted => {
                 if let Err(parcel) = self.push_fd(target, parcel) {
                     target.core.return_credits(1);
+                    target.return_fd_slot();
                     self.park(parcel);
                 }
             }
-            Credit::Exhausted => self.park(parcel),
-            Credit::Closing => self.refuse(target, *parcel, ReturnReason::ReceiverClosed),
+            Credit::Exhausted => {
+                target.return_fd_slot();
+                self.park(parcel)
+            }
+            Credit::Closing => {
+                target.return_fd_slot();
+                self.refuse(target, *parcel, ReturnReason::ReceiverClosed)
+            }
         }
     }
 
@@ -846,21 +863,35 @@ impl<T: Send + 'static> Ring<T> {
                 let lane = self.out.get_mut(&id).expect("lane exists");
                 let Some(parcel) = lane.parked.pop_front() else { break };
                 self.parked -= 1;
+                if target.core.is_closing() {
+                    self.refuse(&target, *parcel, ReturnReason::ReceiverClosed);
+                    continue;
+                }
+                if !target.take_fd_slot() {
+                    self.out.get_mut(&id).expect("lane").parked.push_front(parcel);
+                    self.parked += 1;
+                    break;
+                }
                 match target.core.take_credit() {
                     Credit::Granted => {
                         if let Err(p) = self.push_fd(&target, parcel) {
                             target.core.return_credits(1);
+                            target.return_fd_slot();
                             self.out.get_mut(&id).expect("lane").parked.push_front(p);
                             self.parked += 1;
                             break;
                         }
                     }
                     Credit::Exhausted => {
+                        target.return_fd_slot();
                         self.out.get_mut(&id).expect("lane").parked.push_front(parcel);
                         self.parked += 1;
                         break;
                     }
-                    Credit::Closing => self.refuse(&target, *parcel, ReturnReason::ReceiverClosed),
+                    Credit::Closing => {
+                        target.return_fd_slot();
+                        self.refuse(&target, *parcel, ReturnReason::ReceiverClosed)
+                    }
                 }
             }
         }
@@ -1183,6 +1214,9 @@ impl<T: Send + 'static> Ring<T> {
         };
         target.core.return_credits(1);
         let is_fd = matches!(parcel.body, Body::Fd { .. });
+        if is_fd && err != libc::EOVERFLOW {
+            target.return_fd_slot(); // the hand-off did not use the slot it took
+        }
         match err {
             libc::ENOMEM | libc::EAGAIN | libc::EBUSY | libc::EINTR => {
                 if is_fd {

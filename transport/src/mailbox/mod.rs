@@ -123,6 +123,10 @@ pub(crate) struct Inbox<T> {
     pub(crate) core: core::Core<Box<Parcel<T>>>,
     pub(crate) returns: Mutex<Returns<T>>,
     returns_pending: std::sync::atomic::AtomicBool,
+    /// Free slots of the ring's kernel allocation range (fd hand-off
+    /// credits): an fd hand-off needs one besides its CQ credit, so a
+    /// receiver that lags never makes hand-offs fail with `ENFILE`.
+    pub(crate) fd_slots: Arc<std::sync::atomic::AtomicUsize>,
     /// A duplicate of the ring fd: keeps the ring file, and so this fd
     /// number, alive for as long as any address exists, so a `MSG_RING` to
     /// it can never reach some other file.
@@ -132,8 +136,15 @@ pub(crate) struct Inbox<T> {
 }
 
 impl<T> Inbox<T> {
-    pub(crate) fn new(id: u64, ring_fd: OwnedFd, credit_cap: usize, cap: usize) -> Self {
+    pub(crate) fn new(
+        id: u64,
+        ring_fd: OwnedFd,
+        credit_cap: usize,
+        cap: usize,
+        fd_slots: Arc<std::sync::atomic::AtomicUsize>,
+    ) -> Self {
         Inbox {
+            fd_slots,
             id,
             core: core::Core::new(credit_cap, cap),
             returns: Mutex::new(Returns { items: Some(Vec::new()) }),
@@ -145,6 +156,31 @@ impl<T> Inbox<T> {
 
     pub(crate) fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
         self.ring_fd.as_fd()
+    }
+
+    /// Takes one free slot of this ring's kernel allocation range.
+    pub(crate) fn take_fd_slot(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        let mut cur = self.fd_slots.load(Ordering::Acquire);
+        loop {
+            if cur == 0 {
+                return false;
+            }
+            match self.fd_slots.compare_exchange_weak(
+                cur,
+                cur - 1,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return true,
+                Err(v) => cur = v,
+            }
+        }
+    }
+
+    /// Gives back a slot taken for a hand-off that did not use it.
+    pub(crate) fn return_fd_slot(&self) {
+        self.fd_slots.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     }
 
     /// Queues messages handed back to this ring. `Ok(true)`: ring the

@@ -1,0 +1,165 @@
+//! Edge cases found in review: stopping under an ask, timers while a handler
+//! asks, blocking tells from handlers with small mailboxes, spawn-then-stop
+//! on a dedicated shard.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use ringmail::{
+    Actor, ActorRef, AskError, Context, Handler, Message, StopReason, System, SystemConfig,
+};
+
+struct Quitter;
+impl Actor for Quitter {}
+struct Quit;
+impl Message for Quit {
+    type Reply = ();
+}
+impl Handler<Quit> for Quitter {
+    fn handle(&mut self, _: Quit, ctx: &mut Context<Self>) {
+        ctx.stop();
+    }
+}
+struct Ping;
+impl Message for Ping {
+    type Reply = u8;
+}
+impl Handler<Ping> for Quitter {
+    fn handle(&mut self, _: Ping, _ctx: &mut Context<Self>) -> u8 {
+        1
+    }
+}
+
+#[test]
+fn asking_an_actor_that_stops_first_gets_no_reply_quickly() {
+    let system = System::new();
+    for _ in 0..20 {
+        let a = system.spawn(Quitter).unwrap();
+        a.tell(Quit).unwrap();
+        let t = Instant::now();
+        match a.ask(Ping, Duration::from_secs(20)) {
+            Err(AskError::NoReply) | Err(AskError::Stopped(_)) => {}
+            other => panic!("expected no reply, got {other:?}"),
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "the asker is told, not left to time out");
+    }
+    assert_eq!(system.panics(), 0);
+    system.shutdown(); // joins every shard: none died
+}
+
+struct Slow;
+impl Actor for Slow {}
+impl Handler<Ping> for Slow {
+    fn handle(&mut self, _: Ping, _ctx: &mut Context<Self>) -> u8 {
+        std::thread::sleep(Duration::from_millis(60));
+        2
+    }
+}
+
+struct Ticker {
+    slow: ActorRef<Slow>,
+    ticks: Arc<AtomicU64>,
+}
+impl Actor for Ticker {
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        ctx.send_interval(Duration::from_millis(2), || Tick).expect("armed");
+    }
+}
+struct Tick;
+impl Message for Tick {
+    type Reply = ();
+}
+impl Handler<Tick> for Ticker {
+    fn handle(&mut self, _: Tick, _ctx: &mut Context<Self>) {
+        self.ticks.fetch_add(1, Ordering::SeqCst);
+    }
+}
+struct AskSlow;
+impl Message for AskSlow {
+    type Reply = u8;
+}
+impl Handler<AskSlow> for Ticker {
+    fn handle(&mut self, _: AskSlow, _ctx: &mut Context<Self>) -> u8 {
+        // Blocks this shard while the timer keeps completing on its ring.
+        self.slow.ask(Ping, Duration::from_secs(10)).unwrap()
+    }
+}
+
+#[test]
+fn an_interval_survives_its_actor_waiting_in_an_ask() {
+    let system = System::new();
+    let slow = system.spawn(Slow).unwrap();
+    let ticks = Arc::new(AtomicU64::new(0));
+    let t = system.spawn(Ticker { slow, ticks: ticks.clone() }).unwrap();
+    assert_eq!(t.ask(AskSlow, Duration::from_secs(10)).unwrap(), 2);
+    let after_ask = ticks.load(Ordering::SeqCst);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while ticks.load(Ordering::SeqCst) < after_ask + 5 {
+        assert!(Instant::now() < deadline, "the interval stopped after the ask");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+struct Sink(Arc<AtomicU64>);
+impl Actor for Sink {}
+struct Item;
+impl Message for Item {
+    type Reply = ();
+}
+impl Handler<Item> for Sink {
+    fn handle(&mut self, _: Item, _ctx: &mut Context<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+struct Burst(ActorRef<Sink>);
+impl Actor for Burst {}
+struct Go(u64);
+impl Message for Go {
+    type Reply = ();
+}
+impl Handler<Go> for Burst {
+    fn handle(&mut self, Go(n): Go, _ctx: &mut Context<Self>) {
+        for _ in 0..n {
+            self.0.tell(Item).unwrap(); // waits for room: must not deadlock
+        }
+    }
+}
+
+#[test]
+fn blocking_tells_from_a_handler_into_a_small_mailbox_complete() {
+    let system = System::with_config(SystemConfig::default().mailbox_capacity(10));
+    let n = Arc::new(AtomicU64::new(0));
+    let sink = system.spawn(Sink(n.clone())).unwrap();
+    let burst = system.spawn(Burst(sink)).unwrap();
+    burst.tell(Go(500)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while n.load(Ordering::SeqCst) < 500 {
+        assert!(Instant::now() < deadline, "stuck at {}", n.load(Ordering::SeqCst));
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+struct Parent(mpsc::Sender<ActorRef<Sink>>);
+impl Actor for Parent {}
+impl Handler<Go> for Parent {
+    fn handle(&mut self, _: Go, ctx: &mut Context<Self>) {
+        let child = ctx.spawn(Sink(Arc::default()));
+        self.0.send(child).unwrap();
+        ctx.stop(); // the dedicated shard ends with its actor
+    }
+}
+
+#[test]
+fn a_child_spawned_as_a_dedicated_shard_ends_is_reported_stopped() {
+    let system = System::new();
+    let (s, r) = mpsc::channel();
+    let p = system.spawn(Parent(s)).unwrap();
+    p.tell(Go(0)).unwrap();
+    let child = r.recv_timeout(Duration::from_secs(10)).unwrap();
+    let reason = child.wait_stopped(Duration::from_secs(10));
+    assert!(
+        matches!(reason, Some(StopReason::ShardGone) | Some(StopReason::Shutdown)),
+        "the child must not stay alive forever: {reason:?}"
+    );
+}
