@@ -10,6 +10,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+mod chan;
 mod fd_handoff;
 mod harness;
 mod msg_lat;

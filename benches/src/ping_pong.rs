@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use ringmail::transport::{Event, Ring, RingConfig};
 
+use crate::chan::{Chan, Crossbeam, StdMpsc};
 use crate::harness::{compare, Better, Comparison, System};
 use crate::raw::RawRing;
 
@@ -104,50 +105,26 @@ pub fn raw(n: usize) -> f64 {
     p50(samples)
 }
 
-/// crossbeam-channel: a bounded(1) channel each way.
-pub fn crossbeam(n: usize) -> f64 {
-    let (to_s, to_r) = crossbeam_channel::bounded::<u64>(1);
-    let (back_s, back_r) = crossbeam_channel::bounded::<u64>(1);
+/// A userspace channel (crossbeam, std mpsc): a bounded(1) channel each way.
+pub fn channel<C: Chan>(n: usize) -> f64 {
+    let (to_s, to_r) = C::pair(1);
+    let (back_s, back_r) = C::pair(1);
     let echo = thread::spawn(move || {
-        while let Ok(x) = to_r.recv() {
+        while let Some(x) = C::recv(&to_r) {
             if x == STOP {
                 return;
             }
-            back_s.send(x).unwrap();
+            C::send(&back_s, x);
         }
     });
     let mut samples = Vec::with_capacity(n);
     for i in 0..n as u64 {
         let t = Instant::now();
-        to_s.send(i).unwrap();
-        back_r.recv().unwrap();
+        C::send(&to_s, i);
+        C::recv(&back_r).expect("echo lives");
         samples.push(t.elapsed().as_nanos() as u64);
     }
-    to_s.send(STOP).unwrap();
-    echo.join().unwrap();
-    p50(samples)
-}
-
-/// std::sync::mpsc: a sync_channel(1) each way.
-pub fn std_mpsc(n: usize) -> f64 {
-    let (to_s, to_r) = mpsc::sync_channel::<u64>(1);
-    let (back_s, back_r) = mpsc::sync_channel::<u64>(1);
-    let echo = thread::spawn(move || {
-        while let Ok(x) = to_r.recv() {
-            if x == STOP {
-                return;
-            }
-            back_s.send(x).unwrap();
-        }
-    });
-    let mut samples = Vec::with_capacity(n);
-    for i in 0..n as u64 {
-        let t = Instant::now();
-        to_s.send(i).unwrap();
-        back_r.recv().unwrap();
-        samples.push(t.elapsed().as_nanos() as u64);
-    }
-    to_s.send(STOP).unwrap();
+    C::send(&to_s, STOP);
     echo.join().unwrap();
     p50(samples)
 }
@@ -201,8 +178,8 @@ pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
             System { name: "ringmail", run: Box::new(move || ringmail(n, None)) },
             System { name: "ringmail-poll50us", run: Box::new(move || ringmail(n, bp)) },
             System { name: "raw-msg-ring", run: Box::new(move || raw(n)) },
-            System { name: "crossbeam", run: Box::new(move || crossbeam(n)) },
-            System { name: "std-mpsc", run: Box::new(move || std_mpsc(n)) },
+            System { name: "crossbeam", run: Box::new(move || channel::<Crossbeam>(n)) },
+            System { name: "std-mpsc", run: Box::new(move || channel::<StdMpsc>(n)) },
             System { name: "tokio-mpsc", run: Box::new(move || tokio_mpsc(n)) },
         ],
     );

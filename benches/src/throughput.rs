@@ -3,12 +3,13 @@
 //! start barrier until the receiver has them all; rings and channels are new
 //! every round, and each system has one uncounted warm-up run.
 
-use std::sync::{mpsc, Arc, Barrier};
+use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use ringmail::transport::{Event, Ring, RingConfig, SendError};
 
+use crate::chan::{Chan, Crossbeam, StdMpsc};
 use crate::harness::{compare, Better, Comparison, System};
 use crate::raw::RawRing;
 
@@ -105,9 +106,9 @@ pub fn raw(senders: usize, per: u64) -> f64 {
     r
 }
 
-/// crossbeam-channel, bounded(1024), MPSC.
-pub fn crossbeam(senders: usize, per: u64) -> f64 {
-    let (s, r) = crossbeam_channel::bounded::<u64>(1024);
+/// A userspace channel (crossbeam, std mpsc), bounded(1024), MPSC.
+pub fn channel<C: Chan>(senders: usize, per: u64) -> f64 {
+    let (s, r) = C::pair(1024);
     let go = Arc::new(Barrier::new(senders + 1));
     let hs: Vec<_> = (0..senders)
         .map(|_| {
@@ -116,7 +117,7 @@ pub fn crossbeam(senders: usize, per: u64) -> f64 {
             thread::spawn(move || {
                 go.wait();
                 for i in 0..per {
-                    s.send(i).unwrap();
+                    C::send(&s, i);
                 }
             })
         })
@@ -125,34 +126,7 @@ pub fn crossbeam(senders: usize, per: u64) -> f64 {
     let t = Instant::now();
     let total = senders as u64 * per;
     for _ in 0..total {
-        r.recv().unwrap();
-    }
-    let rt = rate(total, t);
-    hs.into_iter().for_each(|h| h.join().unwrap());
-    rt
-}
-
-/// std::sync::mpsc::sync_channel(1024).
-pub fn std_mpsc(senders: usize, per: u64) -> f64 {
-    let (s, r) = mpsc::sync_channel::<u64>(1024);
-    let go = Arc::new(Barrier::new(senders + 1));
-    let hs: Vec<_> = (0..senders)
-        .map(|_| {
-            let s = s.clone();
-            let go = go.clone();
-            thread::spawn(move || {
-                go.wait();
-                for i in 0..per {
-                    s.send(i).unwrap();
-                }
-            })
-        })
-        .collect();
-    go.wait();
-    let t = Instant::now();
-    let total = senders as u64 * per;
-    for _ in 0..total {
-        r.recv().unwrap();
+        C::recv(&r).expect("senders live");
     }
     let rt = rate(total, t);
     hs.into_iter().for_each(|h| h.join().unwrap());
@@ -208,8 +182,14 @@ pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
             vec![
                 System { name: "ringmail", run: Box::new(move || ringmail(senders, per)) },
                 System { name: "raw-msg-ring", run: Box::new(move || raw(senders, per)) },
-                System { name: "crossbeam", run: Box::new(move || crossbeam(senders, per)) },
-                System { name: "std-mpsc", run: Box::new(move || std_mpsc(senders, per)) },
+                System {
+                    name: "crossbeam",
+                    run: Box::new(move || channel::<Crossbeam>(senders, per)),
+                },
+                System {
+                    name: "std-mpsc",
+                    run: Box::new(move || channel::<StdMpsc>(senders, per)),
+                },
                 System { name: "tokio-mpsc", run: Box::new(move || tokio_mpsc(senders, per)) },
             ],
         );

@@ -4,6 +4,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use ringmail::transport::{Event, Ring};
@@ -25,4 +26,21 @@ pub fn wait_for<T: Send + 'static>(
 /// Number of open fds of this process (entries of `/proc/self/fd`).
 pub fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0)
+}
+
+/// A non-blocking, close-on-exec pipe: (read end, write end).
+pub fn pipe() -> (OwnedFd, OwnedFd) {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` is a valid 2-element array for pipe2 to fill.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) }, 0);
+    // SAFETY: both fds are fresh from pipe2 and owned by nobody else.
+    unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+}
+
+/// Reads one byte from a non-blocking pipe read end: 0 means every write
+/// end is closed (EOF), -1 with EAGAIN means one is still open somewhere.
+pub fn read_byte(rd: &OwnedFd) -> isize {
+    let mut b = [0u8; 1];
+    // SAFETY: reading one byte into a valid local buffer.
+    unsafe { libc::read(rd.as_raw_fd(), b.as_mut_ptr().cast(), 1) }
 }

@@ -1,26 +1,26 @@
 //! 10 000 fd hand-offs with receivers shut down at random points (issue 8).
 //! Alone in its binary so the open-fd count is not disturbed.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use ringmail::transport::{Event, Ring};
-use ringmail_integration_tests::open_fds;
+use ringmail_integration_tests::{open_fds, pipe, read_byte};
 
-fn pipe() -> (OwnedFd, OwnedFd) {
-    let mut fds = [0; 2];
-    // SAFETY: `fds` is a valid 2-element array for pipe2 to fill.
-    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) }, 0);
-    // SAFETY: both fds are fresh from pipe2 and owned by nobody else.
-    unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
-}
-
-fn eof(rd: &OwnedFd) -> bool {
-    let mut b = [0u8; 1];
-    // SAFETY: reading one byte into a valid local buffer.
-    unsafe { libc::read(rd.as_raw_fd(), b.as_mut_ptr().cast(), 1) == 0 }
+/// Counts hand-backs: with the fd (closed here, its owner), or without it
+/// (the receiver owned it and closed it when it shut down).
+fn count_returns(evs: Vec<Event<u64>>, with_fd: &mut u64, closed: &mut u64) {
+    for e in evs {
+        match e {
+            Event::Returned { fd: Some(fd), .. } => {
+                drop(fd);
+                *with_fd += 1
+            }
+            Event::Returned { fd: None, .. } => *closed += 1,
+            _ => panic!("unexpected event"),
+        }
+    }
 }
 
 /// Every hand-off ends with its file owned by exactly one side and closed by
@@ -67,16 +67,7 @@ fn fd_handoffs_with_random_receiver_shutdowns() {
             if i % 32 == 0 {
                 let mut evs = Vec::new();
                 tx.wait(&mut evs, Some(Duration::ZERO)).unwrap();
-                for e in evs {
-                    match e {
-                        Event::Returned { fd: Some(fd), .. } => {
-                            drop(fd);
-                            returned_with_fd += 1
-                        }
-                        Event::Returned { fd: None, .. } => returned_closed += 1,
-                        _ => panic!("unexpected event"),
-                    }
-                }
+                count_returns(evs, &mut returned_with_fd, &mut returned_closed);
             }
         }
         // Keep flushing while the receiver runs: parked hand-offs only leave
@@ -85,16 +76,7 @@ fn fd_handoffs_with_random_receiver_shutdowns() {
         while !receiver.is_finished() {
             tx.wait(&mut evs, Some(Duration::from_millis(1))).unwrap();
         }
-        for e in evs {
-            match e {
-                Event::Returned { fd: Some(fd), .. } => {
-                    drop(fd);
-                    returned_with_fd += 1
-                }
-                Event::Returned { fd: None, .. } => returned_closed += 1,
-                _ => panic!("unexpected event"),
-            }
-        }
+        count_returns(evs, &mut returned_with_fd, &mut returned_closed);
         let got = receiver.join().unwrap();
         delivered += got;
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -102,21 +84,16 @@ fn fd_handoffs_with_random_receiver_shutdowns() {
             assert!(Instant::now() < deadline, "window {w}: hand-offs unaccounted for");
             let mut evs = Vec::new();
             tx.wait(&mut evs, Some(Duration::from_millis(5))).unwrap();
-            for e in evs {
-                match e {
-                    Event::Returned { fd: Some(fd), .. } => {
-                        drop(fd);
-                        returned_with_fd += 1
-                    }
-                    Event::Returned { fd: None, .. } => returned_closed += 1,
-                    _ => panic!("unexpected event"),
-                }
-            }
+            count_returns(evs, &mut returned_with_fd, &mut returned_closed);
         }
         assert_eq!(tx.fds_in_flight(), 0);
         drop(addr);
         for (i, rd) in reads.iter().enumerate() {
-            assert!(eof(rd), "window {w}, pipe {i}: a write end is still open somewhere");
+            assert_eq!(
+                read_byte(rd),
+                0,
+                "window {w}, pipe {i}: a write end is still open somewhere"
+            );
         }
     }
     assert_eq!(delivered + returned_with_fd + returned_closed, WINDOWS * PER);

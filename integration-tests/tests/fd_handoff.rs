@@ -2,13 +2,13 @@
 //! the process's open-fd count is not disturbed by other tests.
 
 use std::collections::HashMap;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
 use ringmail::transport::{Event, Ring};
-use ringmail_integration_tests::{open_fds, wait_for};
+use ringmail_integration_tests::{open_fds, pipe, read_byte, wait_for};
 
 #[derive(Debug)]
 enum Msg {
@@ -18,21 +18,6 @@ enum Msg {
     Fd(u64, u64),
     /// Receiver -> sender: the fd of pipe `id` was received and closed.
     Closed(u64),
-}
-
-fn pipe() -> (OwnedFd, OwnedFd) {
-    let mut fds = [0; 2];
-    // SAFETY: `fds` is a valid 2-element array for pipe2 to fill.
-    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) }, 0);
-    // SAFETY: both fds are fresh from pipe2 and owned by nobody else.
-    unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
-}
-
-/// Reads from a non-blocking pipe read end: 0 means every write end is closed.
-fn read_end_state(rd: &OwnedFd) -> isize {
-    let mut b = [0u8; 1];
-    // SAFETY: reading one byte into a valid local buffer.
-    unsafe { libc::read(rd.as_raw_fd(), b.as_mut_ptr().cast(), 1) }
 }
 
 /// 10 000 fd hand-offs interleaved with data messages from the same sender:
@@ -91,7 +76,7 @@ fn ten_thousand_fd_handoffs_interleaved_with_data() {
         for e in evs.drain(..) {
             let Event::Message(Msg::Closed(id)) = e else { panic!("unexpected event") };
             let rd = read_ends.remove(&id).expect("ack for a known pipe");
-            assert_eq!(read_end_state(&rd), 0, "pipe {id}: a write end is still open somewhere");
+            assert_eq!(read_byte(&rd), 0, "pipe {id}: a write end is still open somewhere");
             closed += 1;
         }
         closed
