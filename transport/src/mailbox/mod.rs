@@ -19,6 +19,11 @@
 //!   user-space fallback queue and, if no doorbell is pending, one doorbell
 //!   `MSG_RING` is sent (it has a reserved CQ entry, so it never needs a credit).
 //!
+//! An fd hand-off is a parcel that always takes the ring path: it needs a CQ
+//! credit and one free slot of the receiver's kernel allocation range (so a
+//! receiver that lags makes hand-offs wait, never fail with `ENFILE`);
+//! lacking either, it parks on the sender until a later flush.
+//!
 //! The receiver hands every parcel to the sender's [`reorder::Reorder`], which
 //! releases parcels strictly by sequence number. fd hand-offs are parcels too
 //! (one message plus the slot the kernel allocated), so they are ordered with
