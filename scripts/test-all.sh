@@ -13,6 +13,9 @@ cd "$(dirname "$0")/.."
 echo "== cargo test --workspace"
 cargo test --workspace
 
+echo "== the book's links and includes"
+python3 scripts/check_book.py
+
 echo "== loom models of the mailbox core (LOOM_MAX_PREEMPTIONS=${LOOM_MAX_PREEMPTIONS:-2})"
 LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-2}" RUSTFLAGS="--cfg loom" \
   cargo test -p ringmail-transport --release --lib --target-dir target/loom -- loom

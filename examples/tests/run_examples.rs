@@ -31,3 +31,18 @@ fn ring_ping_pong_prints_both_modes() {
     let out = run(env!("CARGO_BIN_EXE_ring_ping_pong"), &["--round-trips", "1000"]);
     assert!(out.contains("sleeping wait") && out.contains("busy-poll"), "{out}");
 }
+
+#[test]
+fn tutorial_programs_print_what_the_book_says() {
+    let out = run(env!("CARGO_BIN_EXE_kernel_check"), &[]);
+    assert!(out.contains("io_uring OK"), "{out}");
+    let out = run(env!("CARGO_BIN_EXE_tut_first_actor"), &[]);
+    assert!(out.contains("total after ten tells: 55"), "{out}");
+    let out = run(env!("CARGO_BIN_EXE_tut_colocated"), &[]);
+    assert!(out.contains("token passed through 10000 co-located actors on one ring"), "{out}");
+    let out = run(env!("CARGO_BIN_EXE_tut_supervision"), &[]);
+    assert_eq!(out.matches("stopped: Panicked").count(), 3, "{out}");
+    assert!(out.contains("supervisor gave up: RestartIntensity"), "{out}");
+    let out = run(env!("CARGO_BIN_EXE_tut_timers_io"), &[]);
+    assert_eq!(out, "line 0\nline 1\nline 2\n");
+}
