@@ -7,7 +7,11 @@
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
 use ringmail::transport::{Event, Ring};
+use ringmail::{Actor, Context, Handler, Message};
 
 /// Waits on `ring` until `pred` says the collected events are enough, with a
 /// generous deadline so a slow machine never fails a test, a hung one does.
@@ -43,4 +47,25 @@ pub fn read_byte(rd: &OwnedFd) -> isize {
     let mut b = [0u8; 1];
     // SAFETY: reading one byte into a valid local buffer.
     unsafe { libc::read(rd.as_raw_fd(), b.as_mut_ptr().cast(), 1) }
+}
+
+/// A test actor that counts the `Work` it handles and panics on `Work(true)`.
+pub struct Counter {
+    /// Incremented once per handled message.
+    pub handled: Arc<AtomicU64>,
+}
+impl Actor for Counter {}
+
+/// Work for a [`Counter`]; `Work(true)` makes it panic.
+pub struct Work(pub bool);
+impl Message for Work {
+    type Reply = ();
+}
+impl Handler<Work> for Counter {
+    fn handle(&mut self, Work(boom): Work, _ctx: &mut Context<Self>) {
+        if boom {
+            panic!("boom in the middle of a batch");
+        }
+        self.handled.fetch_add(1, Ordering::SeqCst);
+    }
 }

@@ -6,24 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ringmail::{dead_letters, Actor, Context, Handler, Message, System, SystemConfig, TellError};
-
-struct Counter {
-    handled: Arc<AtomicU64>,
-}
-impl Actor for Counter {}
-struct Work(bool);
-impl Message for Work {
-    type Reply = ();
-}
-impl Handler<Work> for Counter {
-    fn handle(&mut self, Work(boom): Work, _ctx: &mut Context<Self>) {
-        if boom {
-            panic!("boom in the middle of a batch");
-        }
-        self.handled.fetch_add(1, Ordering::SeqCst);
-    }
-}
+use ringmail::{dead_letters, System, SystemConfig, TellError};
+use ringmail_integration_tests::{Counter, Work};
 
 /// Four threads tell as fast as they can while the system shuts down: every
 /// message is handled, refused at the sender, or counted as a dead letter.

@@ -256,6 +256,66 @@ mod tests {
         assert_eq!(c.outstanding(), 0);
     }
 
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        #[derive(Debug, Clone)]
+        enum Op {
+            Reserve(usize),
+            Deliver(usize),
+            Take,
+            Reap(usize),
+        }
+
+        fn op() -> impl Strategy<Value = Op> {
+            prop_oneof![
+                (1usize..8).prop_map(Op::Reserve),
+                (1usize..8).prop_map(Op::Deliver),
+                Just(Op::Take),
+                (1usize..4).prop_map(Op::Reap),
+            ]
+        }
+
+        proptest! {
+            /// Any sequence of reserve / deliver / take-credit / reap keeps
+            /// `queued <= cap` and `outstanding <= credit_cap`, and matches a
+            /// plain counter model.
+            #[test]
+            fn accounting_matches_a_model(ops in proptest::collection::vec(op(), 1..200)) {
+                let (credit_cap, cap) = (5usize, 20usize);
+                let c: Core<()> = Core::new(credit_cap, cap);
+                let (mut queued, mut out) = (0usize, 0usize);
+                for o in ops {
+                    match o {
+                        Op::Reserve(n) => {
+                            let ok = c.reserve(n).is_ok();
+                            prop_assert_eq!(ok, queued + n <= cap);
+                            if ok { queued += n; }
+                        }
+                        Op::Deliver(n) => {
+                            let n = n.min(queued);
+                            if n > 0 { c.unreserve(n); queued -= n; }
+                        }
+                        Op::Take => {
+                            let got = c.take_credit();
+                            prop_assert_eq!(got == Credit::Granted, out < credit_cap);
+                            if got == Credit::Granted { out += 1; }
+                        }
+                        Op::Reap(n) => {
+                            let n = n.min(out);
+                            c.return_credits(n);
+                            out -= n;
+                        }
+                    }
+                    prop_assert_eq!(c.queued(), queued);
+                    prop_assert_eq!(c.outstanding(), out);
+                    prop_assert!(queued <= cap && out <= credit_cap);
+                }
+            }
+        }
+    }
+
     #[test]
     fn one_doorbell_until_reaped() {
         let c: Core<u32> = Core::new(0, 10);

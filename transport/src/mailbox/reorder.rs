@@ -130,4 +130,46 @@ mod tests {
         });
         assert_eq!(count, 120);
     }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            /// Whatever order parcels arrive in, they leave in sequence
+            /// order, each exactly once, and nothing stays held.
+            #[test]
+            fn any_arrival_order_leaves_in_sequence(
+                order in (1usize..200).prop_flat_map(|n| Just((0..n as u64).collect::<Vec<_>>()).prop_shuffle())
+            ) {
+                let mut r = Reorder::default();
+                let mut out = Vec::new();
+                for &s in &order {
+                    r.accept(s, s, |p| out.push(p)).unwrap();
+                }
+                prop_assert_eq!(out, (0..order.len() as u64).collect::<Vec<_>>());
+                prop_assert_eq!(r.held(), 0);
+            }
+
+            /// A repeated sequence number is handed back, never delivered
+            /// twice, never lost.
+            #[test]
+            fn duplicates_are_refused_not_lost(
+                order in (1usize..100).prop_flat_map(|n| Just((0..n as u64).collect::<Vec<_>>()).prop_shuffle()),
+                dup in any::<prop::sample::Index>(),
+            ) {
+                let mut r = Reorder::default();
+                let mut out = Vec::new();
+                let d = order[dup.index(order.len())];
+                let mut refused = 0;
+                for &s in order.iter().chain(std::iter::once(&d)) {
+                    if r.accept(s, s, |p| out.push(p)).is_err() {
+                        refused += 1;
+                    }
+                }
+                prop_assert_eq!(refused, 1);
+                prop_assert_eq!(out.len(), order.len());
+            }
+        }
+    }
 }
