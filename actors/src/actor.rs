@@ -125,7 +125,32 @@ impl<A: Actor> Context<A> {
     }
 
     /// Delivers `msg` to this actor after `delay`, driven by a timeout on
-    /// the shard's own ring. `None` when the ring's SQ stayed full.
+    /// the shard's own ring. `None` when the ring cannot take another timer
+    /// (`io_reserve / 2` timers and I/O ops outstanding, or the SQ full).
+    ///
+    /// ```
+    /// use std::sync::mpsc;
+    /// use std::time::Duration;
+    /// use ringmail::{Actor, Context, Handler, Message, System};
+    ///
+    /// struct Alarm(mpsc::Sender<&'static str>);
+    /// struct Ring;
+    /// impl Message for Ring { type Reply = (); }
+    /// impl Actor for Alarm {
+    ///     fn started(&mut self, ctx: &mut Context<Self>) {
+    ///         ctx.send_after(Duration::from_millis(10), Ring).expect("armed");
+    ///     }
+    /// }
+    /// impl Handler<Ring> for Alarm {
+    ///     fn handle(&mut self, _: Ring, _: &mut Context<Self>) { self.0.send("ring!").unwrap(); }
+    /// }
+    ///
+    /// let system = System::new();
+    /// let (tx, rx) = mpsc::channel();
+    /// system.spawn(Alarm(tx))?;
+    /// assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), "ring!");
+    /// # Ok::<(), ringmail::SpawnError>(())
+    /// ```
     pub fn send_after<M>(&self, delay: Duration, msg: M) -> Option<TimerId>
     where
         A: Handler<M>,

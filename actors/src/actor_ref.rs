@@ -175,6 +175,32 @@ impl<A: Actor> ActorRef<A> {
     /// Sends `msg` without waiting. A full mailbox or a stopped actor hands
     /// the message back; a message to a stopped actor also counts as a dead
     /// letter.
+    ///
+    /// ```
+    /// use ringmail::{Actor, Context, Handler, Message, System, SystemConfig, TellError};
+    ///
+    /// struct Sleepy;
+    /// impl Actor for Sleepy {}
+    /// struct Nap;
+    /// impl Message for Nap { type Reply = (); }
+    /// impl Handler<Nap> for Sleepy {
+    ///     fn handle(&mut self, _: Nap, _: &mut Context<Self>) {
+    ///         std::thread::sleep(std::time::Duration::from_millis(100));
+    ///     }
+    /// }
+    ///
+    /// let system = System::with_config(SystemConfig::default().mailbox_capacity(2));
+    /// let a = system.spawn(Sleepy)?;
+    /// let mut refused = None;
+    /// for _ in 0..10 {
+    ///     if let Err(TellError::Full(msg)) = a.try_tell(Nap) {
+    ///         refused = Some(msg); // the message is ours again
+    ///         break;
+    ///     }
+    /// }
+    /// assert!(refused.is_some(), "a bounded mailbox pushes back");
+    /// # Ok::<(), ringmail::SpawnError>(())
+    /// ```
     pub fn try_tell<M>(&self, msg: M) -> Result<(), TellError<M>>
     where
         A: Handler<M>,
@@ -223,6 +249,27 @@ impl<A: Actor> ActorRef<A> {
 
     /// Sends `msg` and waits up to `timeout` for the reply, which travels
     /// back to this thread's ring.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ringmail::{Actor, AskError, Context, Handler, Message, System};
+    ///
+    /// struct Echo;
+    /// impl Actor for Echo {}
+    /// struct Say(String);
+    /// impl Message for Say { type Reply = String; }
+    /// impl Handler<Say> for Echo {
+    ///     fn handle(&mut self, Say(s): Say, _: &mut Context<Self>) -> String { s }
+    /// }
+    ///
+    /// let system = System::new();
+    /// let echo = system.spawn(Echo)?;
+    /// assert_eq!(echo.ask(Say("hi".into()), Duration::from_secs(5)).unwrap(), "hi");
+    /// echo.stop();
+    /// echo.wait_stopped(Duration::from_secs(5));
+    /// assert!(matches!(echo.ask(Say("?".into()), Duration::from_secs(5)), Err(AskError::Stopped(_))));
+    /// # Ok::<(), ringmail::SpawnError>(())
+    /// ```
     ///
     /// Blocks the calling thread (and, inside a handler, its shard); asking
     /// an actor of one's own shard would deadlock and is refused.

@@ -62,6 +62,29 @@ struct Child {
 }
 
 /// A supervisor: see the module docs.
+///
+/// ```
+/// use std::time::Duration;
+/// use ringmail::{Actor, Strategy, Supervisor, System};
+///
+/// struct Worker;
+/// impl Actor for Worker {}
+///
+/// let system = System::new();
+/// let sup = system.spawn(
+///     Supervisor::new(Strategy::OneForOne)
+///         .intensity(3, Duration::from_secs(5)) // more than 3 restarts in 5 s: give up
+///         .child(Some("worker"), || Worker),
+/// )?;
+/// // The current instance is registered under its name after every start.
+/// let deadline = std::time::Instant::now() + Duration::from_secs(5);
+/// while system.lookup::<Worker>("worker").is_none() {
+///     assert!(std::time::Instant::now() < deadline);
+///     std::thread::sleep(Duration::from_millis(1));
+/// }
+/// assert!(sup.is_alive());
+/// # Ok::<(), ringmail::SpawnError>(())
+/// ```
 pub struct Supervisor {
     strategy: Strategy,
     max_restarts: usize,

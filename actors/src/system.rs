@@ -154,6 +154,21 @@ impl System {
 
     /// Registers `actor` under `name`, until it stops or is unregistered.
     /// A taken name (or a stopped actor) hands the reference back.
+    ///
+    /// ```
+    /// use ringmail::{Actor, System};
+    ///
+    /// struct Db;
+    /// impl Actor for Db {}
+    ///
+    /// let system = System::new();
+    /// let db = system.spawn(Db)?;
+    /// system.register("db", &db).unwrap();
+    /// assert!(system.register("db", &db).is_err(), "one actor per name");
+    /// let found = system.lookup::<Db>("db").expect("registered");
+    /// assert_eq!(found, db);
+    /// # Ok::<(), ringmail::SpawnError>(())
+    /// ```
     pub fn register<A: Actor>(&self, name: &str, actor: &ActorRef<A>) -> Result<(), NameTaken<A>> {
         self.registry.register(name, actor.clone())
     }
