@@ -91,6 +91,35 @@ pub fn dead_letters() -> u64 {
     DEAD_LETTERS.load(Ordering::Relaxed) + transport::dead_letters()
 }
 
+/// Runs `f` with this thread's tells batched: on a thread that is not a
+/// shard, every `tell` normally flushes this thread's ring at once (one
+/// `io_uring_enter` per message, since nothing else would flush it); inside
+/// `batched`, messages leave in batches (when a batch is full, or when `f`
+/// returns) instead. Shard threads always batch. Order is unchanged; a `tell`
+/// that waits for room and an `ask` still flush first.
+///
+/// ```
+/// use ringmail::{Actor, Context, Handler, Message, System};
+///
+/// struct Sink;
+/// impl Actor for Sink {}
+/// struct N(u64);
+/// impl Message for N { type Reply = (); }
+/// impl Handler<N> for Sink { fn handle(&mut self, _: N, _: &mut Context<Self>) {} }
+///
+/// let system = System::new();
+/// let sink = system.spawn(Sink)?;
+/// ringmail::batched(|| {
+///     for i in 0..1000 {
+///         sink.tell(N(i)).unwrap();
+///     }
+/// }); // everything has left when `batched` returns
+/// # Ok::<(), ringmail::SpawnError>(())
+/// ```
+pub fn batched<R>(f: impl FnOnce() -> R) -> R {
+    local::batched(f)
+}
+
 pub(crate) fn dead_letter() {
     DEAD_LETTERS.fetch_add(1, Ordering::Relaxed);
 }

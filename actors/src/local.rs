@@ -168,6 +168,9 @@ enum Completion {
 }
 
 thread_local! {
+    /// Depth of `batched` scopes on this thread: while > 0, a client
+    /// thread's sends are not flushed one by one.
+    static BATCHING: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
     static CTX: RefCell<Option<ThreadCtx>> = const { RefCell::new(None) };
     /// Sends attempted while `CTX` was borrowed: sent when the borrow ends.
     static DEFERRED: RefCell<Vec<(u64, Addr<Envelope>, Envelope)>> = const { RefCell::new(Vec::new()) };
@@ -258,8 +261,8 @@ pub(crate) enum SendFail {
 
 impl ThreadCtx {
     fn after_send(&mut self) -> Vec<Event<Envelope>> {
-        if self.shard.is_some() {
-            return Vec::new();
+        if self.shard.is_some() || BATCHING.with(|b| b.get()) > 0 {
+            return Vec::new(); // a loop, or the end of the batch, flushes
         }
         // A client thread has no loop that would flush for it.
         let _ = self.ring.flush();
@@ -397,6 +400,25 @@ pub(crate) fn flush_if_present() {
     let _ = with_ctx(false, |t| {
         let _ = t.ring.flush();
     });
+}
+
+/// Runs `f` with this thread's sends batched (see [`crate::batched`]).
+pub(crate) fn batched<R>(f: impl FnOnce() -> R) -> R {
+    struct Guard;
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            let depth = BATCHING.with(|b| {
+                b.set(b.get() - 1);
+                b.get()
+            });
+            if depth == 0 {
+                flush_if_present();
+            }
+        }
+    }
+    BATCHING.with(|b| b.set(b.get() + 1));
+    let _guard = Guard;
+    f()
 }
 
 /// This thread's ring address (for replies).

@@ -22,8 +22,12 @@ fn ping_pong_prints_percentiles() {
 
 #[test]
 fn pipeline_passes_everything_in_order() {
-    let out = run(env!("CARGO_BIN_EXE_pipeline"), &["--stages", "3", "--messages", "50000"]);
+    let out = run(
+        env!("CARGO_BIN_EXE_pipeline"),
+        &["--stages", "3", "--messages", "50000", "--rounds", "1"],
+    );
     assert!(out.contains("50000 messages through 3 stages"), "{out}");
+    assert!(out.contains("batched (ratio"), "{out}");
 }
 
 #[test]
