@@ -1,0 +1,345 @@
+//! The key-value command engine: executes parsed RESP requests against one
+//! keyspace (one shard's part of the data), with the replies and error
+//! messages Redis gives, so real Redis clients work unchanged.
+//!
+//! Expiry is lazy (checked on access) against the `now` the caller passes,
+//! which keeps the engine deterministic and testable. Values are strings
+//! (binary-safe); every command here works on strings, so Redis' WRONGTYPE
+//! never arises.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use super::resp::Reply;
+
+struct Entry {
+    value: Vec<u8>,
+    expires: Option<Instant>,
+}
+
+/// One keyspace.
+#[derive(Default)]
+pub struct Keyspace {
+    map: HashMap<Vec<u8>, Entry>,
+}
+
+fn err(s: &str) -> Reply {
+    Reply::Error(s.to_string())
+}
+
+fn arity(cmd: &str) -> Reply {
+    Reply::Error(format!("ERR wrong number of arguments for '{cmd}' command"))
+}
+
+const NOT_INT: &str = "ERR value is not an integer or out of range";
+
+fn int(b: &[u8]) -> Option<i64> {
+    std::str::from_utf8(b).ok()?.parse().ok()
+}
+
+impl Keyspace {
+    /// Keys currently stored (expired ones may still count until touched).
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// True when no key is stored.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    fn live(&mut self, key: &[u8], now: Instant) -> Option<&mut Entry> {
+        if self.map.get(key).is_some_and(|e| e.expires.is_some_and(|t| t <= now)) {
+            self.map.remove(key);
+        }
+        self.map.get_mut(key)
+    }
+
+    /// Runs one request (`args[0]` is the command name, any case).
+    pub fn execute(&mut self, args: &[Vec<u8>], now: Instant) -> Reply {
+        let Some(name) = args.first() else { return err("ERR empty command") };
+        let cmd = String::from_utf8_lossy(name).to_ascii_lowercase();
+        let a = &args[1..];
+        match cmd.as_str() {
+            "ping" => match a {
+                [] => Reply::Simple("PONG"),
+                [m] => Reply::Bulk(m.clone()),
+                _ => arity(&cmd),
+            },
+            "echo" => match a {
+                [m] => Reply::Bulk(m.clone()),
+                _ => arity(&cmd),
+            },
+            "get" => match a {
+                [k] => self.live(k, now).map_or(Reply::Nil, |e| Reply::Bulk(e.value.clone())),
+                _ => arity(&cmd),
+            },
+            "set" => self.set(a, now),
+            "del" | "exists" if a.is_empty() => arity(&cmd),
+            "del" => Reply::Int(
+                a.iter()
+                    .filter(|k| self.live(k, now).is_some() && self.map.remove(*k).is_some())
+                    .count() as i64,
+            ),
+            "exists" => Reply::Int(a.iter().filter(|k| self.live(k, now).is_some()).count() as i64),
+            "incr" | "decr" => match a {
+                [k] => self.incr_by(k, if cmd == "incr" { 1 } else { -1 }, now),
+                _ => arity(&cmd),
+            },
+            "incrby" | "decrby" => match a {
+                [k, n] => match int(n) {
+                    Some(n) if cmd == "incrby" => self.incr_by(k, n, now),
+                    Some(n) => match n.checked_neg() {
+                        Some(n) => self.incr_by(k, n, now),
+                        None => err("ERR decrement would overflow"),
+                    },
+                    None => err(NOT_INT),
+                },
+                _ => arity(&cmd),
+            },
+            "mget" if a.is_empty() => arity(&cmd),
+            "mget" => Reply::Array(
+                a.iter()
+                    .map(|k| self.live(k, now).map_or(Reply::Nil, |e| Reply::Bulk(e.value.clone())))
+                    .collect(),
+            ),
+            "mset" => {
+                if a.is_empty() || a.len() % 2 != 0 {
+                    return arity(&cmd);
+                }
+                for kv in a.chunks(2) {
+                    self.map.insert(kv[0].clone(), Entry { value: kv[1].clone(), expires: None });
+                }
+                Reply::Simple("OK")
+            }
+            "append" => match a {
+                [k, v] => {
+                    let e = match self.live(k, now) {
+                        Some(e) => e,
+                        None => self
+                            .map
+                            .entry(k.clone())
+                            .or_insert(Entry { value: Vec::new(), expires: None }),
+                    };
+                    e.value.extend_from_slice(v);
+                    Reply::Int(e.value.len() as i64)
+                }
+                _ => arity(&cmd),
+            },
+            "strlen" => match a {
+                [k] => Reply::Int(self.live(k, now).map_or(0, |e| e.value.len() as i64)),
+                _ => arity(&cmd),
+            },
+            "expire" => match a {
+                [k, s] => match int(s) {
+                    None => err(NOT_INT),
+                    Some(s) => match self.live(k, now) {
+                        None => Reply::Int(0),
+                        Some(_) if s <= 0 => {
+                            self.map.remove(k);
+                            Reply::Int(1)
+                        }
+                        Some(e) => {
+                            e.expires = Some(now + Duration::from_secs(s as u64));
+                            Reply::Int(1)
+                        }
+                    },
+                },
+                _ => arity(&cmd),
+            },
+            "ttl" => match a {
+                [k] => match self.live(k, now) {
+                    None => Reply::Int(-2),
+                    Some(Entry { expires: None, .. }) => Reply::Int(-1),
+                    Some(Entry { expires: Some(t), .. }) => {
+                        let ms = t.saturating_duration_since(now).as_millis() as i64;
+                        Reply::Int((ms + 500) / 1000)
+                    }
+                },
+                _ => arity(&cmd),
+            },
+            "dbsize" => match a {
+                [] => Reply::Int(
+                    self.map.values().filter(|e| e.expires.is_none_or(|t| t > now)).count() as i64,
+                ),
+                _ => arity(&cmd),
+            },
+            "flushall" | "flushdb" => {
+                self.map.clear();
+                Reply::Simple("OK")
+            }
+            "config" => match a.first().map(|s| s.to_ascii_lowercase()) {
+                Some(sub) if sub == b"get" && a.len() == 2 => {
+                    // Clients ask on connect; answer what this server has.
+                    let key = String::from_utf8_lossy(&a[1]).to_ascii_lowercase();
+                    let known: [(&str, &str); 3] =
+                        [("save", ""), ("appendonly", "no"), ("databases", "1")];
+                    Reply::Array(
+                        known
+                            .iter()
+                            .filter(|(k, _)| key == "*" || key == *k)
+                            .flat_map(|(k, v)| {
+                                [
+                                    Reply::Bulk(k.as_bytes().to_vec()),
+                                    Reply::Bulk(v.as_bytes().to_vec()),
+                                ]
+                            })
+                            .collect(),
+                    )
+                }
+                _ => {
+                    err("ERR unknown subcommand or wrong number of arguments for 'config' command")
+                }
+            },
+            "command" => Reply::Array(Vec::new()),
+            _ => {
+                let mut m = format!(
+                    "ERR unknown command '{}', with args beginning with: ",
+                    String::from_utf8_lossy(name)
+                );
+                for x in a.iter().take(8) {
+                    m.push_str(&format!("'{}' ", String::from_utf8_lossy(x)));
+                }
+                Reply::Error(m)
+            }
+        }
+    }
+
+    fn set(&mut self, a: &[Vec<u8>], now: Instant) -> Reply {
+        let [k, v, opts @ ..] = a else { return arity("set") };
+        let (mut ttl, mut nx, mut xx) = (None, false, false);
+        let mut i = 0;
+        while i < opts.len() {
+            let o = opts[i].to_ascii_lowercase();
+            match o.as_slice() {
+                b"nx" => nx = true,
+                b"xx" => xx = true,
+                b"ex" | b"px" if ttl.is_none() && i + 1 < opts.len() => {
+                    let Some(n) = int(&opts[i + 1]) else { return err(NOT_INT) };
+                    if n <= 0 {
+                        return err("ERR invalid expire time in 'set' command");
+                    }
+                    ttl = Some(if o == b"ex" {
+                        Duration::from_secs(n as u64)
+                    } else {
+                        Duration::from_millis(n as u64)
+                    });
+                    i += 1;
+                }
+                _ => return err("ERR syntax error"),
+            }
+            i += 1;
+        }
+        if nx && xx {
+            return err("ERR syntax error");
+        }
+        let exists = self.live(k, now).is_some();
+        if (nx && exists) || (xx && !exists) {
+            return Reply::Nil;
+        }
+        self.map.insert(k.clone(), Entry { value: v.clone(), expires: ttl.map(|d| now + d) });
+        Reply::Simple("OK")
+    }
+
+    fn incr_by(&mut self, k: &[u8], by: i64, now: Instant) -> Reply {
+        let cur = match self.live(k, now) {
+            None => 0,
+            Some(e) => match int(&e.value) {
+                Some(n) => n,
+                None => return err(NOT_INT),
+            },
+        };
+        let Some(next) = cur.checked_add(by) else {
+            return err("ERR increment or decrement would overflow");
+        };
+        let expires = self.map.get(k).and_then(|e| e.expires);
+        self.map.insert(k.to_vec(), Entry { value: next.to_string().into_bytes(), expires });
+        Reply::Int(next)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(ks: &mut Keyspace, now: Instant, cmd: &str) -> Reply {
+        let args: Vec<Vec<u8>> = cmd.split(' ').map(|s| s.as_bytes().to_vec()).collect();
+        ks.execute(&args, now)
+    }
+
+    fn bulk(s: &str) -> Reply {
+        Reply::Bulk(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn strings_and_counters() {
+        let (mut ks, t) = (Keyspace::default(), Instant::now());
+        assert_eq!(run(&mut ks, t, "PING"), Reply::Simple("PONG"));
+        assert_eq!(run(&mut ks, t, "echo hi"), bulk("hi"));
+        assert_eq!(run(&mut ks, t, "GET k"), Reply::Nil);
+        assert_eq!(run(&mut ks, t, "SET k v"), Reply::Simple("OK"));
+        assert_eq!(run(&mut ks, t, "GET k"), bulk("v"));
+        assert_eq!(run(&mut ks, t, "APPEND k ww"), Reply::Int(3));
+        assert_eq!(run(&mut ks, t, "STRLEN k"), Reply::Int(3));
+        assert_eq!(run(&mut ks, t, "INCR n"), Reply::Int(1));
+        assert_eq!(run(&mut ks, t, "INCRBY n 41"), Reply::Int(42));
+        assert_eq!(run(&mut ks, t, "DECR n"), Reply::Int(41));
+        assert_eq!(run(&mut ks, t, "INCR k"), Reply::Error(NOT_INT.into()));
+        assert_eq!(run(&mut ks, t, "MSET a 1 b 2"), Reply::Simple("OK"));
+        assert_eq!(
+            run(&mut ks, t, "MGET a x b"),
+            Reply::Array(vec![bulk("1"), Reply::Nil, bulk("2")])
+        );
+        assert_eq!(run(&mut ks, t, "EXISTS a b x"), Reply::Int(2));
+        assert_eq!(run(&mut ks, t, "DEL a x"), Reply::Int(1));
+        assert_eq!(run(&mut ks, t, "DBSIZE"), Reply::Int(3));
+        assert_eq!(run(&mut ks, t, "FLUSHALL"), Reply::Simple("OK"));
+        assert_eq!(run(&mut ks, t, "DBSIZE"), Reply::Int(0));
+        ks.execute(&[b"SET".to_vec(), b"n".to_vec(), i64::MAX.to_string().into_bytes()], t);
+        assert_eq!(run(&mut ks, t, "INCR n"), err("ERR increment or decrement would overflow"));
+    }
+
+    #[test]
+    fn set_options_and_expiry() {
+        let (mut ks, t) = (Keyspace::default(), Instant::now());
+        assert_eq!(run(&mut ks, t, "SET k v NX"), Reply::Simple("OK"));
+        assert_eq!(run(&mut ks, t, "SET k w NX"), Reply::Nil);
+        assert_eq!(run(&mut ks, t, "SET x w XX"), Reply::Nil);
+        assert_eq!(run(&mut ks, t, "SET k w XX EX 10"), Reply::Simple("OK"));
+        assert_eq!(run(&mut ks, t, "TTL k"), Reply::Int(10));
+        assert_eq!(run(&mut ks, t + Duration::from_secs(4), "TTL k"), Reply::Int(6));
+        assert_eq!(run(&mut ks, t + Duration::from_secs(10), "GET k"), Reply::Nil);
+        assert_eq!(run(&mut ks, t, "SET p v PX 1500"), Reply::Simple("OK"));
+        assert_eq!(run(&mut ks, t + Duration::from_millis(1499), "GET p"), bulk("v"));
+        assert_eq!(run(&mut ks, t + Duration::from_millis(1500), "GET p"), Reply::Nil);
+        assert_eq!(run(&mut ks, t, "SET q v"), Reply::Simple("OK"));
+        assert_eq!(run(&mut ks, t, "TTL q"), Reply::Int(-1));
+        assert_eq!(run(&mut ks, t, "TTL nope"), Reply::Int(-2));
+        assert_eq!(run(&mut ks, t, "EXPIRE q 5"), Reply::Int(1));
+        assert_eq!(run(&mut ks, t, "EXPIRE nope 5"), Reply::Int(0));
+        assert_eq!(run(&mut ks, t + Duration::from_secs(5), "EXISTS q"), Reply::Int(0));
+        assert_eq!(
+            run(&mut ks, t, "SET k v EX 0"),
+            err("ERR invalid expire time in 'set' command")
+        );
+        assert_eq!(run(&mut ks, t, "SET k v EX x"), err(NOT_INT));
+        assert_eq!(run(&mut ks, t, "SET k v NX XX"), err("ERR syntax error"));
+        assert_eq!(run(&mut ks, t, "SET k v BOGUS"), err("ERR syntax error"));
+    }
+
+    #[test]
+    fn errors_read_like_redis() {
+        let (mut ks, t) = (Keyspace::default(), Instant::now());
+        assert_eq!(run(&mut ks, t, "GET"), err("ERR wrong number of arguments for 'get' command"));
+        assert_eq!(
+            run(&mut ks, t, "MSET a"),
+            err("ERR wrong number of arguments for 'mset' command")
+        );
+        assert_eq!(
+            run(&mut ks, t, "FOO a b"),
+            err("ERR unknown command 'FOO', with args beginning with: 'a' 'b' ")
+        );
+        assert_eq!(run(&mut ks, t, "CONFIG GET save"), Reply::Array(vec![bulk("save"), bulk("")]));
+        assert_eq!(run(&mut ks, t, "COMMAND"), Reply::Array(vec![]));
+    }
+}

@@ -1,0 +1,277 @@
+//! RESP2, the Redis wire protocol: an incremental request parser and reply
+//! encoding.
+//!
+//! Requests are arrays of bulk strings (`*2\r\n$3\r\nGET\r\n$1\r\nk\r\n`) or
+//! inline commands (`PING\r\n`). [`parse`] looks at a buffer that may hold a
+//! partial request, a whole one, or several (pipelining), and never panics
+//! on any input: malformed input is a [`ProtocolError`] (Redis answers
+//! `-ERR Protocol error: ...` and closes that connection only). Lengths are
+//! checked against limits before anything is allocated.
+
+use std::fmt;
+
+/// Limits applied while parsing, before any allocation.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Most arguments in one request.
+    pub max_args: usize,
+    /// Largest bulk string.
+    pub max_bulk: usize,
+    /// Longest inline command line.
+    pub max_inline: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { max_args: 1 << 20, max_bulk: 512 << 20, max_inline: 64 << 10 }
+    }
+}
+
+/// Malformed input: the connection that sent it is closed after the error reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProtocolError(pub String);
+
+impl fmt::Display for ProtocolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Protocol error: {}", self.0)
+    }
+}
+
+/// What [`parse`] found at the start of the buffer.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Parsed {
+    /// A whole request (its arguments) and how many bytes it used.
+    Request(Vec<Vec<u8>>, usize),
+    /// Not enough bytes yet.
+    Incomplete,
+}
+
+fn line(buf: &[u8], max: usize) -> Result<Option<(&[u8], usize)>, ProtocolError> {
+    match buf.iter().position(|&b| b == b'\n') {
+        Some(i) => {
+            if i > max {
+                return Err(ProtocolError("too big inline request".into()));
+            }
+            let l = if i > 0 && buf[i - 1] == b'\r' { &buf[..i - 1] } else { &buf[..i] };
+            Ok(Some((l, i + 1)))
+        }
+        None if buf.len() > max => Err(ProtocolError("too big inline request".into())),
+        None => Ok(None),
+    }
+}
+
+fn number(digits: &[u8], what: &str) -> Result<i64, ProtocolError> {
+    std::str::from_utf8(digits)
+        .ok()
+        .and_then(|s| s.parse::<i64>().ok())
+        .ok_or_else(|| ProtocolError(format!("invalid {what} length")))
+}
+
+/// Parses one request from the start of `buf`.
+pub fn parse(buf: &[u8], limits: &Limits) -> Result<Parsed, ProtocolError> {
+    if buf.is_empty() {
+        return Ok(Parsed::Incomplete);
+    }
+    if buf[0] != b'*' {
+        return parse_inline(buf, limits);
+    }
+    let Some((head, mut at)) = line(buf, 32)? else { return Ok(Parsed::Incomplete) };
+    let n = number(&head[1..], "multibulk")?;
+    if n <= 0 {
+        return Ok(Parsed::Request(Vec::new(), at)); // `*0` / `*-1`: nothing to run
+    }
+    if n as u64 > limits.max_args as u64 {
+        return Err(ProtocolError("invalid multibulk length".into()));
+    }
+    let mut args = Vec::with_capacity((n as usize).min(64));
+    for _ in 0..n {
+        let rest = &buf[at..];
+        if rest.is_empty() {
+            return Ok(Parsed::Incomplete);
+        }
+        if rest[0] != b'$' {
+            let got = char::from(rest[0]).escape_default().to_string();
+            return Err(ProtocolError(format!("expected '$', got '{got}'")));
+        }
+        let Some((h, used)) = line(rest, 32)? else { return Ok(Parsed::Incomplete) };
+        let len = number(&h[1..], "bulk")?;
+        if len < 0 || len as u64 > limits.max_bulk as u64 {
+            return Err(ProtocolError("invalid bulk length".into()));
+        }
+        let len = len as usize;
+        let body = &rest[used..];
+        if body.len() < len + 2 {
+            return Ok(Parsed::Incomplete);
+        }
+        if &body[len..len + 2] != b"\r\n" {
+            return Err(ProtocolError("bulk string not terminated by CRLF".into()));
+        }
+        args.push(body[..len].to_vec());
+        at += used + len + 2;
+    }
+    Ok(Parsed::Request(args, at))
+}
+
+fn parse_inline(buf: &[u8], limits: &Limits) -> Result<Parsed, ProtocolError> {
+    let Some((l, used)) = line(buf, limits.max_inline)? else { return Ok(Parsed::Incomplete) };
+    let args: Vec<Vec<u8>> = l
+        .split(|b| b.is_ascii_whitespace())
+        .filter(|w| !w.is_empty())
+        .map(<[u8]>::to_vec)
+        .collect();
+    Ok(Parsed::Request(args, used))
+}
+
+/// A reply, encoded with [`Reply::encode`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// `+OK`
+    Simple(&'static str),
+    /// `-ERR ...`
+    Error(String),
+    /// `:42`
+    Int(i64),
+    /// `$3\r\nabc`
+    Bulk(Vec<u8>),
+    /// `$-1`
+    Nil,
+    /// `*n` followed by the elements.
+    Array(Vec<Reply>),
+}
+
+impl Reply {
+    /// Appends the RESP2 encoding to `out` (terminated, nested arrays too).
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Reply::Simple(s) => {
+                out.push(b'+');
+                out.extend_from_slice(s.as_bytes());
+            }
+            Reply::Error(e) => {
+                out.push(b'-');
+                // An error line must not break the framing.
+                out.extend(e.bytes().map(|b| if b == b'\r' || b == b'\n' { b' ' } else { b }));
+            }
+            Reply::Int(i) => {
+                out.push(b':');
+                out.extend_from_slice(i.to_string().as_bytes());
+            }
+            Reply::Bulk(b) => {
+                out.push(b'$');
+                out.extend_from_slice(b.len().to_string().as_bytes());
+                out.extend_from_slice(b"\r\n");
+                out.extend_from_slice(b);
+            }
+            Reply::Nil => out.extend_from_slice(b"$-1"),
+            Reply::Array(items) => {
+                out.push(b'*');
+                out.extend_from_slice(items.len().to_string().as_bytes());
+                out.extend_from_slice(b"\r\n");
+                for it in items {
+                    it.encode(out); // each element is terminated
+                }
+                return;
+            }
+        }
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// Encodes a request as clients send it (used by tests and load generators).
+pub fn encode_request(args: &[&[u8]], out: &mut Vec<u8>) {
+    out.push(b'*');
+    out.extend_from_slice(args.len().to_string().as_bytes());
+    out.extend_from_slice(b"\r\n");
+    for a in args {
+        Reply::Bulk(a.to_vec()).encode(out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn req(args: &[&[u8]]) -> Vec<u8> {
+        let mut v = Vec::new();
+        encode_request(args, &mut v);
+        v
+    }
+
+    #[test]
+    fn whole_partial_and_pipelined_requests() {
+        let l = Limits::default();
+        let one = req(&[b"SET", b"k", b"v"]);
+        assert_eq!(
+            parse(&one, &l).unwrap(),
+            Parsed::Request(vec![b"SET".to_vec(), b"k".to_vec(), b"v".to_vec()], one.len())
+        );
+        for cut in 0..one.len() {
+            assert_eq!(parse(&one[..cut], &l).unwrap(), Parsed::Incomplete, "cut at {cut}");
+        }
+        let mut two = one.clone();
+        two.extend_from_slice(&req(&[b"GET", b"k"]));
+        let Parsed::Request(_, used) = parse(&two, &l).unwrap() else { panic!() };
+        assert_eq!(
+            parse(&two[used..], &l).unwrap(),
+            Parsed::Request(vec![b"GET".to_vec(), b"k".to_vec()], two.len() - used)
+        );
+    }
+
+    #[test]
+    fn inline_commands() {
+        let l = Limits::default();
+        assert_eq!(parse(b"PING\r\n", &l).unwrap(), Parsed::Request(vec![b"PING".to_vec()], 6));
+        assert_eq!(
+            parse(b"echo  hi\n", &l).unwrap(),
+            Parsed::Request(vec![b"echo".to_vec(), b"hi".to_vec()], 9)
+        );
+    }
+
+    #[test]
+    fn malformed_input_is_a_protocol_error() {
+        let l = Limits::default();
+        assert!(parse(b"*2\r\n:1\r\n", &l).is_err());
+        assert!(parse(b"*x\r\n", &l).is_err());
+        assert!(parse(b"*1\r\n$-5\r\n", &l).is_err());
+        assert!(parse(b"*1\r\n$3\r\nabcXY", &l).is_err());
+        let small = Limits { max_bulk: 4, ..l };
+        assert!(parse(b"*1\r\n$999999999\r\n", &small).is_err(), "checked before allocating");
+    }
+
+    #[test]
+    fn replies_encode_as_redis_does() {
+        let mut out = Vec::new();
+        Reply::Array(vec![Reply::Bulk(b"a".to_vec()), Reply::Nil, Reply::Int(-3)]).encode(&mut out);
+        assert_eq!(out, b"*3\r\n$1\r\na\r\n$-1\r\n:-3\r\n");
+        out.clear();
+        Reply::Array(vec![]).encode(&mut out);
+        assert_eq!(out, b"*0\r\n");
+        out.clear();
+        Reply::Array(vec![Reply::Array(vec![Reply::Int(1)]), Reply::Simple("OK")]).encode(&mut out);
+        assert_eq!(out, b"*2\r\n*1\r\n:1\r\n+OK\r\n");
+        out.clear();
+        Reply::Error("ERR bad\r\nthing".into()).encode(&mut out);
+        assert_eq!(out, b"-ERR bad  thing\r\n");
+    }
+
+    proptest! {
+        /// Arbitrary bytes never panic the parser, and a request it accepts
+        /// never claims more bytes than it was given.
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            match parse(&bytes, &Limits::default()) {
+                Ok(Parsed::Request(_, used)) => prop_assert!(used <= bytes.len() && used > 0),
+                Ok(Parsed::Incomplete) | Err(_) => {}
+            }
+        }
+
+        /// Encoding a request and parsing it gives the arguments back.
+        #[test]
+        fn encode_then_parse_round_trips(args in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..64), 1..8)) {
+            let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+            let bytes = req(&refs);
+            prop_assert_eq!(parse(&bytes, &Limits::default()).unwrap(), Parsed::Request(args.clone(), bytes.len()));
+        }
+    }
+}
