@@ -70,6 +70,7 @@ mod ring;
 mod setup;
 mod sync;
 mod sys;
+pub mod wire;
 
 pub use error::{ReturnReason, RingError, SendError, SetupError, UnavailableCause};
 pub use fd::{FixedFd, ReservedSlot, SlotTicket};
