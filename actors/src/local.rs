@@ -213,7 +213,7 @@ pub(crate) fn teardown() {
 
 /// Runs `f` with this thread's context, creating a client ring if `create`.
 fn with_ctx<R>(create: bool, f: impl FnOnce(&mut ThreadCtx) -> R) -> Result<R, Unavailable> {
-    let r = CTX
+    let r: Result<R, Unavailable> = CTX
         .try_with(|c| {
             let mut c = c.try_borrow_mut().map_err(|_| Unavailable)?;
             if c.is_none() {
@@ -229,7 +229,9 @@ fn with_ctx<R>(create: bool, f: impl FnOnce(&mut ThreadCtx) -> R) -> Result<R, U
         })
         .map_err(|_| Unavailable)
         .and_then(|r| r);
-    flush_deferred();
+    if r.is_ok() {
+        flush_deferred(); // only once the borrow we held is released
+    }
     r
 }
 
@@ -240,6 +242,10 @@ pub(crate) fn with<R>(f: impl FnOnce(&mut ThreadCtx) -> R) -> Result<R, Unavaila
 
 fn flush_deferred() {
     loop {
+        // Still inside someone's borrow: the send would only be deferred again.
+        if CTX.try_with(|c| c.try_borrow_mut().is_err()).unwrap_or(true) {
+            return;
+        }
         let batch = DEFERRED.try_with(|d| std::mem::take(&mut *d.borrow_mut())).unwrap_or_default();
         if batch.is_empty() {
             return;
@@ -378,14 +384,35 @@ pub(crate) fn send_control(shard: u64, addr: &Addr<Envelope>, env: Envelope, cre
             Ok(()) => return true,
             Err((e, SendFail::Full)) if Instant::now() < deadline => {
                 env = e;
-                flush_if_present();
-                std::thread::sleep(Duration::from_micros(100));
+                // Take in what others sent us meanwhile (kept for our loop):
+                // it frees our own mailbox, so two shards waiting on each
+                // other both make progress.
+                pump(Duration::from_micros(100));
             }
             Err((e, _)) => {
                 discard(e);
                 return false;
             }
         }
+    }
+}
+
+/// Flushes this thread's ring and waits up to `d` for incoming work, keeping
+/// envelopes and completions for the shard loop (or discarding them on a
+/// client thread, which hosts no actor).
+fn pump(d: Duration) {
+    let rest = with_ctx(false, |t| {
+        let mut evs = Vec::new();
+        let _ = t.ring.wait(&mut evs, Some(d));
+        let mut rest = Vec::new();
+        for e in evs {
+            t.sort(e, &mut rest);
+        }
+        rest
+    });
+    match rest {
+        Ok(rest) => rest.into_iter().for_each(discard),
+        Err(_) => std::thread::sleep(d),
     }
 }
 
@@ -412,7 +439,8 @@ pub(crate) fn batched<R>(f: impl FnOnce() -> R) -> R {
                 b.get()
             });
             if depth == 0 {
-                flush_if_present();
+                // Send what the scope batched, and take in what came back.
+                pump(Duration::ZERO);
             }
         }
     }

@@ -163,3 +163,49 @@ fn a_child_spawned_as_a_dedicated_shard_ends_is_reported_stopped() {
         "the child must not stay alive forever: {reason:?}"
     );
 }
+
+/// Sends two messages from its `Drop`.
+struct Noisy(ActorRef<Sink>);
+impl Message for Noisy {
+    type Reply = ();
+}
+impl Drop for Noisy {
+    fn drop(&mut self) {
+        let _ = self.0.try_tell(Item);
+        let _ = self.0.try_tell(Item);
+    }
+}
+struct Timers(ActorRef<Sink>);
+impl Actor for Timers {
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        // io_reserve 8: at most 4 timers and I/O ops outstanding.
+        for _ in 0..4 {
+            ctx.send_after(Duration::from_secs(60), Item).expect("armed");
+        }
+        // Refused at the limit: the message (and its Drop, which sends
+        // twice) is dropped while the thread's ring context is borrowed.
+        assert!(ctx.send_after(Duration::from_secs(60), Noisy(self.0.clone())).is_none());
+    }
+}
+impl Handler<Item> for Timers {
+    fn handle(&mut self, _: Item, _ctx: &mut Context<Self>) {}
+}
+impl Handler<Noisy> for Timers {
+    fn handle(&mut self, _: Noisy, _ctx: &mut Context<Self>) {}
+}
+
+#[test]
+fn sends_from_a_drop_inside_the_ring_context_are_delivered_not_spun_on() {
+    let cfg =
+        SystemConfig::default().ring(ringmail::transport::RingConfig::default().cq_entries(32));
+    let system = System::with_config(cfg);
+    let n = Arc::new(AtomicU64::new(0));
+    let sink = system.spawn(Sink(n.clone())).unwrap();
+    let _t = system.spawn(Timers(sink)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while n.load(Ordering::SeqCst) < 2 {
+        assert!(Instant::now() < deadline, "the deferred sends never arrived");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    system.shutdown();
+}

@@ -33,6 +33,13 @@ fn arity(cmd: &str) -> Reply {
 
 const NOT_INT: &str = "ERR value is not an integer or out of range";
 
+/// `now + n` units, or `None` when Redis would call the expire time invalid
+/// (it must fit in milliseconds, and in this clock).
+fn deadline(now: Instant, n: i64, unit_ms: i64) -> Option<Instant> {
+    let ms = n.checked_mul(unit_ms)?;
+    now.checked_add(Duration::from_millis(u64::try_from(ms).ok()?))
+}
+
 fn int(b: &[u8]) -> Option<i64> {
     std::str::from_utf8(b).ok()?.parse().ok()
 }
@@ -55,11 +62,16 @@ impl Keyspace {
         self.map.get_mut(key)
     }
 
-    /// Runs one request (`args[0]` is the command name, any case).
-    pub fn execute(&mut self, args: &[Vec<u8>], now: Instant) -> Reply {
-        let Some(name) = args.first() else { return err("ERR empty command") };
+    /// Runs one request (`args[0]` is the command name, any case). An empty
+    /// request (`*0`, a blank line) gets no reply at all, as in Redis, so
+    /// pipelined replies stay in step: `None`.
+    pub fn execute(&mut self, args: &[Vec<u8>], now: Instant) -> Option<Reply> {
+        let name = args.first()?;
+        Some(self.run(name, &args[1..], now))
+    }
+
+    fn run(&mut self, name: &[u8], a: &[Vec<u8>], now: Instant) -> Reply {
         let cmd = String::from_utf8_lossy(name).to_ascii_lowercase();
-        let a = &args[1..];
         match cmd.as_str() {
             "ping" => match a {
                 [] => Reply::Simple("PONG"),
@@ -139,10 +151,13 @@ impl Keyspace {
                             self.map.remove(k);
                             Reply::Int(1)
                         }
-                        Some(e) => {
-                            e.expires = Some(now + Duration::from_secs(s as u64));
-                            Reply::Int(1)
-                        }
+                        Some(e) => match deadline(now, s, 1000) {
+                            Some(t) => {
+                                e.expires = Some(t);
+                                Reply::Int(1)
+                            }
+                            None => err("ERR invalid expire time in 'expire' command"),
+                        },
                     },
                 },
                 _ => arity(&cmd),
@@ -216,14 +231,11 @@ impl Keyspace {
                 b"xx" => xx = true,
                 b"ex" | b"px" if ttl.is_none() && i + 1 < opts.len() => {
                     let Some(n) = int(&opts[i + 1]) else { return err(NOT_INT) };
-                    if n <= 0 {
-                        return err("ERR invalid expire time in 'set' command");
+                    let unit = if o == b"ex" { 1000 } else { 1 };
+                    match deadline(now, n, unit) {
+                        Some(t) if n > 0 => ttl = Some(t),
+                        _ => return err("ERR invalid expire time in 'set' command"),
                     }
-                    ttl = Some(if o == b"ex" {
-                        Duration::from_secs(n as u64)
-                    } else {
-                        Duration::from_millis(n as u64)
-                    });
                     i += 1;
                 }
                 _ => return err("ERR syntax error"),
@@ -237,7 +249,7 @@ impl Keyspace {
         if (nx && exists) || (xx && !exists) {
             return Reply::Nil;
         }
-        self.map.insert(k.clone(), Entry { value: v.clone(), expires: ttl.map(|d| now + d) });
+        self.map.insert(k.clone(), Entry { value: v.clone(), expires: ttl });
         Reply::Simple("OK")
     }
 
@@ -264,7 +276,7 @@ mod tests {
 
     fn run(ks: &mut Keyspace, now: Instant, cmd: &str) -> Reply {
         let args: Vec<Vec<u8>> = cmd.split(' ').map(|s| s.as_bytes().to_vec()).collect();
-        ks.execute(&args, now)
+        ks.execute(&args, now).expect("a reply")
     }
 
     fn bulk(s: &str) -> Reply {
@@ -295,7 +307,8 @@ mod tests {
         assert_eq!(run(&mut ks, t, "DBSIZE"), Reply::Int(3));
         assert_eq!(run(&mut ks, t, "FLUSHALL"), Reply::Simple("OK"));
         assert_eq!(run(&mut ks, t, "DBSIZE"), Reply::Int(0));
-        ks.execute(&[b"SET".to_vec(), b"n".to_vec(), i64::MAX.to_string().into_bytes()], t);
+        ks.execute(&[b"SET".to_vec(), b"n".to_vec(), i64::MAX.to_string().into_bytes()], t)
+            .unwrap();
         assert_eq!(run(&mut ks, t, "INCR n"), err("ERR increment or decrement would overflow"));
     }
 
@@ -324,6 +337,23 @@ mod tests {
         );
         assert_eq!(run(&mut ks, t, "SET k v EX x"), err(NOT_INT));
         assert_eq!(run(&mut ks, t, "SET k v NX XX"), err("ERR syntax error"));
+        let huge = i64::MAX.to_string();
+        assert_eq!(
+            run(&mut ks, t, &format!("SET k v EX {huge}")),
+            err("ERR invalid expire time in 'set' command"),
+            "an overflowing expire is an error, not a panic"
+        );
+        assert_eq!(
+            run(&mut ks, t, &format!("EXPIRE q2 {huge}")),
+            Reply::Int(0),
+            "missing key: nothing to expire"
+        );
+        run(&mut ks, t, "SET q2 v");
+        assert_eq!(
+            run(&mut ks, t, &format!("EXPIRE q2 {huge}")),
+            err("ERR invalid expire time in 'expire' command")
+        );
+        assert_eq!(ks.execute(&[], t), None, "an empty request gets no reply");
         assert_eq!(run(&mut ks, t, "SET k v BOGUS"), err("ERR syntax error"));
     }
 

@@ -83,7 +83,9 @@ pub fn parse(buf: &[u8], limits: &Limits) -> Result<Parsed, ProtocolError> {
     if n as u64 > limits.max_args as u64 {
         return Err(ProtocolError("invalid multibulk length".into()));
     }
-    let mut args = Vec::with_capacity((n as usize).min(64));
+    // First find every argument without copying: a large request that
+    // arrives in many small reads is re-scanned, never re-copied.
+    let mut spans = Vec::with_capacity((n as usize).min(64));
     for _ in 0..n {
         let rest = &buf[at..];
         if rest.is_empty() {
@@ -106,10 +108,11 @@ pub fn parse(buf: &[u8], limits: &Limits) -> Result<Parsed, ProtocolError> {
         if &body[len..len + 2] != b"\r\n" {
             return Err(ProtocolError("bulk string not terminated by CRLF".into()));
         }
-        args.push(body[..len].to_vec());
+        let start = at + used;
+        spans.push(start..start + len);
         at += used + len + 2;
     }
-    Ok(Parsed::Request(args, at))
+    Ok(Parsed::Request(spans.into_iter().map(|r| buf[r].to_vec()).collect(), at))
 }
 
 fn parse_inline(buf: &[u8], limits: &Limits) -> Result<Parsed, ProtocolError> {

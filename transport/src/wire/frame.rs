@@ -60,17 +60,13 @@ pub enum Frame {
 
 /// Appends one length-prefixed frame to `out`.
 pub fn encode(frame: &Frame, out: &mut Vec<u8>, max: usize) -> Result<(), WireError> {
-    let start = out.len();
-    out.extend_from_slice(&[0; 4]);
-    let body = postcard::to_extend(frame, std::mem::take(out))
-        .map_err(|e| WireError::Malformed(e.to_string()))?;
-    *out = body;
-    let len = out.len() - start - 4;
-    if len > max {
-        out.truncate(start);
-        return Err(WireError::TooLarge { len, max });
+    let max = max.min(u32::MAX as usize); // the length prefix is 32 bits
+    let body = postcard::to_allocvec(frame).map_err(|e| WireError::Malformed(e.to_string()))?;
+    if body.len() > max {
+        return Err(WireError::TooLarge { len: body.len(), max });
     }
-    out[start..start + 4].copy_from_slice(&(len as u32).to_be_bytes());
+    out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    out.extend_from_slice(&body);
     Ok(())
 }
 
@@ -84,8 +80,11 @@ pub fn decode(buf: &[u8], max: usize) -> Result<Option<(Frame, usize)>, WireErro
         return Err(WireError::TooLarge { len, max });
     }
     let Some(body) = buf.get(4..4 + len) else { return Ok(None) };
-    let frame: Frame =
-        postcard::from_bytes(body).map_err(|e| WireError::Malformed(e.to_string()))?;
+    let (frame, rest): (Frame, &[u8]) =
+        postcard::take_from_bytes(body).map_err(|e| WireError::Malformed(e.to_string()))?;
+    if !rest.is_empty() {
+        return Err(WireError::Malformed(format!("{} trailing bytes in a frame", rest.len())));
+    }
     Ok(Some((frame, 4 + len)))
 }
 
@@ -124,6 +123,15 @@ mod tests {
         let mut buf = Vec::new();
         assert!(matches!(encode(&msg(2000), &mut buf, 1024), Err(WireError::TooLarge { .. })));
         assert!(buf.is_empty(), "a refused frame leaves nothing behind");
+    }
+
+    #[test]
+    fn trailing_bytes_inside_a_frame_are_malformed() {
+        let mut body = postcard::to_allocvec(&Frame::Ping(1)).unwrap();
+        body.push(0);
+        let mut buf = (body.len() as u32).to_be_bytes().to_vec();
+        buf.extend_from_slice(&body);
+        assert!(matches!(decode(&buf, 1024), Err(WireError::Malformed(_))));
     }
 
     #[test]

@@ -107,6 +107,11 @@ impl Initiator {
         let Frame::Welcome { name, incarnation, nonce, mac: their } = frame else {
             return Err(WireError::Unexpected("expected Welcome"));
         };
+        // Our own Hello reflected to our own listener would verify: refuse
+        // to authenticate ourselves.
+        if name == self.me.name && incarnation == self.me.incarnation {
+            return Err(WireError::Unexpected("reflected handshake (the peer is ourselves)"));
+        }
         let t = Transcript {
             version: PROTOCOL_VERSION,
             initiator: &self.me.name,
@@ -139,6 +144,9 @@ impl Responder {
         };
         if version != PROTOCOL_VERSION {
             return Err(WireError::VersionMismatch { ours: PROTOCOL_VERSION, theirs: version });
+        }
+        if name == me.name && incarnation == me.incarnation {
+            return Err(WireError::Unexpected("reflected handshake (the peer is ourselves)"));
         }
         let nonce = nonce()?;
         let t = Transcript {
@@ -232,6 +240,20 @@ mod tests {
             Responder::on_hello(id("b", b"k"), Frame::Ping(1)),
             Err(WireError::Unexpected(_))
         ));
+    }
+
+    #[test]
+    fn a_reflected_hello_does_not_authenticate_us_to_ourselves() {
+        let me = id("a", b"k");
+        let (i, hello) = Initiator::start(me.clone()).unwrap();
+        assert!(matches!(
+            Responder::on_hello(me.clone(), hello.clone()),
+            Err(WireError::Unexpected(_))
+        ));
+        // Even a Welcome forged from our own identity is refused.
+        let Frame::Hello { nonce, .. } = hello else { panic!() };
+        let reflected = Frame::Welcome { name: "a".into(), incarnation: 42, nonce, mac: [0; 32] };
+        assert!(matches!(i.on_welcome(reflected), Err(WireError::Unexpected(_))));
     }
 
     #[test]

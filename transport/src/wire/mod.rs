@@ -19,7 +19,14 @@
 //! HMAC-SHA256 over the whole transcript); the initiator checks it and
 //! answers `Confirm` with its own MAC over the same transcript, which the
 //! responder checks. MACs are compared in constant time. Until both checks
-//! pass, no actor message is accepted.
+//! pass, no actor message is accepted. A handshake whose peer claims our own
+//! name and incarnation (a reflected Hello) is refused.
+//!
+//! Not yet here (the connection layer's job, next): frames after the
+//! handshake carry no MAC of their own, so the connection must derive a
+//! session key from the secret and the transcript and authenticate every
+//! frame (or run over a PSK-authenticated channel); until then, the
+//! handshake proves who connected, not who sent each later frame.
 
 pub mod frame;
 pub mod handshake;
