@@ -40,7 +40,18 @@ fn deadline(now: Instant, n: i64, unit_ms: i64) -> Option<Instant> {
     now.checked_add(Duration::from_millis(u64::try_from(ms).ok()?))
 }
 
+/// Parses an integer as strictly as Redis (`string2ll`): an optional `-`,
+/// then digits with no leading zero (but `0` itself), nothing else.
 fn int(b: &[u8]) -> Option<i64> {
+    let digits = b.strip_prefix(b"-").unwrap_or(b);
+    let canonical = match digits {
+        [b'0'] => b.len() == 1, // "0", but not "-0"
+        [b'1'..=b'9', rest @ ..] => rest.iter().all(u8::is_ascii_digit),
+        _ => false,
+    };
+    if !canonical {
+        return None;
+    }
     std::str::from_utf8(b).ok()?.parse().ok()
 }
 
@@ -355,6 +366,19 @@ mod tests {
         );
         assert_eq!(ks.execute(&[], t), None, "an empty request gets no reply");
         assert_eq!(run(&mut ks, t, "SET k v BOGUS"), err("ERR syntax error"));
+    }
+
+    #[test]
+    fn integers_are_parsed_as_strictly_as_redis() {
+        for ok in ["0", "7", "-7", "9223372036854775807", "-9223372036854775808"] {
+            assert!(int(ok.as_bytes()).is_some(), "{ok}");
+        }
+        for bad in ["", "-", "+5", "007", "-0", " 1", "1 ", "1e3", "9223372036854775808"] {
+            assert!(int(bad.as_bytes()).is_none(), "{bad}");
+        }
+        let (mut ks, t) = (Keyspace::default(), Instant::now());
+        run(&mut ks, t, "SET z 007");
+        assert_eq!(run(&mut ks, t, "INCR z"), err(NOT_INT));
     }
 
     #[test]
