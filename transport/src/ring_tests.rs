@@ -33,6 +33,32 @@ fn pipe() -> (OwnedFd, OwnedFd) {
     unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
 }
 
+/// Pumps a sender and a receiver ring until the receiver got `n` messages
+/// (fd hand-offs count; each received fd is dropped at once, freeing its
+/// slot). Nothing may come back to the sender. Returns the messages in order.
+fn pump_pair(tx: &mut Ring<u32>, rx: &mut Ring<u32>, n: usize) -> Vec<u32> {
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while got.len() < n {
+        assert!(Instant::now() < deadline, "stuck after {got:?}");
+        let mut evs = Vec::new();
+        tx.wait(&mut evs, Some(Duration::from_millis(2))).unwrap();
+        assert!(evs.is_empty(), "nothing comes back");
+        rx.wait(&mut evs, Some(Duration::from_millis(2))).unwrap();
+        for e in evs {
+            match e {
+                Event::Fd { msg, fd } => {
+                    got.push(msg);
+                    drop(fd); // frees the slot for the next hand-off
+                }
+                Event::Message(m) => got.push(m),
+                _ => panic!("unexpected event on the receiver"),
+            }
+        }
+    }
+    got
+}
+
 #[test]
 fn self_send_arrives_in_order() {
     let mut r = Ring::<u32>::new().unwrap();
@@ -168,25 +194,7 @@ fn fd_handoffs_wait_for_a_free_slot_instead_of_failing() {
     tx.send_fd(&a, f1, 1).unwrap();
     tx.send_fd(&a, f2, 2).unwrap();
     tx.send(&a, 3).unwrap();
-    let mut order = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while order.len() < 3 {
-        assert!(Instant::now() < deadline, "stuck after {order:?}");
-        let mut evs = Vec::new();
-        tx.wait(&mut evs, Some(Duration::from_millis(2))).unwrap();
-        assert!(evs.is_empty(), "nothing comes back");
-        rx.wait(&mut evs, Some(Duration::from_millis(2))).unwrap();
-        for e in evs {
-            match e {
-                Event::Fd { msg, fd } => {
-                    order.push(msg);
-                    drop(fd); // frees the one slot for the next hand-off
-                }
-                Event::Message(m) => order.push(m),
-                _ => panic!("unexpected event"),
-            }
-        }
-    }
+    let order = pump_pair(&mut tx, &mut rx, 3);
     assert_eq!(order, vec![1, 2, 3]);
     assert_eq!(tx.fds_in_flight(), 0);
 }
@@ -252,25 +260,7 @@ fn many_fd_handoffs_through_one_free_slot_keep_order() {
         tx.send_fd(&a, fd, i).unwrap();
     }
     tx.send(&a, 100).unwrap();
-    let mut got = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while got.len() < 21 {
-        assert!(Instant::now() < deadline, "wedged: got {got:?}");
-        let mut evs = Vec::new();
-        tx.wait(&mut evs, Some(Duration::from_millis(2))).unwrap();
-        assert!(evs.is_empty(), "nothing comes back");
-        rx.wait(&mut evs, Some(Duration::from_millis(2))).unwrap();
-        for e in evs {
-            match e {
-                Event::Fd { msg, fd } => {
-                    got.push(msg);
-                    drop(fd);
-                }
-                Event::Message(m) => got.push(m),
-                _ => panic!("unexpected event on the receiver"),
-            }
-        }
-    }
+    let got = pump_pair(&mut tx, &mut rx, 21);
     let mut expect: Vec<u32> = (0..20).collect();
     expect.push(100);
     assert_eq!(got, expect);
