@@ -56,6 +56,10 @@ pub(crate) struct FdTable {
     /// Reservations dropped while their ticket was still out: freed by
     /// [`FdTable::sweep`] once the ticket side is done with them.
     abandoned: RefCell<Vec<(u32, Arc<AtomicU8>)>>,
+    /// Allocation-range slots the kernel filled for our own accepts while
+    /// every free-slot credit was promised to senders: paid back before
+    /// credits are returned.
+    debt: Cell<usize>,
 }
 
 impl FdTable {
@@ -71,6 +75,7 @@ impl FdTable {
             free_user: RefCell::new((0..user_slots).rev().collect()),
             user_slots,
             abandoned: RefCell::new(Vec::new()),
+            debt: Cell::new(0),
         }
     }
 
@@ -110,9 +115,33 @@ impl FdTable {
     pub(crate) fn forget(&self, slot: u32) {
         if slot < self.user_slots {
             self.free_user.borrow_mut().push(slot);
+        } else if self.debt.get() > 0 {
+            self.debt.set(self.debt.get() - 1);
         } else {
             self.kernel_free.fetch_add(1, Ordering::AcqRel);
         }
+    }
+
+    /// The kernel put an accepted file in allocation-range slot `slot` of
+    /// this table: take it (and a free-slot credit, or owe one).
+    pub(crate) fn adopt_allocated(&self, slot: u32, me: Rc<FdTable>) -> FixedFd {
+        let mut cur = self.kernel_free.load(Ordering::Acquire);
+        loop {
+            if cur == 0 {
+                self.debt.set(self.debt.get() + 1);
+                break;
+            }
+            match self.kernel_free.compare_exchange_weak(
+                cur,
+                cur - 1,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break,
+                Err(v) => cur = v,
+            }
+        }
+        FixedFd::new(slot, me)
     }
 
     /// Called by the ring before it closes its fd.

@@ -63,6 +63,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+mod bufring;
 mod error;
 pub mod fd;
 pub mod mailbox;

@@ -22,11 +22,11 @@
 //! Messages and the ring's own I/O completions come out of the same wait as
 //! [`Event`]s.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::io;
 use std::marker::PhantomData;
 use std::mem;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -34,6 +34,7 @@ use std::time::{Duration, Instant};
 
 use io_uring::{squeue, types, IoUring};
 
+use crate::bufring::BufRing;
 use crate::error::{ReturnReason, RingError, SendError, SetupError};
 use crate::fd::{self, FdTable, FixedFd, ReservedSlot, SlotTicket};
 use crate::mailbox::core::{Credit, Refused};
@@ -84,6 +85,12 @@ pub struct RingConfig {
     pub busy_poll: Option<Duration>,
     /// How long a dropped ring waits for messages already on their way (default 1 s).
     pub close_timeout: Duration,
+    /// Receive buffers for [`Ring::recv_multi`]: how many (a power of two)
+    /// and how large (default 64 of 16 KiB, allocated on the first
+    /// `recv_multi`). Each multishot completion holds one until its data is
+    /// read with [`Ring::with_recv_buffer`], so at most this many such
+    /// completions wait in the CQ: keep it under `io_reserve / 2`.
+    pub recv_buffers: (u16, u32),
 }
 
 impl Default for RingConfig {
@@ -97,6 +104,7 @@ impl Default for RingConfig {
             fixed_files: 1024,
             busy_poll: None,
             close_timeout: Duration::from_secs(1),
+            recv_buffers: (64, 16 * 1024),
         }
     }
 }
@@ -146,7 +154,20 @@ impl RingConfig {
         self
     }
 
+    /// Sets the receive buffers of [`Ring::recv_multi`]: `entries` (a power
+    /// of two, at most 32 768) buffers of `size` bytes.
+    pub fn recv_buffers(mut self, entries: u16, size: u32) -> Self {
+        self.recv_buffers = (entries, size);
+        self
+    }
+
     fn validate(&self) -> Result<(), SetupError> {
+        let (n, size) = self.recv_buffers;
+        if !n.is_power_of_two() || n > 32768 || size == 0 {
+            return Err(SetupError::InvalidConfig(
+                "recv_buffers: entries must be a power of two <= 32768 and size > 0",
+            ));
+        }
         if self.sq_entries < 2 || self.cq_entries < self.sq_entries {
             return Err(SetupError::InvalidConfig("need 2 <= sq_entries <= cq_entries"));
         }
@@ -186,6 +207,15 @@ pub enum Event<T> {
         result: i32,
         /// The CQE's `flags`.
         flags: u32,
+    },
+    /// A connection accepted by [`Ring::accept_multi`], in this ring's table.
+    Accepted {
+        /// The token given to `accept_multi`.
+        token: u64,
+        /// The new connection.
+        fd: FixedFd,
+        /// False when this was the operation's last completion (re-arm it).
+        more: bool,
     },
     /// A silent fd hand-off ([`Ring::send_fd_silent`]) failed: the fd and
     /// the ticket are back with this ring.
@@ -275,6 +305,10 @@ pub struct Ring<T: Send + 'static> {
     dropping: bool,
     close_epoch: u64,
     close_started: Option<Instant>,
+    /// Receive buffers of `recv_multi`, set up on first use.
+    bufs: Option<BufRing>,
+    /// Tokens of armed `accept_multi` operations.
+    accepts: HashSet<u64>,
     _not_send: PhantomData<Rc<()>>,
 }
 
@@ -337,6 +371,8 @@ impl<T: Send + 'static> Ring<T> {
             dropping: false,
             close_epoch: CLOSE_EPOCH.load(Ordering::Relaxed),
             close_started: None,
+            bufs: None,
+            accepts: HashSet::new(),
             _not_send: PhantomData,
         };
         ring.self_test()?;
@@ -586,6 +622,119 @@ impl<T: Send + 'static> Ring<T> {
             }
         }
         Err(PushError)
+    }
+
+    /// Arms a multishot accept on `listener`: every connection it accepts
+    /// goes straight into this ring's fixed-file table (the kernel's
+    /// allocation range) and comes out of [`wait`](Ring::wait) as
+    /// [`Event::Accepted`] with `token`, ready to use or to pass on with
+    /// [`send_fd`](Ring::send_fd). When the operation ends (an error, or the
+    /// table is full: `-ENFILE`) its last completion is an [`Event::Io`]
+    /// with `token` (or an `Accepted` with `more == false`): arm it again.
+    /// Use a token no other operation of this ring uses. Each accepted
+    /// connection takes one completion: keep at most `io_reserve / 2`
+    /// outstanding, as for [`push_io`](Ring::push_io).
+    ///
+    /// An accepted connection occupies a slot that fd hand-offs *to* this
+    /// ring also use; while the range is full they are handed back to their
+    /// senders with [`ReturnReason::NoFreeSlot`] rather than lost. Rings
+    /// that accept should not also receive fds (give the acceptor its own).
+    pub fn accept_multi(&mut self, listener: RawFd, token: u64) -> Result<(), PushError> {
+        assert!(token < 1 << 61, "accept_multi token must be below 2^61");
+        let e = io_uring::opcode::AcceptMulti::new(types::Fd(listener))
+            .allocate_file_index(true)
+            .build()
+            .user_data((token << 3) | Tag::Io as u64);
+        for attempt in 0..2 {
+            // SAFETY: the entry references no memory (null address
+            // pointers); `listener` is only named. No link flags.
+            if unsafe { sys::push_user(&mut self.uring, &e) }.is_ok() {
+                self.accepts.insert(token);
+                return Ok(());
+            }
+            if attempt == 0 {
+                let _ = self.submit_now();
+            }
+        }
+        Err(PushError)
+    }
+
+    /// Arms a multishot receive on `fd` into this ring's receive buffers
+    /// (set up on first use, see [`RingConfig::recv_buffers`]). Each
+    /// completion is an [`Event::Io`] with `token`: `result > 0` bytes are in
+    /// the buffer its `flags` name, to be read (and given back) with
+    /// [`with_recv_buffer`](Ring::with_recv_buffer); `0` is end of stream;
+    /// `-ENOBUFS` means every buffer was in use (read them, then arm again).
+    /// The operation goes on while the completion's `IORING_CQE_F_MORE`
+    /// flag is set. Use a token no other operation of this ring uses.
+    pub fn recv_multi(&mut self, fd: &FixedFd, token: u64) -> io::Result<()> {
+        assert!(token < 1 << 61, "recv_multi token must be below 2^61");
+        if !fd.belongs_to(&self.fds) {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "fd of another ring"));
+        }
+        if self.bufs.is_none() {
+            let (n, size) = self.cfg.recv_buffers;
+            let mut b = BufRing::new(n, size)?;
+            b.register(&self.uring)?;
+            self.bufs = Some(b);
+        }
+        let e = io_uring::opcode::RecvMulti::new(fd.as_fixed(), crate::bufring::GROUP)
+            .build()
+            .user_data((token << 3) | Tag::Io as u64);
+        for attempt in 0..2 {
+            // SAFETY: the entry references only the registered buffer
+            // group, owned by this ring until it is unregistered (at drop);
+            // the fd is a slot of our table. No link flags.
+            if unsafe { sys::push_user(&mut self.uring, &e) }.is_ok() {
+                return Ok(());
+            }
+            if attempt == 0 {
+                let _ = self.submit_now();
+            }
+        }
+        Err(io::Error::new(io::ErrorKind::WouldBlock, PushError))
+    }
+
+    /// Runs `f` on the `len` received bytes of the buffer named by a
+    /// completion's `flags`, then gives the buffer back to the kernel.
+    /// `None` (and `f` not run) when `flags` names no buffer this ring
+    /// handed out and has not had back yet.
+    pub fn with_recv_buffer<R>(
+        &mut self,
+        flags: u32,
+        len: usize,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Option<R> {
+        let bid = io_uring::cqueue::buffer_select(flags)?;
+        let bufs = self.bufs.as_mut()?;
+        let r = f(bufs.read(bid, len)?);
+        bufs.recycle(bid);
+        Some(r)
+    }
+
+    /// Size of one receive buffer (the most one `recv_multi` completion carries).
+    pub fn recv_buffer_size(&self) -> usize {
+        self.cfg.recv_buffers.1 as usize
+    }
+
+    fn io_completion(&mut self, token: u64, res: i32, flags: u32) {
+        if let Some(bid) = io_uring::cqueue::buffer_select(flags) {
+            if let Some(b) = self.bufs.as_mut() {
+                b.mark_taken(bid);
+            }
+        }
+        if self.accepts.contains(&token) {
+            let more = io_uring::cqueue::more(flags);
+            if !more {
+                self.accepts.remove(&token);
+            }
+            if res >= 0 {
+                let fd = self.fds.adopt_allocated(res as u32, self.fds.clone());
+                self.ready.push_back((self.id, Event::Accepted { token, fd, more }));
+                return;
+            }
+        }
+        self.ready.push_back((self.id, Event::Io { token, result: res, flags }));
     }
 
     /// Begins closing this ring's mailbox: new sends to it fail with
@@ -1133,9 +1282,7 @@ impl<T: Send + 'static> Ring<T> {
                     }
                     self.send_failed(p, -res);
                 }
-                Some(Tag::Io) => self
-                    .ready
-                    .push_back((self.id, Event::Io { token: ud >> 3, result: res, flags })),
+                Some(Tag::Io) => self.io_completion(ud >> 3, res, flags),
                 Some(Tag::Internal) => match Internal::of(ud) {
                     Internal::SlotClosed(slot) => {
                         // The hand-off succeeded and its source slot is empty.
@@ -1395,6 +1542,7 @@ impl<T: Send + 'static> Drop for Ring<T> {
                     self.hand_back_to_origin(from, Body::Batch(vec![msg]));
                 }
                 Event::Returned { .. } => dead_letter(1),
+                Event::Accepted { fd, .. } => drop(fd),
                 Event::Io { .. } | Event::SilentFdReturned { .. } => {}
             }
         }
@@ -1475,6 +1623,11 @@ impl<T: Send + 'static> Drop for Ring<T> {
         // Addresses keep the ring file alive through their duplicate fd:
         // empty the fixed-file table now so no file outlives its owner.
         let _ = self.uring.submitter().unregister_files();
+        if let Some(mut b) = self.bufs.take() {
+            if !b.unregister(&self.uring) {
+                b.leak(); // the kernel may still use it: never free it
+            }
+        }
     }
 }
 

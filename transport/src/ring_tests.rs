@@ -387,3 +387,94 @@ fn abandoned_reservation_is_reclaimed_once_its_ticket_is_done() {
     let (again, _t) = rx.reserve_slot().unwrap();
     assert_eq!(again.slot(), slot, "the abandoned slot is free again");
 }
+
+/// Waits on `ring` until `pred` has seen what it wants.
+fn wait_for_event<T: Send + 'static>(
+    ring: &mut Ring<T>,
+    mut pred: impl FnMut(&mut Ring<T>, Event<T>) -> bool,
+) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        assert!(Instant::now() < deadline, "timed out");
+        let mut evs = Vec::new();
+        ring.wait(&mut evs, Some(Duration::from_millis(5))).unwrap();
+        for e in evs {
+            if pred(ring, e) {
+                return;
+            }
+        }
+    }
+}
+
+#[test]
+fn accepted_socket_is_handed_off_and_received_into_provided_buffers() {
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let mut acceptor = Ring::<u32>::new().unwrap();
+    let mut worker = Ring::<u32>::with_config(RingConfig::default().recv_buffers(4, 8)).unwrap();
+    acceptor.accept_multi(listener.as_raw_fd(), 7).unwrap();
+    acceptor.flush().unwrap();
+    let mut client = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+
+    let mut accepted = None;
+    wait_for_event(&mut acceptor, |_, e| match e {
+        Event::Accepted { token: 7, fd, more } => {
+            assert!(more, "the multishot accept stays armed");
+            accepted = Some(fd);
+            true
+        }
+        other => panic!("unexpected {other:?}"),
+    });
+    let fd = accepted.unwrap();
+    acceptor.send_fd(&worker.addr(), fd, 1).unwrap();
+    acceptor.flush().unwrap();
+
+    let mut conn = None;
+    wait_for_event(&mut worker, |_, e| match e {
+        Event::Fd { msg: 1, fd } => {
+            conn = Some(fd);
+            true
+        }
+        other => panic!("unexpected {other:?}"),
+    });
+    let conn = conn.unwrap();
+    worker.recv_multi(&conn, 9).unwrap();
+    // 20 bytes through 8-byte buffers: several completions, each buffer
+    // read and given back; 4 buffers are enough because they are recycled.
+    client.write_all(b"0123456789abcdefghij").unwrap();
+    let mut got = Vec::new();
+    wait_for_event(&mut worker, |w, e| match e {
+        Event::Io { token: 9, result, flags } if result > 0 => {
+            assert!(io_uring::cqueue::more(flags), "still armed");
+            let bytes = w.with_recv_buffer(flags, result as usize, |b| b.to_vec()).unwrap();
+            assert!(bytes.len() <= 8, "one buffer at most");
+            got.extend_from_slice(&bytes);
+            // The buffer went back: the same flags name nothing now.
+            assert!(w.with_recv_buffer(flags, 0, |_| ()).is_none());
+            got.len() == 20
+        }
+        other => panic!("unexpected {other:?}"),
+    });
+    assert_eq!(got, b"0123456789abcdefghij");
+    // End of stream when the client closes; the worker then drops its fd.
+    drop(client);
+    wait_for_event(&mut worker, |w, e| match e {
+        Event::Io { token: 9, result: 0, flags } => {
+            assert!(!io_uring::cqueue::more(flags));
+            true
+        }
+        Event::Io { token: 9, result, flags } if result > 0 => {
+            w.with_recv_buffer(flags, result as usize, |_| ()).unwrap();
+            false
+        }
+        other => panic!("unexpected {other:?}"),
+    });
+    drop(conn);
+    // A forged buffer id reads as nothing.
+    assert!(worker.with_recv_buffer(1 | (3 << 16), 1, |_| ()).is_none());
+    // The accept is still armed: a second client is accepted too.
+    let _second = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    wait_for_event(&mut acceptor, |_, e| matches!(e, Event::Accepted { token: 7, .. }));
+}
