@@ -2,6 +2,8 @@
 //! and the [`Context`] a handler gets.
 
 use std::marker::PhantomData;
+
+use ringmail_transport::FixedFd;
 use std::time::Duration;
 
 use crate::actor_ref::ActorRef;
@@ -31,6 +33,14 @@ pub trait Message: Send + 'static {
 pub trait Handler<M: Message>: Actor {
     /// Handles one message. The reply goes back to an asker, if any.
     fn handle(&mut self, msg: M, ctx: &mut Context<Self>) -> M::Reply;
+}
+
+/// An actor that receives files: messages of type `M` sent with an fd by
+/// [`ActorRef::tell_fd`]. The fd arrives in this actor's shard's fixed-file
+/// table and is owned by the handler from then on (dropping it closes it).
+pub trait FdHandler<M: Send + 'static>: Actor {
+    /// Handles one message and the fd that came with it.
+    fn handle_fd(&mut self, msg: M, fd: FixedFd, ctx: &mut Context<Self>);
 }
 
 /// What a handler can do besides changing its own state: its own address,

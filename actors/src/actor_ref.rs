@@ -7,7 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::actor::{Actor, Handler, Message};
-use crate::envelope::{Body, Envelope, ReplyTo, Typed};
+use ringmail_transport::FixedFd;
+
+use crate::envelope::{Body, Envelope, ReplyTo, Typed, TypedFd};
 use crate::error::{AskError, StopReason, TellError};
 use crate::local::{self, SendFail};
 use crate::shard::ShardHandle;
@@ -345,6 +347,53 @@ impl<A: Actor> ActorRef<A> {
         }
     }
 
+    /// Sends `msg` with the file `fd` (a slot of this thread's ring: from
+    /// an accept, another `tell_fd`, or [`crate::Context::register_fd`]).
+    /// The file moves to the actor's shard's table with
+    /// `IORING_MSG_SEND_FD` (no copy, no new fd number in between) and
+    /// reaches [`FdHandler::handle_fd`](crate::FdHandler::handle_fd) in order
+    /// with this thread's other messages to that actor.
+    ///
+    /// Ownership: on `Err` both come back at once. If the kernel refuses
+    /// later (the actor's shard closed, or its table stayed full), the fd
+    /// comes back to this thread's ring, which closes it and counts the
+    /// message as a dead letter: the file is never left open without an
+    /// owner. Only a thread that runs a shard can receive (`FdHandler`
+    /// actors live on shards).
+    pub fn tell_fd<M>(&self, msg: M, fd: FixedFd) -> Result<(), TellError<(M, FixedFd)>>
+    where
+        A: crate::actor::FdHandler<M>,
+        M: Send + 'static,
+    {
+        if !self.shared.is_alive() {
+            crate::dead_letter();
+            return Err(TellError::Stopped((msg, fd)));
+        }
+        if !self.shared.reserve() {
+            return Err(TellError::Full((msg, fd)));
+        }
+        let typed: TypedFd<A, M> = TypedFd { msg, _a: PhantomData };
+        let env =
+            Envelope { to: self.shared.id, body: Body::FdMsg { key: 0, msg: Box::new(typed) } };
+        match local::send_fd_to_shard(self.shard.id, &self.shard.addr, env, fd) {
+            Ok(()) => Ok(()),
+            Err((env, fd, why)) => {
+                self.shared.unreserve();
+                let Body::FdMsg { msg, .. } = env.body else { unreachable!("sent an FdMsg") };
+                let typed = msg.into_any().downcast::<TypedFd<A, M>>().expect("same type");
+                let item = (typed.msg, fd);
+                Err(match why {
+                    SendFail::Full => TellError::Full(item),
+                    SendFail::Closed => {
+                        crate::dead_letter();
+                        TellError::Stopped(item)
+                    }
+                    SendFail::NoRing | SendFail::WrongRing => TellError::Unavailable(item),
+                })
+            }
+        }
+    }
+
     fn send_typed<M>(&self, msg: M, reply: Option<ReplyTo>) -> Result<(), (M, TellFail)>
     where
         A: Handler<M>,
@@ -375,7 +424,7 @@ impl<A: Actor> ActorRef<A> {
                         crate::dead_letter();
                         TellFail::Stopped
                     }
-                    SendFail::NoRing => TellFail::Unavailable,
+                    SendFail::NoRing | SendFail::WrongRing => TellFail::Unavailable,
                 };
                 Err((msg, fail))
             }

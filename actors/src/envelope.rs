@@ -18,6 +18,9 @@ pub(crate) struct Envelope {
 pub(crate) enum Body {
     /// A typed message for the actor.
     Msg(Box<dyn Erased>),
+    /// A typed message that came with an fd; the fd waits in the receiving
+    /// thread's table of attached fds under `key` (0: not yet received).
+    FdMsg { key: u64, msg: Box<dyn ErasedFd> },
     /// Stop the actor after the messages before this one, with this reason.
     Stop(crate::error::StopReason),
     /// Install a new actor on the receiving shard.
@@ -35,6 +38,41 @@ pub(crate) trait Erased: Send {
     fn handle(self: Box<Self>, slot: &mut dyn Any) -> Option<crate::error::StopReason>;
     /// Gives the typed message back (for an error that returns it).
     fn into_any(self: Box<Self>) -> Box<dyn Any>;
+}
+
+/// A message sent with an fd, for an actor type known only to itself.
+pub(crate) trait ErasedFd: Send {
+    /// Runs the fd handler on `slot` (a `Slot<A>`).
+    fn handle(
+        self: Box<Self>,
+        slot: &mut dyn Any,
+        fd: ringmail_transport::FixedFd,
+    ) -> Option<crate::error::StopReason>;
+    /// Gives the typed message back.
+    fn into_any(self: Box<Self>) -> Box<dyn Any>;
+}
+
+/// A typed message for actor type `A` that travels with an fd.
+pub(crate) struct TypedFd<A, M> {
+    pub(crate) msg: M,
+    pub(crate) _a: PhantomData<fn() -> A>,
+}
+
+impl<A: crate::actor::FdHandler<M>, M: Send + 'static> ErasedFd for TypedFd<A, M> {
+    fn handle(
+        self: Box<Self>,
+        slot: &mut dyn Any,
+        fd: ringmail_transport::FixedFd,
+    ) -> Option<crate::error::StopReason> {
+        let slot = slot.downcast_mut::<Slot<A>>().expect("an envelope reaches only its actor type");
+        let mut ctx = Context::new(slot.me.clone());
+        slot.actor.handle_fd(self.msg, fd, &mut ctx);
+        ctx.stop
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn Any> {
+        self
+    }
 }
 
 /// Where an asker waits: its thread's ring and the ask's id.

@@ -79,6 +79,8 @@ pub enum StopReason {
     /// A supervisor whose children failed more often than its restart
     /// intensity allows.
     RestartIntensity,
+    /// It could not go on (an unusable resource), with the reason.
+    Failed(String),
 }
 
 impl StopReason {
@@ -87,7 +89,10 @@ impl StopReason {
     pub fn is_abnormal(&self) -> bool {
         matches!(
             self,
-            StopReason::Panicked(_) | StopReason::Linked(_) | StopReason::RestartIntensity
+            StopReason::Panicked(_)
+                | StopReason::Linked(_)
+                | StopReason::RestartIntensity
+                | StopReason::Failed(_)
         )
     }
 }

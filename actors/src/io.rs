@@ -59,11 +59,52 @@ pub enum IoOp {
         /// The listening socket.
         fd: RawFd,
     },
+    /// `send` of `buf` on a fixed file (a slot of this shard's table, see
+    /// [`ringmail_transport::FixedFd::as_fixed`]), with `MSG_NOSIGNAL`: a
+    /// peer that went away is an `-EPIPE` result, not a signal.
+    SendFixed {
+        /// The socket's slot.
+        fd: types::Fixed,
+        /// The bytes to send.
+        buf: Vec<u8>,
+    },
+    /// `shutdown(SHUT_RDWR)` of a fixed-file socket: its receives end.
+    ShutdownFixed {
+        /// The socket's slot.
+        fd: types::Fixed,
+    },
     /// Completes after `after` (result `-ETIME`).
     Timeout {
         /// The delay.
         after: Duration,
     },
+}
+
+/// One completion of a multishot receive ([`crate::Context::recv_multi`]).
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Recv {
+    /// Bytes received (copied out of the ring's receive buffer, which went
+    /// straight back to the kernel). More follow.
+    Data(Vec<u8>),
+    /// The peer closed its side (or the socket was shut down): the last one.
+    Closed,
+    /// Every receive buffer of the shard was in use: the receive ended
+    /// (nothing was lost, the data waits in the socket); arm it again.
+    NoBuffers,
+    /// The receive failed with this errno: the last one.
+    Error(i32),
+}
+
+/// One completion of a multishot accept ([`crate::Context::accept_multi`]).
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Accept {
+    /// A new connection, in this shard's fixed-file table.
+    Conn(ringmail_transport::FixedFd),
+    /// The accept ended with this errno (`ENFILE`: the table's allocation
+    /// range is full; `0`: ended after a success); arm it again to go on.
+    Ended(i32),
 }
 
 /// A completed operation: the CQE's result and the buffer, back.
@@ -126,6 +167,18 @@ impl PendingIo {
                 let e = opcode::Send::new(types::Fd(fd), buf.as_ptr(), buf.len() as u32).build();
                 p.buf = Some(buf);
                 e
+            }
+            IoOp::SendFixed { fd, buf } => {
+                const MSG_NOSIGNAL: i32 = 0x4000;
+                let e = opcode::Send::new(fd, buf.as_ptr(), buf.len() as u32)
+                    .flags(MSG_NOSIGNAL)
+                    .build();
+                p.buf = Some(buf);
+                e
+            }
+            IoOp::ShutdownFixed { fd } => {
+                const SHUT_RDWR: i32 = 2;
+                opcode::Shutdown::new(fd, SHUT_RDWR).build()
             }
             IoOp::Accept { fd } => {
                 opcode::Accept::new(types::Fd(fd), std::ptr::null_mut(), std::ptr::null_mut())

@@ -64,6 +64,7 @@ mod envelope;
 mod error;
 pub mod io;
 mod local;
+pub mod net;
 mod registry;
 mod shard;
 mod supervisor;
@@ -71,7 +72,7 @@ mod system;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-pub use actor::{Actor, Context, Handler, Message, TimerId};
+pub use actor::{Actor, Context, FdHandler, Handler, Message, TimerId};
 pub use actor_ref::{ActorRef, Recipient, WeakActorRef};
 pub use error::{AskError, SpawnError, StopReason, TellError};
 pub use registry::NameTaken;

@@ -20,10 +20,10 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
 use ringmail_transport::io_uring::{opcode, types};
-use ringmail_transport::{Addr, Event, Ring, RingConfig, SendError};
+use ringmail_transport::{Addr, Event, FixedFd, Ring, RingConfig, SendError};
 
 use crate::envelope::{Body, Envelope};
-use crate::io::PendingIo;
+use crate::io::{Accept, PendingIo, Recv};
 
 /// A timer armed on this thread's ring.
 struct Timer {
@@ -44,9 +44,13 @@ pub(crate) struct ThreadCtx {
     /// Envelopes for this shard found while doing something else (a
     /// co-located tell, or an ask pumping the ring): dispatched by the loop.
     pub(crate) queue: VecDeque<Envelope>,
-    /// Completions of timers and I/O reaped outside the shard loop (while a
-    /// handler waited in `ask`): handled by the loop.
-    pub(crate) completions: Vec<(u64, i32)>,
+    /// Completions of timers and I/O, handled by the shard loop.
+    pub(crate) completions: Vec<Done>,
+    /// Fds that arrived with an envelope (`Body::FdMsg`), until it is dispatched.
+    attached: HashMap<u64, FixedFd>,
+    next_attach: u64,
+    /// Multishot operations (accept, receive) armed by actors.
+    multi: HashMap<u64, Multi>,
     events: Vec<Event<Envelope>>,
     /// The ask this thread is about to wait for, and its reply if it came
     /// early (while the ask's own send was being flushed).
@@ -68,6 +72,9 @@ impl ThreadCtx {
             shard,
             queue: VecDeque::new(),
             completions: Vec::new(),
+            attached: HashMap::new(),
+            next_attach: 1,
+            multi: HashMap::new(),
             events: Vec::new(),
             awaiting: None,
             early_reply: None,
@@ -79,7 +86,63 @@ impl ThreadCtx {
     }
 
     fn at_io_limit(&self) -> bool {
-        self.timers.len() + self.io.len() >= self.io_limit
+        self.timers.len() + self.io.len() + self.multi.len() >= self.io_limit
+    }
+
+    /// Keeps `fd` until its envelope is dispatched; returns its key.
+    fn attach(&mut self, fd: FixedFd) -> u64 {
+        let key = self.next_attach;
+        self.next_attach += 1;
+        self.attached.insert(key, fd);
+        key
+    }
+
+    fn token(&mut self) -> u64 {
+        let token = self.next_token;
+        self.next_token += 1;
+        token
+    }
+
+    /// Parks `fd` on this thread (see `net::ShardFd`); returns (key, ring id).
+    pub(crate) fn keep(&mut self, fd: FixedFd) -> (u64, u64) {
+        (self.attach(fd), self.ring.id())
+    }
+
+    /// Arms a multishot receive on the parked fd `key`; `deliver` runs for
+    /// each completion.
+    pub(crate) fn recv_multi(
+        &mut self,
+        key: (u64, u64),
+        deliver: Box<dyn FnMut(Recv) -> Option<Envelope>>,
+    ) -> std::io::Result<()> {
+        if self.at_io_limit() {
+            return Err(std::io::Error::from_raw_os_error(16)); // EBUSY
+        }
+        let token = self.token();
+        let fd = match self.attached.get(&key.0) {
+            Some(fd) if key.1 == self.ring.id() => fd,
+            _ => return Err(std::io::Error::from_raw_os_error(9)), // EBADF
+        };
+        self.ring.recv_multi(fd, token)?;
+        self.multi.insert(token, Multi::Recv(deliver));
+        Ok(())
+    }
+
+    /// Arms a multishot accept on `listener`; `on` runs for each completion.
+    pub(crate) fn accept_multi(
+        &mut self,
+        listener: std::os::fd::RawFd,
+        on: Box<dyn FnMut(Accept)>,
+    ) -> std::io::Result<()> {
+        if self.at_io_limit() {
+            return Err(std::io::Error::from_raw_os_error(16)); // EBUSY
+        }
+        let token = self.token();
+        self.ring
+            .accept_multi(listener, token)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::WouldBlock, e))?;
+        self.multi.insert(token, Multi::Accept(on));
+        Ok(())
     }
 
     fn arm(&mut self, token: u64, delay: Duration) -> bool {
@@ -104,8 +167,7 @@ impl ThreadCtx {
         if self.at_io_limit() {
             return None;
         }
-        let token = self.next_token;
-        self.next_token += 1;
+        let token = self.token();
         let ts = Box::new(types::Timespec::new());
         self.timers.insert(token, Timer { ts, make: Some(make), period, cancelled: false });
         if self.arm(token, delay) {
@@ -129,8 +191,7 @@ impl ThreadCtx {
         if self.at_io_limit() {
             return Err(pending);
         }
-        let token = self.next_token;
-        self.next_token += 1;
+        let token = self.token();
         // SAFETY: every pointer in the entry is into `pending` (its buffer's
         // heap allocation or its boxed timespec), which is stored under
         // `token` right below and leaves the table only when that token's
@@ -145,9 +206,42 @@ impl ThreadCtx {
     }
 
     /// Takes what a completion means, to be run outside the borrow.
-    fn take_completion(&mut self, token: u64, result: i32) -> Completion {
+    fn take_completion(&mut self, done: Done) -> Completion {
+        let (token, result, flags, data) = match done {
+            Done::Accepted { token, fd, more } => {
+                return match self.multi.remove(&token) {
+                    Some(Multi::Accept(on)) => {
+                        Completion::Accept(token, on, Accept::Conn(fd), more)
+                    }
+                    other => {
+                        // Not an accept of ours (cannot happen): close it.
+                        if let Some(m) = other {
+                            self.multi.insert(token, m);
+                        }
+                        Completion::None
+                    }
+                };
+            }
+            Done::Io { token, result, flags, data } => (token, result, flags, data),
+        };
         if let Some(p) = self.io.remove(&token) {
             return Completion::Io(p, result);
+        }
+        if let Some(m) = self.multi.remove(&token) {
+            let more = ringmail_transport::io_uring::cqueue::more(flags);
+            return match m {
+                Multi::Recv(f) => {
+                    let ev = match (result, data) {
+                        (n, Some(d)) if n > 0 => Recv::Data(d),
+                        (0, _) => Recv::Closed,
+                        (-105, _) => Recv::NoBuffers, // ENOBUFS
+                        (e, _) if e < 0 => Recv::Error(-e),
+                        _ => Recv::Error(5), // data without a buffer: EIO
+                    };
+                    Completion::Recv(token, f, ev, more)
+                }
+                Multi::Accept(on) => Completion::Accept(token, on, Accept::Ended(-result), more),
+            };
         }
         let Some(timer) = self.timers.get_mut(&token) else { return Completion::None };
         if timer.cancelled {
@@ -161,10 +255,24 @@ impl ThreadCtx {
     }
 }
 
+/// A completion reaped from the ring, for the shard loop.
+pub(crate) enum Done {
+    Io { token: u64, result: i32, flags: u32, data: Option<Vec<u8>> },
+    Accepted { token: u64, fd: FixedFd, more: bool },
+}
+
+/// A multishot operation's handler, taken out of the table while it runs.
+enum Multi {
+    Recv(Box<dyn FnMut(Recv) -> Option<Envelope>>),
+    Accept(Box<dyn FnMut(Accept)>),
+}
+
 enum Completion {
     None,
     Io(PendingIo, i32),
     Timer(u64, Box<dyn FnMut() -> Option<Envelope>>, Option<Duration>),
+    Recv(u64, Box<dyn FnMut(Recv) -> Option<Envelope>>, Recv, bool),
+    Accept(u64, Box<dyn FnMut(Accept)>, Accept, bool),
 }
 
 thread_local! {
@@ -206,6 +314,7 @@ pub(crate) fn teardown() {
         for (_, p) in ctx.io.drain() {
             std::mem::forget(p);
         }
+        ctx.multi.clear(); // their buffers are the ring's own, unregistered at its drop
         drop(ctx); // envelopes dropped here may reply: CTX is empty, they fail cleanly
     }
     flush_deferred();
@@ -263,6 +372,8 @@ pub(crate) enum SendFail {
     Full,
     Closed,
     NoRing,
+    /// An fd of another ring than this thread's.
+    WrongRing,
 }
 
 impl ThreadCtx {
@@ -279,7 +390,7 @@ impl ThreadCtx {
 
     /// Keeps what this thread waits for or its loop will handle; returns
     /// the rest, to be discarded outside the borrow.
-    fn sort(&mut self, e: Event<Envelope>, rest: &mut Vec<Envelope>) {
+    pub(crate) fn sort(&mut self, e: Event<Envelope>, rest: &mut Vec<Envelope>) {
         match e {
             Event::Message(Envelope { body: Body::Reply { ask, value }, .. })
                 if self.awaiting == Some(ask) =>
@@ -292,8 +403,38 @@ impl ThreadCtx {
                 self.queue.push_back(env)
             }
             Event::Message(env) => rest.push(env),
-            Event::Returned { msg, .. } => rest.push(msg),
-            Event::Io { token, result, .. } => self.completions.push((token, result)),
+            Event::Fd { mut msg, fd } if self.shard.is_some() => {
+                if let Body::FdMsg { key, .. } = &mut msg.body {
+                    *key = self.attach(fd);
+                    self.queue.push_back(msg);
+                } else {
+                    drop(fd); // an fd nobody asked for: closed
+                    rest.push(msg);
+                }
+            }
+            Event::Fd { msg, fd } => {
+                drop(fd); // a client thread hosts no actor to give it to
+                rest.push(msg);
+            }
+            // Handed back (the target is gone or its table full): a socket
+            // goes back to nobody and is closed, the message is a dead letter.
+            Event::Returned { msg, fd, .. } => {
+                drop(fd);
+                rest.push(msg);
+            }
+            Event::Io { token, result, flags } => {
+                // Received data is copied out at once: its buffer goes back
+                // to the kernel before anything else runs.
+                let data = if result > 0 {
+                    self.ring.with_recv_buffer(flags, result as usize, |b| b.to_vec())
+                } else {
+                    None
+                };
+                self.completions.push(Done::Io { token, result, flags, data })
+            }
+            Event::Accepted { token, fd, more } => {
+                self.completions.push(Done::Accepted { token, fd, more })
+            }
             _ => crate::dead_letter(),
         }
     }
@@ -308,7 +449,82 @@ pub(crate) fn discard(env: Envelope) {
         }
         Body::Spawn(s) => s.shared().set_stopped(crate::error::StopReason::ShardGone),
         Body::Reply { .. } => crate::dead_letter(), // its ask gave up
+        Body::FdMsg { key, msg } => {
+            crate::dead_letter();
+            drop(msg);
+            drop(take_attached(key)); // closes the fd
+        }
         Body::Stop(_) | Body::Shutdown => {}
+    }
+}
+
+/// Drops the fd parked under `key` on ring `ring`, if this thread owns it.
+pub(crate) fn drop_kept(key: u64, ring: u64) {
+    let fd = with_ctx(false, |t| if t.ring.id() == ring { t.attached.remove(&key) } else { None });
+    drop(fd); // outside the borrow
+}
+
+/// Takes the fd parked under `key` on ring `ring`, if this thread owns it.
+pub(crate) fn take_kept(key: u64, ring: u64) -> Option<FixedFd> {
+    with_ctx(false, |t| if t.ring.id() == ring { t.attached.remove(&key) } else { None })
+        .ok()
+        .flatten()
+}
+
+/// The fd that arrived with envelope key `key`, if it is still here.
+pub(crate) fn take_attached(key: u64) -> Option<FixedFd> {
+    if key == 0 {
+        return None;
+    }
+    with_ctx(false, |t| t.attached.remove(&key)).ok().flatten()
+}
+
+/// Sends `env` (a `Body::FdMsg`) with `fd` to the shard at `addr`.
+pub(crate) fn send_fd_to_shard(
+    shard: u64,
+    addr: &Addr<Envelope>,
+    env: Envelope,
+    fd: FixedFd,
+) -> Result<(), (Envelope, FixedFd, SendFail)> {
+    let mut item = Some((env, fd));
+    let r = with_ctx(false, |t| {
+        let (mut e, fd) = item.take().expect("item");
+        if !t.ring.owns(&fd) {
+            return (Err((e, fd, SendFail::WrongRing)), Vec::new());
+        }
+        if t.shard == Some(shard) {
+            // Co-located: the fd is already in the right table.
+            if let Body::FdMsg { key, .. } = &mut e.body {
+                *key = t.attach(fd);
+            }
+            t.queue.push_back(e);
+            return (Ok(()), Vec::new());
+        }
+        let r = t.ring.send_fd(addr, fd, e);
+        let events = t.after_send();
+        let mut rest = Vec::new();
+        for ev in events {
+            t.sort(ev, &mut rest);
+        }
+        let r = r.map_err(|e| match e {
+            SendError::Full((e, fd)) => (e, fd, SendFail::Full),
+            SendError::Closed((e, fd)) => (e, fd, SendFail::Closed),
+            other => {
+                let (e, fd) = other.into_inner();
+                (e, fd, SendFail::Closed)
+            }
+        });
+        (r, rest)
+    });
+    match r {
+        Ok((r, rest)) => {
+            rest.into_iter().for_each(discard);
+            r
+        }
+        Err(Unavailable) => match item.take() {
+            Some((e, fd)) => Err((e, fd, SendFail::NoRing)),
+            None => unreachable!("the closure did not run"),
+        },
     }
 }
 
@@ -507,9 +723,9 @@ pub(crate) fn wait_reply(ask: u64, deadline: Instant) -> Option<Option<Box<dyn A
 /// Handles completions of timers and I/O (on a shard thread): runs their
 /// closures outside the borrow and under `catch_unwind`, re-arms intervals,
 /// and returns the envelopes to dispatch.
-pub(crate) fn complete(list: Vec<(u64, i32)>, out: &mut VecDeque<Envelope>) {
-    for (token, result) in list {
-        let Ok(c) = with(|t| t.take_completion(token, result)) else { continue };
+pub(crate) fn complete(list: Vec<Done>, out: &mut VecDeque<Envelope>) {
+    for done in list {
+        let Ok(c) = with(|t| t.take_completion(done)) else { continue };
         match c {
             Completion::None => {}
             Completion::Io(p, result) => {
@@ -517,6 +733,24 @@ pub(crate) fn complete(list: Vec<(u64, i32)>, out: &mut VecDeque<Envelope>) {
                     Ok(Some(env)) => out.push_back(env),
                     Ok(None) => {}
                     Err(_) => crate::dead_letter(), // the completion closure panicked
+                }
+            }
+            Completion::Recv(token, mut f, ev, more) => {
+                match catch_unwind(AssertUnwindSafe(|| f(ev))) {
+                    Ok(Some(env)) => out.push_back(env),
+                    Ok(None) => {}
+                    Err(_) => crate::dead_letter(),
+                }
+                if more {
+                    let _ = with(|t| t.multi.insert(token, Multi::Recv(f)));
+                }
+            }
+            Completion::Accept(token, mut on, ev, more) => {
+                if catch_unwind(AssertUnwindSafe(|| on(ev))).is_err() {
+                    crate::dead_letter();
+                }
+                if more {
+                    let _ = with(|t| t.multi.insert(token, Multi::Accept(on)));
                 }
             }
             Completion::Timer(token, mut make, period) => {

@@ -125,30 +125,29 @@ impl Shard {
         'run: loop {
             // Under the borrow: only move things out. Handling happens after.
             let polled = local::with(|t| {
-                batch.append(&mut t.queue);
-                let done = std::mem::take(&mut t.completions);
-                let timeout =
-                    if batch.is_empty() && done.is_empty() { None } else { Some(Duration::ZERO) };
+                let idle = t.queue.is_empty() && t.completions.is_empty();
+                let timeout = if batch.is_empty() && idle { None } else { Some(Duration::ZERO) };
                 let r = t.ring.wait(&mut events, timeout);
-                (r, done)
+                // Sorted under the borrow: received data is copied out of
+                // its ring buffer, fds are attached to their envelopes.
+                let mut rest = Vec::new();
+                for e in events.drain(..) {
+                    t.sort(e, &mut rest);
+                }
+                batch.append(&mut t.queue);
+                (r, std::mem::take(&mut t.completions), rest)
             });
-            let mut done = match polled {
-                Ok((Ok(_), done)) => done,
-                Ok((Err(e), _)) => {
+            let done = match polled {
+                Ok((Ok(_), done, rest)) => {
+                    rest.into_iter().for_each(local::discard);
+                    done
+                }
+                Ok((Err(e), _, _)) => {
                     eprintln!("ringmail: shard {} ring failed: {e}; stopping it", self.handle.id);
                     break 'run;
                 }
                 Err(_) => break 'run,
             };
-            for e in events.drain(..) {
-                match e {
-                    Event::Message(env) => batch.push_back(env),
-                    // A timer or an I/O operation of one of our actors completed.
-                    Event::Io { token, result, .. } => done.push((token, result)),
-                    Event::Returned { msg, .. } => local::discard(msg), // the target is gone
-                    _ => crate::dead_letter(),
-                }
-            }
             local::complete(done, &mut batch);
             while let Some(env) = batch.pop_front() {
                 if !self.dispatch(env, &mut batch) {
@@ -202,6 +201,31 @@ impl Shard {
                 };
                 slot.shared().unreserve();
                 match catch_unwind(AssertUnwindSafe(|| m.handle(slot.as_any()))) {
+                    Ok(None) => {}
+                    Ok(Some(reason)) => self.stop_actor(to, reason),
+                    Err(p) => {
+                        self.stats.panics.fetch_add(1, Ordering::Relaxed);
+                        let slot = self.actors.remove(&to).expect("present");
+                        self.finished(slot.shared(), StopReason::Panicked(panic_message(p)));
+                    }
+                }
+            }
+            Body::FdMsg { key, msg } => {
+                let Some(slot) = self.actors.get_mut(&to) else {
+                    if self.handle.pending().contains(&to) {
+                        let env = Envelope { to, body: Body::FdMsg { key, msg } };
+                        self.early.entry(to).or_default().push(env);
+                    } else {
+                        local::discard(Envelope { to, body: Body::FdMsg { key, msg } });
+                    }
+                    return true;
+                };
+                slot.shared().unreserve();
+                let Some(fd) = local::take_attached(key) else {
+                    crate::dead_letter(); // its fd is gone (cannot happen)
+                    return true;
+                };
+                match catch_unwind(AssertUnwindSafe(|| msg.handle(slot.as_any(), fd))) {
                     Ok(None) => {}
                     Ok(Some(reason)) => self.stop_actor(to, reason),
                     Err(p) => {
@@ -281,6 +305,10 @@ impl Shard {
             for e in evs {
                 match e {
                     Event::Message(env) | Event::Returned { msg: env, .. } => local::discard(env),
+                    Event::Fd { msg, fd } => {
+                        drop(fd); // closed: nobody here will own it
+                        local::discard(msg);
+                    }
                     _ => {}
                 }
             }

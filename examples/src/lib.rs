@@ -3,7 +3,9 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+pub mod echo;
 pub mod kv;
+pub mod server;
 
 /// The percentiles Ringmail reports latency at (the seeds' format).
 pub const PERCENTILES: [f64; 17] = [

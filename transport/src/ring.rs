@@ -712,6 +712,11 @@ impl<T: Send + 'static> Ring<T> {
         Some(r)
     }
 
+    /// True when `fd` is a slot of this ring's table.
+    pub fn owns(&self, fd: &FixedFd) -> bool {
+        fd.belongs_to(&self.fds)
+    }
+
     /// Size of one receive buffer (the most one `recv_multi` completion carries).
     pub fn recv_buffer_size(&self) -> usize {
         self.cfg.recv_buffers.1 as usize

@@ -1,0 +1,523 @@
+//! Network services as actor graphs: an [`Acceptor`] that owns a listening
+//! socket and hands every connection to a worker actor on another ring, and
+//! [`Connections`], the part of a worker that serves many connections on
+//! its own ring.
+//!
+//! # The pattern
+//!
+//! ```text
+//!  clients ──► Acceptor (own shard)            ┌──► worker 1 (shard 1): Connections
+//!              multishot accept into its   ───┤
+//!              fixed-file table, then          └──► worker 2 (shard 2): Connections
+//!              IORING_MSG_SEND_FD                        │ multishot recv, batched sends
+//! ```
+//!
+//! * **Accept.** One multishot accept puts every new connection straight
+//!   into the acceptor ring's fixed-file table: no fd number is ever
+//!   created in the process's fd table.
+//! * **Hand-off.** Each connection goes to the next worker, round-robin,
+//!   with [`ActorRef::tell_fd`] (`IORING_MSG_SEND_FD`, linked to a `CLOSE`
+//!   of the acceptor's slot). A worker whose mailbox is full or that has
+//!   stopped is skipped; when no worker takes it the connection is closed
+//!   and counted ([`AcceptorStats::rejected`]). A hand-off the kernel
+//!   refuses later comes back to the acceptor's ring, which closes it.
+//! * **Serve.** The worker adds the connection to its [`Connections`]:
+//!   one multishot receive per connection over the shard's provided
+//!   buffers, and at most one send in flight per connection, carrying all
+//!   the output written since the last one (so a pipelining client gets
+//!   many replies per `send`, and all sends of one loop turn go to the
+//!   kernel in one `io_uring_enter`).
+//!
+//! # Ownership of a connection
+//!
+//! At every moment exactly one ring's table holds the socket: the
+//! acceptor's until the hand-off completes, then the worker's (or the
+//! acceptor's again if it was refused), until [`Connections`] drops it
+//! after its receive ended and its last send completed. Dropping the
+//! [`FixedFd`] closes the socket.
+//!
+//! # Slow and vanishing clients
+//!
+//! Output waits in the connection's buffer while a send is in flight; past
+//! [`Connections::with_output_limit`] (default 64 MiB) the client is too
+//! slow and is disconnected (like Redis' client output buffer limit).
+//! Partial sends continue where they stopped. A client that disconnects
+//! mid-message ends the receive (`Closed` or an error): the worker gets
+//! [`Input::Closed`] once, and the socket is closed when its last send is
+//! done.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::TcpListener;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ringmail_transport::FixedFd;
+
+use crate::actor::{Actor, Context, FdHandler, Handler, Message};
+use crate::actor_ref::ActorRef;
+use crate::envelope::{Body, Envelope, Typed};
+use crate::io::{Accept, IoDone, IoOp, Recv};
+
+/// A file kept by an actor: a `Send` handle to a [`FixedFd`] parked in its
+/// shard's table (a `FixedFd` itself is `!Send`, and actors must be
+/// `Send`). Get one with [`Context::keep_fd`]. Dropping it on its shard
+/// closes the file; dropped anywhere else (which a shard-resident actor
+/// never is), the file stays until its shard's ring closes.
+#[derive(Debug)]
+pub struct ShardFd {
+    key: u64,
+    ring: u64,
+    slot: u32,
+}
+
+impl ShardFd {
+    /// The slot, as the operand of fixed-file operations on this shard's
+    /// ring (e.g. [`IoOp::SendFixed`]).
+    pub fn as_fixed(&self) -> ringmail_transport::io_uring::types::Fixed {
+        ringmail_transport::io_uring::types::Fixed(self.slot)
+    }
+
+    /// The `FixedFd` back (on its shard's thread; `Err(self)` elsewhere),
+    /// e.g. to hand it on with [`ActorRef::tell_fd`].
+    pub fn into_fixed(self) -> Result<FixedFd, ShardFd> {
+        match crate::local::take_kept(self.key, self.ring) {
+            Some(fd) => {
+                std::mem::forget(self);
+                Ok(fd)
+            }
+            None => Err(self),
+        }
+    }
+}
+
+impl Drop for ShardFd {
+    fn drop(&mut self) {
+        crate::local::drop_kept(self.key, self.ring);
+    }
+}
+
+impl<A: Actor> Context<A> {
+    /// Registers `fd` in this shard's fixed-file table (taking ownership),
+    /// e.g. to hand it to another actor with [`ActorRef::tell_fd`].
+    pub fn register_fd(&self, fd: OwnedFd) -> io::Result<FixedFd> {
+        crate::local::with(|t| t.ring.register_fd(fd).map_err(|(e, _fd)| e))
+            .map_err(|_| io::Error::other("this thread has no ring"))?
+    }
+
+    /// Parks `fd` in this shard so the actor can keep it in its state.
+    pub fn keep_fd(&self, fd: FixedFd) -> ShardFd {
+        let slot = fd.slot();
+        let mut fd = Some(fd);
+        match crate::local::with(|t| t.keep(fd.take().expect("fd"))) {
+            Ok((key, ring)) => ShardFd { key, ring, slot },
+            // No ring on this thread: impossible for a FixedFd's thread.
+            Err(_) => unreachable!("a FixedFd lives on a thread with a ring"),
+        }
+    }
+
+    /// Arms a multishot receive on `fd` (a socket in this shard's table):
+    /// every completion becomes a message `f(recv)` for this actor, in
+    /// order. Data is copied out of the shard's receive buffers (see
+    /// [`ringmail_transport::RingConfig::recv_buffers`]) before the message
+    /// is built. The receive goes on until [`Recv::Closed`],
+    /// [`Recv::Error`] or [`Recv::NoBuffers`] (then arm it again).
+    pub fn recv_multi<M>(
+        &self,
+        fd: &ShardFd,
+        mut f: impl FnMut(Recv) -> M + 'static,
+    ) -> io::Result<()>
+    where
+        A: Handler<M>,
+        M: Message,
+    {
+        let me = self.me.clone();
+        let deliver = Box::new(move |r: Recv| {
+            let msg = f(r);
+            if !me.is_alive() {
+                crate::dead_letter();
+                return None;
+            }
+            me.shared.reserve_forced();
+            let typed: Typed<A, M> = Typed { msg, reply: None, _a: std::marker::PhantomData };
+            Some(Envelope { to: me.id(), body: Body::Msg(Box::new(typed)) })
+        });
+        crate::local::with(|t| t.recv_multi((fd.key, fd.ring), deliver))
+            .map_err(|_| io::Error::other("this thread has no ring"))?
+    }
+
+    /// Arms a multishot accept on `listener`: `on` runs on this shard's
+    /// thread for every accepted connection ([`Accept::Conn`], already in
+    /// this shard's fixed-file table) and once when the accept ends
+    /// ([`Accept::Ended`]; arm it again to go on). `on` runs outside any
+    /// handler and may send (e.g. [`ActorRef::tell_fd`]).
+    pub fn accept_multi(
+        &self,
+        listener: RawFd,
+        on: impl FnMut(Accept) + 'static,
+    ) -> io::Result<()> {
+        crate::local::with(|t| t.accept_multi(listener, Box::new(on)))
+            .map_err(|_| io::Error::other("this thread has no ring"))?
+    }
+}
+
+/// The message an [`Acceptor`] sends with each connection.
+#[derive(Debug)]
+pub struct NewConnection {
+    /// Process-unique number of the connection (for logs).
+    pub id: u64,
+}
+
+/// Counters of an [`Acceptor`].
+#[derive(Debug, Default)]
+pub struct AcceptorStats {
+    /// Connections accepted.
+    pub accepted: AtomicU64,
+    /// Connections handed to a worker (the hand-off was accepted; a
+    /// hand-off the kernel refuses later is closed by the acceptor's ring
+    /// and counted as a dead letter).
+    pub handed_off: AtomicU64,
+    /// Connections closed because no worker could take them.
+    pub rejected: AtomicU64,
+    /// Times the multishot accept ended and was armed again.
+    pub rearmed: AtomicU64,
+}
+
+/// An actor that owns a listening socket and hands each accepted
+/// connection to one of `workers` (see the module docs). Spawn it on a
+/// shard of its own ([`crate::System::spawn`]): accepted connections use
+/// the same fixed-file range as fds handed *to* its ring.
+pub struct Acceptor<W: Actor> {
+    listener: TcpListener,
+    workers: Vec<ActorRef<W>>,
+    stats: Arc<AcceptorStats>,
+}
+
+impl<W: FdHandler<NewConnection>> Acceptor<W> {
+    /// An acceptor for `listener` handing connections to `workers`
+    /// (round-robin). Panics if `workers` is empty.
+    pub fn new(listener: TcpListener, workers: Vec<ActorRef<W>>) -> Self {
+        assert!(!workers.is_empty(), "an acceptor needs at least one worker");
+        Acceptor { listener, workers, stats: Arc::new(AcceptorStats::default()) }
+    }
+
+    /// The acceptor's counters (shared: read them while it runs).
+    pub fn stats(&self) -> Arc<AcceptorStats> {
+        self.stats.clone()
+    }
+
+    fn arm(&mut self, ctx: &mut Context<Self>) {
+        let workers = self.workers.clone();
+        let stats = self.stats.clone();
+        let me = ctx.myself().clone();
+        let mut next = 0usize;
+        let on = move |ev: Accept| match ev {
+            Accept::Conn(fd) => {
+                stats.accepted.fetch_add(1, Ordering::Relaxed);
+                hand_off(&workers, &mut next, fd, &stats);
+            }
+            Accept::Ended(errno) => {
+                let _ = me.try_tell(Rearm(errno));
+            }
+        };
+        if ctx.accept_multi(self.listener.as_raw_fd(), on).is_err() {
+            // SQ full or the shard's I/O limit reached: try again shortly.
+            ctx.send_after(Duration::from_millis(5), Rearm(EBUSY));
+        }
+    }
+}
+
+const EBUSY: i32 = 16;
+
+static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
+
+fn hand_off<W: FdHandler<NewConnection>>(
+    workers: &[ActorRef<W>],
+    next: &mut usize,
+    mut fd: FixedFd,
+    stats: &AcceptorStats,
+) {
+    let id = NEXT_CONN.fetch_add(1, Ordering::Relaxed);
+    let n = workers.len();
+    for i in 0..n {
+        let w = &workers[(*next + i) % n];
+        match w.tell_fd(NewConnection { id }, fd) {
+            Ok(()) => {
+                *next = (*next + i + 1) % n;
+                stats.handed_off.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            Err(e) => fd = e.into_inner().1,
+        }
+    }
+    stats.rejected.fetch_add(1, Ordering::Relaxed);
+    drop(fd); // closes the connection: no worker could take it
+}
+
+/// The acceptor's multishot accept ended (with this errno): arm it again.
+#[derive(Debug)]
+struct Rearm(i32);
+impl Message for Rearm {
+    type Reply = ();
+}
+
+impl<W: FdHandler<NewConnection>> Actor for Acceptor<W> {
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        self.arm(ctx);
+    }
+}
+
+impl<W: FdHandler<NewConnection>> Handler<Rearm> for Acceptor<W> {
+    fn handle(&mut self, Rearm(errno): Rearm, ctx: &mut Context<Self>) {
+        self.stats.rearmed.fetch_add(1, Ordering::Relaxed);
+        const ENFILE: i32 = 23;
+        const EMFILE: i32 = 24;
+        const EBADF: i32 = 9;
+        const EINVAL: i32 = 22;
+        match errno {
+            // The table is full of connections not yet handed off (or the
+            // process is out of fds), or the SQ was: wait, then go on.
+            ENFILE | EMFILE | EBUSY => {
+                ctx.send_after(Duration::from_millis(5), Rearm(0));
+            }
+            EBADF | EINVAL => ctx.stop_with(crate::StopReason::Failed(format!(
+                "the listening socket is unusable (errno {errno})"
+            ))),
+            _ => self.arm(ctx),
+        }
+    }
+}
+
+/// A connection of a [`Connections`] set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConnId(pub u64);
+
+/// I/O completions of a worker's connections: the worker actor implements
+/// `Handler<NetEvent>` and passes each one to [`Connections::handle`].
+#[derive(Debug)]
+pub enum NetEvent {
+    /// A receive completion.
+    Recv(ConnId, Recv),
+    /// A send completion.
+    Sent(ConnId, IoDone),
+    /// A shutdown completion.
+    Shut(ConnId),
+}
+
+impl Message for NetEvent {
+    type Reply = ();
+}
+
+/// What a connection did, for the worker.
+#[derive(Debug)]
+pub enum Input {
+    /// Bytes received, in order.
+    Data(ConnId, Vec<u8>),
+    /// The connection ended (peer closed, error, or closed by us); reported
+    /// once. Output not yet sent is dropped.
+    Closed(ConnId),
+}
+
+struct Conn {
+    fd: ShardFd,
+    /// Written, not yet sent.
+    out: Vec<u8>,
+    /// The in-flight send's buffer comes back here for reuse.
+    spare: Vec<u8>,
+    sending: bool,
+    receiving: bool,
+    /// Closed by us (after `out` is sent) or by the peer.
+    closing: bool,
+    shut: bool,
+    reported: bool,
+}
+
+/// The connections a worker actor serves on its shard's ring. See the
+/// module docs.
+pub struct Connections {
+    conns: HashMap<u64, Conn>,
+    dirty: Vec<u64>,
+    next: u64,
+    limit: usize,
+}
+
+impl Default for Connections {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Connections {
+    /// An empty set with the default output limit (64 MiB per connection).
+    pub fn new() -> Self {
+        Self::with_output_limit(64 << 20)
+    }
+
+    /// An empty set whose connections are disconnected when more than
+    /// `limit` bytes of output wait for a slow client.
+    pub fn with_output_limit(limit: usize) -> Self {
+        Connections { conns: HashMap::new(), dirty: Vec::new(), next: 1, limit }
+    }
+
+    /// Open connections.
+    pub fn len(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// True when no connection is open.
+    pub fn is_empty(&self) -> bool {
+        self.conns.is_empty()
+    }
+
+    /// Starts serving `fd`: arms its multishot receive. On error the
+    /// connection is closed and the error returned.
+    pub fn add<A: Handler<NetEvent>>(
+        &mut self,
+        fd: FixedFd,
+        ctx: &Context<A>,
+    ) -> io::Result<ConnId> {
+        let id = self.next;
+        self.next += 1;
+        let fd = ctx.keep_fd(fd);
+        ctx.recv_multi(&fd, move |r| NetEvent::Recv(ConnId(id), r))?;
+        self.conns.insert(
+            id,
+            Conn {
+                fd,
+                out: Vec::new(),
+                spare: Vec::new(),
+                sending: false,
+                receiving: true,
+                closing: false,
+                shut: false,
+                reported: false,
+            },
+        );
+        Ok(ConnId(id))
+    }
+
+    /// Handles one completion; returns what the connection did, if anything
+    /// the worker must know.
+    pub fn handle<A: Handler<NetEvent>>(
+        &mut self,
+        ev: NetEvent,
+        ctx: &Context<A>,
+    ) -> Option<Input> {
+        let id = match &ev {
+            NetEvent::Recv(id, _) | NetEvent::Sent(id, _) | NetEvent::Shut(id) => *id,
+        };
+        match ev {
+            NetEvent::Recv(id, r) => {
+                let c = self.conns.get_mut(&id.0)?;
+                match r {
+                    Recv::Data(d) if !c.closing => return Some(Input::Data(id, d)),
+                    Recv::Data(_) => return None, // closing: input is no longer read
+                    Recv::NoBuffers => {
+                        // Buffers are recycled as soon as data is copied out:
+                        // arming again at once finds them free.
+                        if ctx.recv_multi(&c.fd, move |r| NetEvent::Recv(id, r)).is_err() {
+                            c.receiving = false;
+                            c.closing = true;
+                        }
+                    }
+                    _ => {
+                        c.receiving = false;
+                        c.closing = true;
+                    }
+                }
+            }
+            NetEvent::Sent(id, done) => {
+                let c = self.conns.get_mut(&id.0)?;
+                c.sending = false;
+                let mut buf = done.buf.unwrap_or_default();
+                if done.result < 0 {
+                    c.closing = true; // the peer is gone (EPIPE, ECONNRESET)
+                    c.out.clear();
+                } else if (done.result as usize) < buf.len() {
+                    // A partial send: the rest goes first next time.
+                    buf.drain(..done.result as usize);
+                    buf.append(&mut c.out);
+                    std::mem::swap(&mut c.out, &mut buf);
+                }
+                buf.clear();
+                c.spare = buf;
+                if !c.out.is_empty() {
+                    self.dirty.push(id.0);
+                    self.flush(ctx);
+                }
+            }
+            NetEvent::Shut(id) => {
+                let c = self.conns.get_mut(&id.0)?;
+                c.shut = true;
+            }
+        }
+        self.settle(id, ctx)
+    }
+
+    /// Queues `bytes` for `conn` (sent by the next [`flush`](Self::flush)).
+    /// False if the connection is closed or closing.
+    pub fn write(&mut self, conn: ConnId, bytes: &[u8]) -> bool {
+        let Some(c) = self.conns.get_mut(&conn.0) else { return false };
+        if c.closing {
+            return false;
+        }
+        if c.out.len() + bytes.len() > self.limit {
+            c.closing = true; // too slow a reader: disconnect it
+            c.out.clear();
+            self.dirty.push(conn.0);
+            return false;
+        }
+        if c.out.is_empty() {
+            self.dirty.push(conn.0);
+        }
+        c.out.extend_from_slice(bytes);
+        true
+    }
+
+    /// Starts a send for every connection with output and no send in
+    /// flight, and finishes connections that are done.
+    pub fn flush<A: Handler<NetEvent>>(&mut self, ctx: &Context<A>) {
+        for id in std::mem::take(&mut self.dirty) {
+            let Some(c) = self.conns.get_mut(&id) else { continue };
+            if !c.sending && !c.out.is_empty() {
+                let buf = std::mem::replace(&mut c.out, std::mem::take(&mut c.spare));
+                c.sending = true;
+                ctx.io(IoOp::SendFixed { fd: c.fd.as_fixed(), buf }, move |d| {
+                    NetEvent::Sent(ConnId(id), d)
+                });
+            }
+            let _ = self.settle(ConnId(id), ctx);
+        }
+    }
+
+    /// Closes `conn` once the output written so far is sent.
+    pub fn close<A: Handler<NetEvent>>(&mut self, conn: ConnId, ctx: &Context<A>) {
+        if let Some(c) = self.conns.get_mut(&conn.0) {
+            c.closing = true;
+            self.dirty.push(conn.0);
+        }
+        self.flush(ctx);
+    }
+
+    /// Moves a closing connection towards the end: shuts its socket down
+    /// once its output is sent (ending the receive), and drops it once the
+    /// receive ended and no send is in flight. Reports `Closed` once.
+    fn settle<A: Handler<NetEvent>>(&mut self, id: ConnId, ctx: &Context<A>) -> Option<Input> {
+        let c = self.conns.get_mut(&id.0)?;
+        if !c.closing {
+            return None;
+        }
+        if c.receiving && !c.sending && c.out.is_empty() && !c.shut {
+            c.shut = true;
+            ctx.io(IoOp::ShutdownFixed { fd: c.fd.as_fixed() }, move |_| NetEvent::Shut(id));
+        }
+        let report = !c.reported;
+        c.reported = true;
+        if !c.receiving && !c.sending {
+            self.conns.remove(&id.0); // drops the FixedFd: the socket closes
+        }
+        report.then_some(Input::Closed(id))
+    }
+}
