@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use ringmail::net::{Acceptor, AcceptorStats, Connections, Input, NetEvent, NewConnection};
 use ringmail::transport::FixedFd;
-use ringmail::{Actor, ActorRef, Context, FdHandler, Handler, SpawnError, System};
+use ringmail::{Actor, ActorRef, Context, FdHandler, Handler, Message, SpawnError, System};
 
 // ANCHOR: worker
 /// Serves connections on its shard's ring: echoes what it receives.
@@ -37,6 +37,19 @@ impl Handler<NetEvent> for EchoWorker {
     }
 }
 // ANCHOR_END: worker
+
+/// Asks a worker how many connections it serves.
+#[derive(Debug)]
+pub struct ConnCount;
+impl Message for ConnCount {
+    type Reply = usize;
+}
+
+impl Handler<ConnCount> for EchoWorker {
+    fn handle(&mut self, _: ConnCount, _ctx: &mut Context<Self>) -> usize {
+        self.conns.len()
+    }
+}
 
 /// A running echo server.
 pub struct EchoServer {
