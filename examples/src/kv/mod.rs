@@ -1,7 +1,8 @@
-//! The key-value service's protocol and engine (issue 5, in progress): a
-//! RESP2 parser/encoder ([`resp`]) and the command engine over one keyspace
-//! ([`engine`]). The network side (acceptor handing sockets to workers,
-//! keyspace shards as actors) builds on these.
+//! The key-value service: a RESP2 parser/encoder ([`resp`]), the command
+//! engine over one keyspace partition ([`engine`]), and the service as an
+//! actor graph ([`server`]: an acceptor, connection workers, keyspace
+//! shards).
 
 pub mod engine;
 pub mod resp;
+pub mod server;

@@ -1,0 +1,470 @@
+//! The key-value service as an actor graph.
+//!
+//! ```text
+//!            ┌─────────── ring 0 ───────────┐   ┌─────────── ring 1 ───────────┐
+//! clients ─► │ KvWorker 0  ◄──►  KeyShard 0 │◄─►│ KvWorker 1  ◄──►  KeyShard 1 │
+//!   ▲        └──────▲───────────────────────┘   └──────▲───────────────────────┘
+//!   │               │ MSG_SEND_FD                      │
+//!   └── Acceptor ───┴──────────────────────────────────┘   (own ring)
+//! ```
+//!
+//! * The [`Acceptor`] hands every connection to a [`KvWorker`] (round-robin).
+//! * A worker parses RESP from its connections, and sends each request to
+//!   the [`KeyShard`] that owns its key (`hash(key) % shards`): the one on
+//!   its own ring is a co-located actor (no kernel on the way), the others
+//!   are reached ring to ring with MSG_RING. Requests are batched: one
+//!   message per target shard for everything one receive brought in.
+//! * Multi-key commands (MGET, MSET, DEL, EXISTS) are split by shard and
+//!   their parts combined; DBSIZE and FLUSHALL go to every shard.
+//! * Replies are written in request order per connection (pipelining),
+//!   whatever order the shards answer in.
+//! * Malformed RESP gets `-ERR Protocol error: ...` after the replies to
+//!   the requests before it, and closes that connection only.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
+use std::time::Instant;
+
+use ringmail::net::{Acceptor, AcceptorStats, ConnId, Connections, Input, NetEvent, NewConnection};
+use ringmail::transport::FixedFd;
+use ringmail::{Actor, ActorRef, Context, FdHandler, Handler, Message, SpawnError, System};
+
+use super::engine::Keyspace;
+use super::resp::{self, Limits, Parsed, Reply};
+
+/// The shard that owns `key`, among `n` (FNV-1a: stable across runs).
+pub fn shard_of(key: &[u8], n: usize) -> usize {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in key {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    (h % n as u64) as usize
+}
+
+/// One request, or one shard's part of a multi-key request.
+#[derive(Debug)]
+pub struct Req {
+    conn: ConnId,
+    seq: u64,
+    part: u32,
+    args: Vec<Vec<u8>>,
+}
+
+// ANCHOR: shard
+/// One partition of the keyspace, on one ring.
+pub struct KeyShard {
+    space: Keyspace,
+}
+
+impl Actor for KeyShard {}
+
+/// Requests from one worker, executed in order; the replies go back in one message.
+pub struct Batch {
+    /// The worker that asked.
+    pub from: ActorRef<KvWorker>,
+    /// The requests.
+    pub reqs: Vec<Req>,
+}
+impl Message for Batch {
+    type Reply = ();
+}
+
+impl Handler<Batch> for KeyShard {
+    fn handle(&mut self, batch: Batch, _ctx: &mut Context<Self>) {
+        let now = Instant::now();
+        let replies: Vec<(ConnId, u64, u32, Reply)> = batch
+            .reqs
+            .into_iter()
+            .map(|r| {
+                let reply = self.space.execute(&r.args, now).unwrap_or(Reply::Nil);
+                (r.conn, r.seq, r.part, reply)
+            })
+            .collect();
+        // Waits for room rather than dropping; a stopped worker's replies
+        // are dead letters (its clients are gone).
+        let _ = batch.from.tell(Replies(replies));
+    }
+}
+// ANCHOR_END: shard
+
+/// Replies from a shard to a worker.
+pub struct Replies(Vec<(ConnId, u64, u32, Reply)>);
+impl Message for Replies {
+    type Reply = ();
+}
+
+/// How the parts of a request make its reply.
+enum Combine {
+    /// One part: its reply.
+    Single,
+    /// Integer replies, summed (DEL, EXISTS, DBSIZE).
+    Sum,
+    /// `+OK` from every part (MSET, FLUSHALL).
+    AllOk,
+    /// Arrays of values; `positions[part]` are the original key indexes.
+    Mget { positions: Vec<Vec<usize>>, keys: usize },
+}
+
+struct Pending {
+    left: u32,
+    parts: Vec<Option<Reply>>,
+    combine: Combine,
+    done: Option<Reply>,
+}
+
+impl Pending {
+    fn ready(r: Reply) -> Pending {
+        Pending { left: 0, parts: Vec::new(), combine: Combine::Single, done: Some(r) }
+    }
+
+    fn finish(&mut self) {
+        let parts = std::mem::take(&mut self.parts).into_iter().map(|p| p.unwrap_or(Reply::Nil));
+        let reply = match &self.combine {
+            Combine::Single => parts.into_iter().next().unwrap_or(Reply::Nil),
+            Combine::Sum => {
+                let mut sum = 0;
+                for p in parts {
+                    match p {
+                        Reply::Int(n) => sum += n,
+                        other => {
+                            self.done = Some(other);
+                            return;
+                        }
+                    }
+                }
+                Reply::Int(sum)
+            }
+            Combine::AllOk => parts
+                .into_iter()
+                .find(|p| !matches!(p, Reply::Simple(_)))
+                .unwrap_or(Reply::Simple("OK")),
+            Combine::Mget { positions, keys } => {
+                let mut out = vec![Reply::Nil; *keys];
+                for (part, p) in parts.enumerate() {
+                    if let Reply::Array(vals) = p {
+                        for (v, &pos) in vals.into_iter().zip(&positions[part]) {
+                            out[pos] = v;
+                        }
+                    }
+                }
+                Reply::Array(out)
+            }
+        };
+        self.done = Some(reply);
+    }
+}
+
+#[derive(Default)]
+struct Client {
+    /// Received bytes not parsed yet (a partial request).
+    inbuf: Vec<u8>,
+    /// Requests in order, from sequence number `first_seq`.
+    pending: VecDeque<Pending>,
+    first_seq: u64,
+    /// Close once everything pending is answered (QUIT, protocol error).
+    close_after: bool,
+}
+
+// ANCHOR: worker
+/// Serves client connections on one ring: parses, routes to shards,
+/// answers in order.
+pub struct KvWorker {
+    shards: Vec<ActorRef<KeyShard>>,
+    conns: Connections,
+    clients: HashMap<ConnId, Client>,
+    /// Answers keyless commands (PING, ECHO, CONFIG, errors): never holds data.
+    scratch: Keyspace,
+    /// Requests gathered for each shard during one event.
+    outgoing: Vec<Vec<Req>>,
+    me: Option<ActorRef<KvWorker>>,
+    limits: Limits,
+}
+
+impl Actor for KvWorker {
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        self.me = Some(ctx.myself().clone());
+    }
+}
+
+impl FdHandler<NewConnection> for KvWorker {
+    fn handle_fd(&mut self, _c: NewConnection, fd: FixedFd, ctx: &mut Context<Self>) {
+        match self.conns.add(fd, ctx) {
+            Ok(id) => {
+                self.clients.insert(id, Client::default());
+            }
+            Err(e) => eprintln!("kv: cannot serve a connection: {e}"),
+        }
+    }
+}
+
+impl Handler<NetEvent> for KvWorker {
+    fn handle(&mut self, ev: NetEvent, ctx: &mut Context<Self>) {
+        match self.conns.handle(ev, ctx) {
+            Some(Input::Data(conn, bytes)) => {
+                self.received(conn, &bytes);
+                self.answer(conn, ctx);
+            }
+            Some(Input::Closed(conn)) => {
+                self.clients.remove(&conn); // late replies for it are ignored
+            }
+            None => {}
+        }
+        self.send_batches();
+        self.conns.flush(ctx);
+    }
+}
+
+impl Handler<Replies> for KvWorker {
+    fn handle(&mut self, Replies(items): Replies, ctx: &mut Context<Self>) {
+        let mut touched = Vec::new();
+        for (conn, seq, part, reply) in items {
+            let Some(c) = self.clients.get_mut(&conn) else { continue };
+            let Some(p) = seq.checked_sub(c.first_seq).and_then(|i| c.pending.get_mut(i as usize))
+            else {
+                continue;
+            };
+            if let Some(slot) = p.parts.get_mut(part as usize) {
+                if slot.replace(reply).is_none() {
+                    p.left -= 1;
+                }
+            }
+            if p.left == 0 && p.done.is_none() {
+                p.finish();
+            }
+            if touched.last() != Some(&conn) {
+                touched.push(conn);
+            }
+        }
+        for conn in touched {
+            self.answer(conn, ctx);
+        }
+        self.conns.flush(ctx);
+    }
+}
+// ANCHOR_END: worker
+
+impl KvWorker {
+    /// A worker routing to `shards`.
+    pub fn new(shards: Vec<ActorRef<KeyShard>>) -> Self {
+        let n = shards.len();
+        KvWorker {
+            shards,
+            conns: Connections::new(),
+            clients: HashMap::new(),
+            scratch: Keyspace::default(),
+            outgoing: (0..n).map(|_| Vec::new()).collect(),
+            me: None,
+            limits: Limits::default(),
+        }
+    }
+
+    fn received(&mut self, conn: ConnId, bytes: &[u8]) {
+        let Some(mut c) = self.clients.remove(&conn) else { return };
+        if c.close_after {
+            self.clients.insert(conn, c);
+            return; // answering its last requests, then closing: no more input
+        }
+        c.inbuf.extend_from_slice(bytes);
+        let mut used = 0;
+        loop {
+            match resp::parse(&c.inbuf[used..], &self.limits) {
+                Ok(Parsed::Request(args, n)) => {
+                    used += n;
+                    if args.is_empty() {
+                        continue; // an empty request gets no reply (as in Redis)
+                    }
+                    let seq = c.first_seq + c.pending.len() as u64;
+                    let quit = args[0].eq_ignore_ascii_case(b"quit");
+                    let p = self.route(conn, seq, args);
+                    c.pending.push_back(p);
+                    if quit {
+                        c.close_after = true;
+                        break;
+                    }
+                }
+                Ok(Parsed::Incomplete) => break,
+                Err(e) => {
+                    c.pending.push_back(Pending::ready(Reply::Error(format!("ERR {e}"))));
+                    c.close_after = true;
+                    break;
+                }
+            }
+        }
+        if c.close_after {
+            c.inbuf = Vec::new();
+        } else {
+            c.inbuf.drain(..used);
+        }
+        self.clients.insert(conn, c);
+    }
+
+    /// Decides where a request runs; returns its pending reply.
+    fn route(&mut self, conn: ConnId, seq: u64, args: Vec<Vec<u8>>) -> Pending {
+        let n = self.shards.len();
+        let cmd = args[0].to_ascii_lowercase();
+        let single = |args: Vec<Vec<u8>>, out: &mut Vec<Vec<Req>>| {
+            let s = shard_of(&args[1], n);
+            out[s].push(Req { conn, seq, part: 0, args });
+            Pending { left: 1, parts: vec![None], combine: Combine::Single, done: None }
+        };
+        match cmd.as_slice() {
+            b"get" | b"set" | b"incr" | b"decr" | b"incrby" | b"decrby" | b"append" | b"strlen"
+            | b"expire" | b"ttl"
+                if args.len() >= 2 =>
+            {
+                single(args, &mut self.outgoing)
+            }
+            b"del" | b"exists" | b"mget" if args.len() >= 2 => {
+                self.split(conn, seq, &args[0], &args[1..], 1, if cmd == b"mget" { 2 } else { 1 })
+            }
+            b"mset" if args.len() >= 3 && args.len() % 2 == 1 => {
+                self.split(conn, seq, &args[0], &args[1..], 2, 3)
+            }
+            b"dbsize" | b"flushall" | b"flushdb" => {
+                for (s, out) in self.outgoing.iter_mut().enumerate() {
+                    out.push(Req { conn, seq, part: s as u32, args: args.clone() });
+                }
+                let combine = if cmd == b"dbsize" { Combine::Sum } else { Combine::AllOk };
+                Pending { left: n as u32, parts: vec![None; n], combine, done: None }
+            }
+            b"quit" => Pending::ready(Reply::Simple("OK")),
+            // Keyless commands, unknown commands and wrong arity: answered here.
+            _ => Pending::ready(self.scratch.execute(&args, Instant::now()).unwrap_or(Reply::Nil)),
+        }
+    }
+
+    /// Splits a multi-key command by shard. `step`: arguments per key (1,
+    /// or 2 for MSET); `kind`: 1 sum, 2 mget, 3 all-ok.
+    fn split(
+        &mut self,
+        conn: ConnId,
+        seq: u64,
+        name: &[u8],
+        rest: &[Vec<u8>],
+        step: usize,
+        kind: u8,
+    ) -> Pending {
+        let n = self.shards.len();
+        let mut by_shard: Vec<(Vec<Vec<u8>>, Vec<usize>)> =
+            (0..n).map(|_| (Vec::new(), Vec::new())).collect();
+        for (i, chunk) in rest.chunks(step).enumerate() {
+            let s = shard_of(&chunk[0], n);
+            by_shard[s].0.extend(chunk.iter().cloned());
+            by_shard[s].1.push(i);
+        }
+        let mut positions = Vec::new();
+        let mut part = 0u32;
+        for (s, (keys, pos)) in by_shard.into_iter().enumerate() {
+            if keys.is_empty() {
+                continue;
+            }
+            let mut args = Vec::with_capacity(keys.len() + 1);
+            args.push(name.to_vec());
+            args.extend(keys);
+            self.outgoing[s].push(Req { conn, seq, part, args });
+            positions.push(pos);
+            part += 1;
+        }
+        let combine = match kind {
+            1 => Combine::Sum,
+            2 => Combine::Mget { positions, keys: rest.len() },
+            _ => Combine::AllOk,
+        };
+        Pending { left: part, parts: vec![None; part as usize], combine, done: None }
+    }
+
+    /// Sends what this event gathered: one batch per shard.
+    fn send_batches(&mut self) {
+        let me = self.me.clone().expect("started");
+        for (s, reqs) in self.outgoing.iter_mut().enumerate() {
+            if reqs.is_empty() {
+                continue;
+            }
+            let batch = Batch { from: me.clone(), reqs: std::mem::take(reqs) };
+            if let Err(e) = self.shards[s].tell(batch) {
+                // The shard is gone (shutdown): answer with an error.
+                for r in e.into_inner().reqs {
+                    if let Some(c) = self.clients.get_mut(&r.conn) {
+                        if let Some(p) = r
+                            .seq
+                            .checked_sub(c.first_seq)
+                            .and_then(|i| c.pending.get_mut(i as usize))
+                        {
+                            p.done = Some(Reply::Error("ERR shard unavailable".into()));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Writes the replies that are ready, in order (no flush).
+    fn answer_now(&mut self, conn: ConnId) {
+        let Some(c) = self.clients.get_mut(&conn) else { return };
+        let mut out = Vec::new();
+        while c.pending.front().is_some_and(|p| p.done.is_some()) {
+            let p = c.pending.pop_front().expect("front");
+            c.first_seq += 1;
+            p.done.expect("done").encode(&mut out);
+        }
+        if !out.is_empty() {
+            self.conns.write(conn, &out);
+        }
+    }
+
+    fn answer(&mut self, conn: ConnId, ctx: &Context<Self>) {
+        self.answer_now(conn);
+        if let Some(c) = self.clients.get(&conn) {
+            if c.close_after && c.pending.is_empty() {
+                self.conns.close(conn, ctx);
+            }
+        }
+    }
+}
+
+impl KeyShard {
+    /// An empty partition.
+    pub fn new() -> Self {
+        KeyShard { space: Keyspace::default() }
+    }
+}
+
+impl Default for KeyShard {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A running KV server.
+pub struct KvServer {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// The acceptor's counters.
+    pub stats: Arc<AcceptorStats>,
+    /// Its acceptor.
+    pub acceptor: ActorRef<Acceptor<KvWorker>>,
+    /// One worker per ring.
+    pub workers: Vec<ActorRef<KvWorker>>,
+    /// One keyspace shard per ring.
+    pub shards: Vec<ActorRef<KeyShard>>,
+}
+
+// ANCHOR: start
+/// Starts the KV service on `listener` with `rings` rings, each hosting
+/// one worker and one keyspace shard, plus the acceptor's own ring.
+pub fn start(system: &System, listener: TcpListener, rings: usize) -> Result<KvServer, SpawnError> {
+    let addr = listener.local_addr().expect("a bound listener");
+    let rings: Vec<ringmail::Shard> =
+        (0..rings.max(1)).map(|_| system.shard()).collect::<Result<_, _>>()?;
+    let shards: Vec<ActorRef<KeyShard>> =
+        rings.iter().map(|r| system.spawn_on(r, KeyShard::new())).collect();
+    let workers: Vec<ActorRef<KvWorker>> =
+        rings.iter().map(|r| system.spawn_on(r, KvWorker::new(shards.clone()))).collect();
+    let acceptor = Acceptor::new(listener, workers.clone());
+    let stats = acceptor.stats();
+    let acceptor = system.spawn(acceptor)?;
+    Ok(KvServer { addr, stats, acceptor, workers, shards })
+}
+// ANCHOR_END: start
