@@ -1,0 +1,210 @@
+//! The KV server driven by a real Redis client library (`redis` crate)
+//! over loopback: every command, pipelining, many clients, binary values,
+//! expiry, and hostile input on one connection while others keep working.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use redis::{cmd, Commands, Connection, RedisResult, Value};
+use ringmail::System;
+use ringmail_examples::kv::server::{start, KvServer};
+use ringmail_examples::server;
+
+fn serve(rings: usize) -> (System, KvServer) {
+    let system = System::with_config(server::server_config());
+    let (listener, _) = server::listen(0).unwrap();
+    let srv = start(&system, listener, rings).unwrap();
+    (system, srv)
+}
+
+fn client(srv: &KvServer) -> Connection {
+    let c = redis::Client::open(format!("redis://{}/", srv.addr)).unwrap();
+    let con = c.get_connection_with_timeout(Duration::from_secs(10)).unwrap();
+    con.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    con
+}
+
+fn err_text<T: std::fmt::Debug>(r: RedisResult<T>) -> String {
+    let e = r.expect_err("an error reply");
+    format!("{} {}", e.code().unwrap_or(""), e.detail().unwrap_or(""))
+}
+
+#[test]
+fn every_command_answers_like_redis() {
+    let (system, srv) = serve(2);
+    let mut c = client(&srv);
+    let pong: String = cmd("PING").query(&mut c).unwrap();
+    assert_eq!(pong, "PONG");
+    let echoed: String = cmd("ECHO").arg("hi").query(&mut c).unwrap();
+    assert_eq!(echoed, "hi");
+
+    let _: () = c.set("k", "v").unwrap();
+    assert_eq!(c.get::<_, String>("k").unwrap(), "v");
+    assert_eq!(c.get::<_, Option<String>>("missing").unwrap(), None);
+    // NX / XX
+    let r: Option<String> = cmd("SET").arg("k").arg("w").arg("NX").query(&mut c).unwrap();
+    assert_eq!(r, None);
+    let r: Option<String> = cmd("SET").arg("k").arg("w").arg("XX").query(&mut c).unwrap();
+    assert_eq!(r.as_deref(), Some("OK"));
+    let r: Option<String> = cmd("SET").arg("nx-new").arg("1").arg("NX").query(&mut c).unwrap();
+    assert_eq!(r.as_deref(), Some("OK"));
+    // EX / PX / TTL / EXPIRE
+    let _: () = cmd("SET").arg("ex").arg("1").arg("EX").arg(100).query(&mut c).unwrap();
+    let ttl: i64 = c.ttl("ex").unwrap();
+    assert!((99..=100).contains(&ttl), "{ttl}");
+    assert_eq!(c.ttl::<_, i64>("k").unwrap(), -1);
+    assert_eq!(c.ttl::<_, i64>("missing").unwrap(), -2);
+    assert!(c.expire::<_, bool>("k", 50).unwrap());
+    assert!(!c.expire::<_, bool>("missing", 50).unwrap());
+    assert!(err_text(cmd("SET").arg("x").arg("1").arg("EX").arg(0).query::<()>(&mut c))
+        .contains("invalid expire time"));
+    // counters
+    assert_eq!(c.incr::<_, _, i64>("n", 1).unwrap(), 1);
+    assert_eq!(cmd("INCR").arg("n").query::<i64>(&mut c).unwrap(), 2);
+    assert_eq!(cmd("INCRBY").arg("n").arg(40).query::<i64>(&mut c).unwrap(), 42);
+    assert_eq!(cmd("DECR").arg("n").query::<i64>(&mut c).unwrap(), 41);
+    assert!(err_text(cmd("INCR").arg("k").query::<i64>(&mut c)).contains("not an integer"));
+    // multi-key, across both shards
+    let keys: Vec<String> = (0..20).map(|i| format!("m{i}")).collect();
+    let mut mset = cmd("MSET");
+    for k in &keys {
+        mset.arg(k).arg(format!("val-{k}"));
+    }
+    let _: () = mset.query(&mut c).unwrap();
+    let mut mget = cmd("MGET");
+    mget.arg(&keys).arg("nope");
+    let vals: Vec<Option<String>> = mget.query(&mut c).unwrap();
+    assert_eq!(vals.len(), 21);
+    for (k, v) in keys.iter().zip(&vals) {
+        assert_eq!(v.as_deref(), Some(format!("val-{k}").as_str()));
+    }
+    assert_eq!(vals[20], None);
+    assert_eq!(cmd("EXISTS").arg(&keys[..5]).arg("nope").query::<i64>(&mut c).unwrap(), 5);
+    assert_eq!(cmd("DEL").arg(&keys[..10]).arg("nope").query::<i64>(&mut c).unwrap(), 10);
+    // strings
+    assert_eq!(cmd("APPEND").arg("s").arg("ab").query::<i64>(&mut c).unwrap(), 2);
+    assert_eq!(cmd("APPEND").arg("s").arg("cd").query::<i64>(&mut c).unwrap(), 4);
+    assert_eq!(cmd("STRLEN").arg("s").query::<i64>(&mut c).unwrap(), 4);
+    assert_eq!(c.get::<_, String>("s").unwrap(), "abcd");
+    // keyspace-wide
+    let n: i64 = cmd("DBSIZE").query(&mut c).unwrap();
+    assert_eq!(n, 10 + 5); // m10..m19, and k, nx-new, ex, n, s (x was refused)
+    let _: () = cmd("FLUSHALL").query(&mut c).unwrap();
+    assert_eq!(cmd("DBSIZE").query::<i64>(&mut c).unwrap(), 0);
+    // what clients ask on connect
+    let v: Value = cmd("CONFIG").arg("GET").arg("save").query(&mut c).unwrap();
+    assert!(matches!(v, Value::Array(ref a) if a.len() == 2), "{v:?}");
+    let v: Value = cmd("COMMAND").query(&mut c).unwrap();
+    assert!(matches!(v, Value::Array(_)), "{v:?}");
+    // errors, like Redis'
+    assert!(err_text(cmd("NOSUCH").arg("x").query::<()>(&mut c)).contains("unknown command"));
+    assert!(err_text(cmd("GET").query::<()>(&mut c)).contains("wrong number of arguments"));
+    assert!(
+        err_text(cmd("MSET").arg("a").query::<()>(&mut c)).contains("wrong number of arguments")
+    );
+    // still fine after the errors
+    assert_eq!(cmd("PING").query::<String>(&mut c).unwrap(), "PONG");
+    system.shutdown();
+}
+
+#[test]
+fn a_thousand_pipelined_commands_are_answered_in_order() {
+    let (system, srv) = serve(2);
+    let mut c = client(&srv);
+    let mut p = redis::pipe();
+    for i in 0..1000 {
+        if i % 2 == 0 {
+            p.cmd("SET").arg(format!("p{i}")).arg(i);
+        } else {
+            p.cmd("GET").arg(format!("p{}", i - 1));
+        }
+    }
+    let replies: Vec<Value> = p.query(&mut c).unwrap();
+    assert_eq!(replies.len(), 1000);
+    for (i, r) in replies.iter().enumerate() {
+        if i % 2 == 0 {
+            assert!(matches!(r, Value::Okay), "{i}: {r:?}");
+        } else {
+            let want = (i - 1).to_string();
+            assert!(matches!(r, Value::BulkString(b) if b == want.as_bytes()), "{i}: {r:?}");
+        }
+    }
+    system.shutdown();
+}
+
+#[test]
+fn two_hundred_clients_at_once() {
+    let (system, srv) = serve(2);
+    let addr = srv.addr;
+    let threads: Vec<_> = (0..200)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let c = redis::Client::open(format!("redis://{addr}/")).unwrap();
+                let mut c = c.get_connection_with_timeout(Duration::from_secs(20)).unwrap();
+                for i in 0..50 {
+                    let k = format!("c{t}-{i}");
+                    let _: () = c.set(&k, i).unwrap();
+                    assert_eq!(c.incr::<_, _, i64>(&k, 1).unwrap(), i + 1);
+                }
+                c
+            })
+        })
+        .collect();
+    let conns: Vec<Connection> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let mut c = client(&srv);
+    assert_eq!(cmd("DBSIZE").query::<i64>(&mut c).unwrap(), 200 * 50);
+    drop(conns);
+    system.shutdown();
+}
+
+#[test]
+fn binary_values_up_to_one_mebibyte_and_expiry() {
+    let (system, srv) = serve(2);
+    let mut c = client(&srv);
+    for size in [0usize, 1, 4095, 4096, 16 * 1024 + 3, 1 << 20] {
+        let v: Vec<u8> = (0..size).map(|i| (i * 31 % 256) as u8).collect();
+        let key = format!("bin\r\n\0{size}");
+        let _: () = c.set(key.as_bytes(), &v).unwrap();
+        let got: Vec<u8> = c.get(key.as_bytes()).unwrap();
+        assert!(got == v, "size {size}");
+        assert_eq!(cmd("STRLEN").arg(key.as_bytes()).query::<usize>(&mut c).unwrap(), size);
+    }
+    let _: () = cmd("SET").arg("short").arg("x").arg("PX").arg(100).query(&mut c).unwrap();
+    assert_eq!(c.get::<_, Option<String>>("short").unwrap().as_deref(), Some("x"));
+    std::thread::sleep(Duration::from_millis(250));
+    assert_eq!(c.get::<_, Option<String>>("short").unwrap(), None);
+    assert_eq!(c.ttl::<_, i64>("short").unwrap(), -2);
+    system.shutdown();
+}
+
+#[test]
+fn malformed_input_closes_only_its_own_connection() {
+    let (system, srv) = serve(2);
+    let mut good = client(&srv);
+    let _: () = good.set("keep", "me").unwrap();
+    for bad in [
+        &b"*x\r\n"[..],
+        b"*1\r\n$-5\r\n",
+        b"*1\r\n$3\r\nGETxx\r\n",
+        b"*2\r\n$3\r\nGET\r\n:1\r\n",
+        b"*99999999999999999999\r\n",
+    ] {
+        let mut s = TcpStream::connect(srv.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(b"PING\r\n").unwrap();
+        s.write_all(bad).unwrap();
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).unwrap(); // the server closes it
+        let text = String::from_utf8_lossy(&got);
+        assert!(text.starts_with("+PONG\r\n-ERR Protocol error"), "{bad:?}: {text:?}");
+        // The other connection does not notice.
+        assert_eq!(good.get::<_, String>("keep").unwrap(), "me");
+    }
+    // Garbage that never forms a request, then a vanished client.
+    let mut s = TcpStream::connect(srv.addr).unwrap();
+    s.write_all(&[0xff; 10_000]).unwrap();
+    drop(s);
+    assert_eq!(good.get::<_, String>("keep").unwrap(), "me");
+    system.shutdown();
+}
