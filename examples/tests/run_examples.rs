@@ -50,3 +50,62 @@ fn tutorial_programs_print_what_the_book_says() {
     let out = run(env!("CARGO_BIN_EXE_tut_timers_io"), &[]);
     assert_eq!(out, "line 0\nline 1\nline 2\n");
 }
+
+/// Starts a server binary on a free port, talks to it, stops it with SIGTERM.
+fn serve_and_stop(bin: &str, talk: impl FnOnce(u16)) -> String {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(bin)
+        .args(["--port", "0", "--workers", "2"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("server starts");
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    out.read_line(&mut first).unwrap();
+    let port: u16 = first
+        .split("127.0.0.1:")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no port in {first:?}"));
+    talk(port);
+    // SAFETY: plain kill(2) on our own child's pid.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let status = child.wait().unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    assert!(status.success(), "{first}{rest}");
+    first + &rest
+}
+
+#[test]
+fn servers_document_their_flags() {
+    for bin in [env!("CARGO_BIN_EXE_kv"), env!("CARGO_BIN_EXE_echo")] {
+        let help = run(bin, &["--help"]);
+        for flag in ["--port", "--workers", "--help", "SIGTERM"] {
+            assert!(help.contains(flag), "{bin}: {help}");
+        }
+    }
+}
+
+#[test]
+fn kv_and_echo_serve_and_stop_cleanly_on_sigterm() {
+    use std::io::{Read, Write};
+    let out = serve_and_stop(env!("CARGO_BIN_EXE_kv"), |port| {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.write_all(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n*2\r\n$3\r\nGET\r\n$1\r\nk\r\n")
+            .unwrap();
+        let mut got = [0u8; 12];
+        s.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"+OK\r\n$1\r\nv\r\n");
+    });
+    assert!(out.contains("kv: stopped") && out.contains("accepted 1 connections"), "{out}");
+    let out = serve_and_stop(env!("CARGO_BIN_EXE_echo"), |port| {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.write_all(b"ring ring").unwrap();
+        let mut got = [0u8; 9];
+        s.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"ring ring");
+    });
+    assert!(out.contains("echo: stopped"), "{out}");
+}
