@@ -4,15 +4,17 @@
 //!
 //! ```text
 //! cargo run --release -p ringmail-benches -- <case> [--quick] [--rounds N] [--json PATH]
-//! cases: ping-pong, throughput, msg-lat, fd-handoff, all
+//! cases: ping-pong, throughput, msg-lat, fd-handoff, echo, kv, all
 //! ```
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
 mod chan;
+mod echo;
 mod fd_handoff;
 mod harness;
+mod kv;
 mod msg_lat;
 mod ping_pong;
 mod raw;
@@ -20,7 +22,7 @@ mod throughput;
 
 use harness::Comparison;
 
-const CASES: [&str; 4] = ["ping-pong", "throughput", "msg-lat", "fd-handoff"];
+const CASES: [&str; 6] = ["ping-pong", "throughput", "msg-lat", "fd-handoff", "echo", "kv"];
 
 fn machine_line() -> String {
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
@@ -52,6 +54,11 @@ fn usage() -> ! {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(case) = args.first().cloned() else { usage() };
+    if case == "--kv-server" {
+        // The Ringmail side of the `kv` case, in its own process.
+        let port = args.get(1).and_then(|p| p.parse().ok()).unwrap_or_else(|| usage());
+        kv::serve(port);
+    }
     if case == "--help" || case == "-h" {
         usage();
     }
@@ -78,6 +85,8 @@ fn main() {
             "throughput" => throughput::run(quick, rounds),
             "msg-lat" => msg_lat::run(quick, rounds),
             "fd-handoff" => fd_handoff::run(quick, rounds),
+            "echo" => echo::run(quick, rounds),
+            "kv" => kv::run(quick, rounds),
             _ => unreachable!(),
         });
     }

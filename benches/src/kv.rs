@@ -1,0 +1,157 @@
+//! `kv`: the real `redis-benchmark` against the Ringmail KV server and a
+//! real `redis-server`, both on loopback, same client settings (`-t
+//! set,get`, 50 clients), without and with pipelining (`-P 16`). Both
+//! servers get one core's worth of serving threads (Redis executes commands
+//! on one thread; Ringmail gets one ring); redis-benchmark runs on the
+//! other core. Needs `redis-benchmark` and `redis-server` (Debian:
+//! redis-tools, redis-server); without them the case fails loudly.
+
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::harness::{from_figures, Better, Comparison};
+
+fn have(bin: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {bin}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn wait_port(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "nothing listens on {port}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+struct Redis(Child);
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Runs redis-benchmark; returns (SET req/s, GET req/s).
+fn bench(port: u16, n: usize, pipeline: usize, cpu: usize) -> (f64, f64) {
+    let out = Command::new("taskset")
+        .args(["-c", &cpu.to_string(), "redis-benchmark", "-h", "127.0.0.1"])
+        .args(["-p", &port.to_string(), "-t", "set,get", "-c", "50", "-n", &n.to_string()])
+        .args(["-P", &pipeline.to_string(), "-r", "100000", "--csv"])
+        .output()
+        .expect("redis-benchmark runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rate = |name: &str| -> f64 {
+        text.lines()
+            .find(|l| l.starts_with(&format!("\"{name}\"")))
+            .and_then(|l| l.split(',').nth(1))
+            .and_then(|v| v.trim_matches('"').parse().ok())
+            .unwrap_or_else(|| panic!("no {name} figure in redis-benchmark output: {text}"))
+    };
+    (rate("SET"), rate("GET"))
+}
+
+/// Runs the case.
+pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
+    for bin in ["redis-benchmark", "redis-server", "taskset"] {
+        assert!(
+            have(bin),
+            "kv: {bin} is missing (Debian: apt-get install redis-tools redis-server util-linux)"
+        );
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let client_cpu = cores - 1;
+    let server_cpus = if cores > 1 { format!("0-{}", cores - 2) } else { "0".into() };
+    let n = if quick { 50_000 } else { 200_000 };
+    println!(
+        "kv: redis-benchmark -t set,get -c 50 -n {n} -r 100000, -P 1 and -P 16, {rounds} rounds; \
+         servers on cpus {server_cpus}, redis-benchmark on cpu {client_cpu}"
+    );
+    // Ringmail: one ring (worker + keyspace shard) plus the acceptor.
+    let rport = free_port();
+    let mut ringmail = Command::new(std::env::current_exe().unwrap())
+        .args(["--kv-server", &rport.to_string()])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("ringmail kv server");
+    let _ = Command::new("taskset")
+        .args(["-a", "-p", "-c", &server_cpus, &ringmail.id().to_string()])
+        .output();
+    let tport = free_port();
+    let redis = Redis(
+        Command::new("taskset")
+            .args(["-c", &server_cpus, "redis-server", "--port", &tport.to_string()])
+            .args(["--save", "", "--appendonly", "no", "--bind", "127.0.0.1"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server"),
+    );
+    wait_port(rport);
+    wait_port(tport);
+    let names = ["ringmail", "redis-server"];
+    let ports = [rport, tport];
+    let mut out = Vec::new();
+    for pipeline in [1usize, 16] {
+        for (name, p) in names.iter().zip(ports) {
+            let (s, g) = bench(p, n / 4, pipeline, client_cpu);
+            eprintln!("  [kv -P {pipeline}] warm-up {name:<12} SET {s:>10.0} GET {g:>10.0} req/s");
+        }
+        let mut set = vec![Vec::new(); 2];
+        let mut get = vec![Vec::new(); 2];
+        for round in 0..rounds {
+            for (i, p) in ports.iter().enumerate() {
+                let (s, g) = bench(*p, n * if pipeline > 1 { 4 } else { 1 }, pipeline, client_cpu);
+                eprintln!(
+                    "  [kv -P {pipeline}] round {}/{rounds} {:<12} SET {s:>10.0} GET {g:>10.0} req/s",
+                    round + 1,
+                    names[i]
+                );
+                set[i].push(s);
+                get[i].push(g);
+            }
+        }
+        out.push(from_figures(
+            format!("kv SET -P {pipeline}"),
+            "req/s",
+            Better::Higher,
+            &names,
+            set,
+        ));
+        out.push(from_figures(
+            format!("kv GET -P {pipeline}"),
+            "req/s",
+            Better::Higher,
+            &names,
+            get,
+        ));
+    }
+    // SAFETY: plain kill(2) on our own child.
+    unsafe { libc::kill(ringmail.id() as i32, libc::SIGTERM) };
+    let status = ringmail.wait().expect("ringmail kv server exits");
+    assert!(status.success(), "the Ringmail KV server did not stop cleanly: {status}");
+    drop(redis);
+    out.iter().for_each(Comparison::print);
+    out
+}
+
+/// The server side of the case, run in a child process: the Ringmail KV
+/// service with one ring on `port`, until SIGTERM.
+pub fn serve(port: u16) -> ! {
+    use ringmail_examples::{kv, server};
+    server::block_shutdown_signals();
+    let system = ringmail::System::with_config(server::server_config());
+    let (listener, _) = server::listen(port).expect("listen");
+    let srv = kv::server::start(&system, listener, 1).expect("kv server");
+    server::wait_for_shutdown_signal();
+    drop(srv);
+    system.shutdown();
+    std::process::exit(0)
+}
