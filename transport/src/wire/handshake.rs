@@ -46,6 +46,37 @@ impl std::fmt::Debug for Identity {
     }
 }
 
+/// The per-direction session keys a completed handshake derives:
+/// `HMAC-SHA256(secret, label ‖ T)` with one label per direction, so each
+/// key is fresh (both nonces are in `T`) and bound to this transcript.
+#[derive(Clone)]
+pub struct SessionKeys {
+    /// Seals what this side sends.
+    pub send: [u8; 32],
+    /// Opens what this side receives.
+    pub recv: [u8; 32],
+}
+
+impl std::fmt::Debug for SessionKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SessionKeys(..)") // never print keys
+    }
+}
+
+const KEY_I2R: &[u8] = b"ringmail/1 key initiator->responder";
+const KEY_R2I: &[u8] = b"ringmail/1 key responder->initiator";
+
+fn key(secret: &[u8], label: &[u8], t: &Transcript<'_>) -> [u8; 32] {
+    mac(secret, label, t).finalize().into_bytes().into()
+}
+
+/// Returns a fresh random `u64` (for incarnations and request ids).
+pub fn random_u64() -> Result<u64, WireError> {
+    let mut b = [0u8; 8];
+    getrandom::fill(&mut b).map_err(|e| WireError::Random(e.to_string()))?;
+    Ok(u64::from_le_bytes(b))
+}
+
 /// The authenticated peer, once the handshake completed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Peer {
@@ -102,8 +133,9 @@ impl Initiator {
         Ok((Initiator { me, nonce }, hello))
     }
 
-    /// Checks the responder's `Welcome`: the `Confirm` to send and the peer.
-    pub fn on_welcome(self, frame: Frame) -> Result<(Frame, Peer), WireError> {
+    /// Checks the responder's `Welcome`: the `Confirm` to send, the peer,
+    /// and the session keys.
+    pub fn on_welcome(self, frame: Frame) -> Result<(Frame, Peer, SessionKeys), WireError> {
         let Frame::Welcome { name, incarnation, nonce, mac: their } = frame else {
             return Err(WireError::Unexpected("expected Welcome"));
         };
@@ -123,7 +155,11 @@ impl Initiator {
         };
         mac(&self.me.secret, RESPONDER, &t).verify_slice(&their).map_err(|_| WireError::BadMac)?;
         let ours: [u8; 32] = mac(&self.me.secret, INITIATOR, &t).finalize().into_bytes().into();
-        Ok((Frame::Confirm { mac: ours }, Peer { name, incarnation }))
+        let keys = SessionKeys {
+            send: key(&self.me.secret, KEY_I2R, &t),
+            recv: key(&self.me.secret, KEY_R2I, &t),
+        };
+        Ok((Frame::Confirm { mac: ours }, Peer { name, incarnation }, keys))
     }
 }
 
@@ -164,8 +200,9 @@ impl Responder {
         Ok((Responder { me, peer: Peer { name, incarnation }, their_nonce, nonce }, welcome))
     }
 
-    /// Checks the initiator's `Confirm`: the authenticated peer.
-    pub fn on_confirm(self, frame: Frame) -> Result<Peer, WireError> {
+    /// Checks the initiator's `Confirm`: the authenticated peer and the
+    /// session keys.
+    pub fn on_confirm(self, frame: Frame) -> Result<(Peer, SessionKeys), WireError> {
         let Frame::Confirm { mac: their } = frame else {
             return Err(WireError::Unexpected("expected Confirm"));
         };
@@ -179,7 +216,11 @@ impl Responder {
             responder_nonce: self.nonce,
         };
         mac(&self.me.secret, INITIATOR, &t).verify_slice(&their).map_err(|_| WireError::BadMac)?;
-        Ok(self.peer)
+        let keys = SessionKeys {
+            send: key(&self.me.secret, KEY_R2I, &t),
+            recv: key(&self.me.secret, KEY_I2R, &t),
+        };
+        Ok((self.peer, keys))
     }
 }
 
@@ -195,9 +236,15 @@ mod tests {
     fn matching_secrets_authenticate_both_sides() {
         let (i, hello) = Initiator::start(id("a", b"s3cret")).unwrap();
         let (r, welcome) = Responder::on_hello(id("b", b"s3cret"), hello).unwrap();
-        let (confirm, peer_of_a) = i.on_welcome(welcome).unwrap();
+        let (confirm, peer_of_a, keys_a) = i.on_welcome(welcome).unwrap();
         assert_eq!(peer_of_a, Peer { name: "b".into(), incarnation: 42 });
-        assert_eq!(r.on_confirm(confirm).unwrap(), Peer { name: "a".into(), incarnation: 42 });
+        let (peer_of_b, keys_b) = r.on_confirm(confirm).unwrap();
+        assert_eq!(peer_of_b, Peer { name: "a".into(), incarnation: 42 });
+        // Each side's sending key is the other's receiving key, and the
+        // two directions differ.
+        assert_eq!(keys_a.send, keys_b.recv);
+        assert_eq!(keys_a.recv, keys_b.send);
+        assert_ne!(keys_a.send, keys_a.recv);
     }
 
     #[test]

@@ -22,11 +22,15 @@
 //! pass, no actor message is accepted. A handshake whose peer claims our own
 //! name and incarnation (a reflected Hello) is refused.
 //!
-//! Not yet here (the connection layer's job, next): frames after the
-//! handshake carry no MAC of their own, so the connection must derive a
-//! session key from the secret and the transcript and authenticate every
-//! frame (or run over a PSK-authenticated channel); until then, the
-//! handshake proves who connected, not who sent each later frame.
+//! # After the handshake
+//!
+//! The handshake derives one session key per direction from the secret and
+//! the transcript ([`handshake::SessionKeys`]). Every later byte travels in
+//! sealed segments ([`frame::Sealer`], [`frame::Unsealer`]): a batch of
+//! frames with an HMAC-SHA256 tag over its number, length and contents, so
+//! frames cannot be injected, altered, replayed, dropped or reordered by
+//! anyone without the secret. (They are not encrypted: confidentiality is
+//! for the network underneath, e.g. a VPN.)
 
 pub mod frame;
 pub mod handshake;
