@@ -288,7 +288,7 @@ impl<A: Actor> ActorRef<A> {
         if local::expect_reply(ask).is_err() {
             return Err(AskError::Unavailable(msg));
         }
-        let reply = ReplyTo { addr, ask, sent: false };
+        let reply = ReplyTo::ring(addr, ask);
         if let Err((m, e)) = self.send_typed(msg, Some(reply)) {
             return Err(match e.with(m) {
                 TellError::Full(m) => AskError::Full(m),
@@ -344,6 +344,21 @@ impl<A: Actor> ActorRef<A> {
         let env = Envelope { to: self.shared.id, body: Body::Msg(Box::new(typed)) };
         if !local::send_control(self.shard.id, &self.shard.addr, env, true) {
             self.shared.unreserve(); // counted as a dead letter by send_control
+        }
+    }
+
+    /// Delivers an already type-erased message (from another node) without
+    /// the capacity check; a stopped actor makes it a dead letter (an ask's
+    /// reply then goes back as "no reply").
+    pub(crate) fn deliver_erased(&self, m: Box<dyn crate::envelope::Erased>) {
+        if !self.shared.is_alive() {
+            crate::dead_letter();
+            return;
+        }
+        self.shared.reserve_forced();
+        let env = Envelope { to: self.shared.id, body: Body::Msg(m) };
+        if !local::send_control(self.shard.id, &self.shard.addr, env, true) {
+            self.shared.unreserve();
         }
     }
 

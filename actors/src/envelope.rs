@@ -38,6 +38,10 @@ pub(crate) trait Erased: Send {
     fn handle(self: Box<Self>, slot: &mut dyn Any) -> Option<crate::error::StopReason>;
     /// Gives the typed message back (for an error that returns it).
     fn into_any(self: Box<Self>) -> Box<dyn Any>;
+    /// The message's type (to find its wire codec).
+    fn msg_type(&self) -> std::any::TypeId;
+    /// The message alone, and where its reply goes (to send it to another node).
+    fn split(self: Box<Self>) -> (Box<dyn Any + Send>, Option<ReplyTo>);
 }
 
 /// A message sent with an fd, for an actor type known only to itself.
@@ -75,19 +79,48 @@ impl<A: crate::actor::FdHandler<M>, M: Send + 'static> ErasedFd for TypedFd<A, M
     }
 }
 
-/// Where an asker waits: its thread's ring and the ask's id.
+/// Where a reply goes: the asker's ring (and the ask's id), or, for an ask
+/// from another node, a closure that sends it back over the wire.
 pub(crate) struct ReplyTo {
-    pub(crate) addr: Addr<Envelope>,
-    pub(crate) ask: u64,
+    pub(crate) to: ReplyKind,
     pub(crate) sent: bool,
 }
 
+/// Sends a reply (`None`: the actor will not reply) to a remote asker.
+pub(crate) type RemoteReply = Box<dyn FnOnce(Option<Box<dyn Any + Send>>) + Send>;
+
+pub(crate) enum ReplyKind {
+    Ring { addr: Addr<Envelope>, ask: u64 },
+    Remote(Option<RemoteReply>),
+}
+
 impl ReplyTo {
-    fn send(mut self, value: Option<Box<dyn Any + Send>>) {
+    pub(crate) fn ring(addr: Addr<Envelope>, ask: u64) -> Self {
+        ReplyTo { to: ReplyKind::Ring { addr, ask }, sent: false }
+    }
+
+    pub(crate) fn remote(f: RemoteReply) -> Self {
+        ReplyTo { to: ReplyKind::Remote(Some(f)), sent: false }
+    }
+
+    pub(crate) fn send(mut self, value: Option<Box<dyn Any + Send>>) {
         self.sent = true;
-        let env = Envelope { to: 0, body: Body::Reply { ask: self.ask, value } };
-        // A failure (the asker's thread is gone) is counted as a dead letter.
-        crate::local::reply_to(&self.addr, env);
+        self.deliver(value);
+    }
+
+    fn deliver(&mut self, value: Option<Box<dyn Any + Send>>) {
+        match &mut self.to {
+            ReplyKind::Ring { addr, ask } => {
+                let env = Envelope { to: 0, body: Body::Reply { ask: *ask, value } };
+                // A failure (the asker's thread is gone) is counted as a dead letter.
+                crate::local::reply_to(addr, env);
+            }
+            ReplyKind::Remote(f) => {
+                if let Some(f) = f.take() {
+                    f(value);
+                }
+            }
+        }
     }
 }
 
@@ -97,8 +130,7 @@ impl Drop for ReplyTo {
             // The handler never ran (the actor stopped or panicked first):
             // tell the asker now rather than leave it to its timeout.
             self.sent = true;
-            let env = Envelope { to: 0, body: Body::Reply { ask: self.ask, value: None } };
-            crate::local::reply_to(&self.addr, env);
+            self.deliver(None);
         }
     }
 }
@@ -125,6 +157,15 @@ impl<A: Handler<M>, M: Message> Erased for Typed<A, M> {
     fn into_any(self: Box<Self>) -> Box<dyn Any> {
         self
     }
+
+    fn msg_type(&self) -> std::any::TypeId {
+        std::any::TypeId::of::<M>()
+    }
+
+    fn split(self: Box<Self>) -> (Box<dyn Any + Send>, Option<ReplyTo>) {
+        let Typed { msg, reply, .. } = *self;
+        (Box::new(msg), reply)
+    }
 }
 
 /// An actor as its shard hosts it.
@@ -139,6 +180,11 @@ pub(crate) trait Hosted: Send {
     fn stopped(&mut self);
     fn shared(&self) -> &ActorShared;
     fn as_any(&mut self) -> &mut dyn Any;
+    /// A stand-in for an actor of another node takes its messages here
+    /// (to send them over the wire); real actors give them back.
+    fn forward(&mut self, m: Box<dyn Erased>) -> Result<(), Box<dyn Erased>> {
+        Err(m)
+    }
 }
 
 impl<A: Actor> Hosted for Slot<A> {

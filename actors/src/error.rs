@@ -81,6 +81,9 @@ pub enum StopReason {
     RestartIntensity,
     /// It could not go on (an unusable resource), with the reason.
     Failed(String),
+    /// A reference to an actor of another node: that node (name) is down
+    /// or the connection to it was lost.
+    NodeDown(String),
 }
 
 impl StopReason {
@@ -93,6 +96,7 @@ impl StopReason {
                 | StopReason::Linked(_)
                 | StopReason::RestartIntensity
                 | StopReason::Failed(_)
+                | StopReason::NodeDown(_)
         )
     }
 }

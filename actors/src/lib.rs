@@ -66,6 +66,7 @@ pub mod io;
 mod local;
 pub mod net;
 mod registry;
+pub mod remote;
 mod shard;
 mod supervisor;
 mod system;
@@ -119,6 +120,13 @@ pub fn dead_letters() -> u64 {
 /// ```
 pub fn batched<R>(f: impl FnOnce() -> R) -> R {
     local::batched(f)
+}
+
+/// Locks a mutex, going on past a poisoned one (its holder panicked while
+/// the data stayed consistent: every critical section here is short and
+/// panic-free).
+pub(crate) fn sync_lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 pub(crate) fn dead_letter() {

@@ -66,6 +66,28 @@ impl ShardHandle {
         self.pending.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Installs a hosted object that is not a plain actor (a stand-in for
+    /// an actor of another node) under `shared`'s id.
+    pub(crate) fn spawn_hosted(&self, shared: &Arc<ActorShared>, hosted: Box<dyn Hosted>) {
+        let id = shared.id;
+        self.pending().insert(id);
+        let env = Envelope { to: id, body: Body::Spawn(hosted) };
+        if local::send_to_shard(self.id, &self.addr, env).is_err() {
+            self.pending().remove(&id);
+            shared.set_stopped(StopReason::ShardGone);
+        }
+    }
+
+    /// Mailbox capacity of actors spawned here.
+    pub(crate) fn mailbox_capacity(&self) -> usize {
+        self.mailbox_capacity
+    }
+
+    /// A fresh actor id.
+    pub(crate) fn next_id() -> u64 {
+        NEXT_ACTOR.fetch_add(1, Ordering::Relaxed)
+    }
+
     /// Spawns `actor` on this shard. The reference is usable at once:
     /// messages sent before the actor is installed wait for it.
     pub(crate) fn spawn<A: Actor>(self: &Arc<Self>, actor: A) -> ActorRef<A> {
@@ -200,6 +222,11 @@ impl Shard {
                     return true;
                 };
                 slot.shared().unreserve();
+                // A stand-in for a remote actor sends it over the wire.
+                let m = match slot.forward(m) {
+                    Ok(()) => return true,
+                    Err(m) => m,
+                };
                 match catch_unwind(AssertUnwindSafe(|| m.handle(slot.as_any()))) {
                     Ok(None) => {}
                     Ok(Some(reason)) => self.stop_actor(to, reason),

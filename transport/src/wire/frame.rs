@@ -89,6 +89,14 @@ pub enum Frame {
         /// Why, in words.
         reason: String,
     },
+    /// Where the sender listens, and the listen addresses of the nodes it
+    /// is connected to (how a node finds the rest of the cluster).
+    Members {
+        /// The sender's listen address.
+        listen: String,
+        /// Listen addresses of its peers.
+        known: Vec<String>,
+    },
     /// Liveness probe and its answer.
     Ping(u64),
     /// Answer to a `Ping`.

@@ -1,0 +1,530 @@
+//! Going distributed: nodes, remote actor references, and what crosses the
+//! wire.
+//!
+//! A [`Node`] is this process's place in a cluster: a name, a random
+//! incarnation (a restarted process is a new incarnation), a listen
+//! address, seed addresses to join through, and the cluster secret. Its
+//! connections are served by one actor on a shard of its own (the node's
+//! *gateway*), with the same pieces as any service
+//! ([`crate::net::Connections`]: multishot receive over provided buffers,
+//! batched sends).
+//!
+//! # Remote references
+//!
+//! An actor is made reachable with [`Node::export`] under a name; another
+//! node gets an [`ActorRef<A>`] for it with [`Node::lookup`], and uses it
+//! exactly like a local one: `tell`, `try_tell`, `ask` with a timeout,
+//! `monitor`, `wait_stopped`. Behind it is a stand-in on the gateway shard
+//! that encodes each message (postcard) and sends it over the connection
+//! to the actor's node. Message types that cross nodes implement
+//! `Serialize + DeserializeOwned` (their replies too) and are registered on
+//! both nodes with [`Node::register`]; a message of an unregistered type
+//! is a dead letter on the sending side (and logged).
+//!
+//! # Wire and authentication
+//!
+//! Frames are length-prefixed postcard ([`crate::transport::wire`]). A
+//! connection starts with the authenticated handshake (fresh 128-bit
+//! nonces from both sides, HMAC-SHA256 over the whole transcript, constant
+//! time checks); until it completes only handshake frames of at most 1 KiB
+//! are read, within [`NodeConfig::handshake_timeout`], and at most
+//! [`NodeConfig::max_pending_handshakes`] inbound connections may be in
+//! that state (more are closed at once). After it, every batch of frames is
+//! a sealed segment (HMAC-SHA256 with a per-direction session key over its
+//! number, length and bytes), up to [`NodeConfig::max_frame`] bytes. A
+//! wrong secret, a bad tag, an oversize or undecodable frame, or a message
+//! type nobody registered closes that connection only, with the reason
+//! logged and counted in [`NodeStats`].
+//!
+//! # Membership and failure detection
+//!
+//! A node dials its seeds; once connected, peers tell each other their
+//! listen addresses and those of the nodes they know, so every node
+//! connects to every other (one connection per pair: when two nodes dial
+//! each other at once, both keep the connection dialled by the node with
+//! the smaller name). A connection is considered dead when nothing arrived
+//! on it for [`NodeConfig::down_after`] (each side sends a ping every
+//! [`NodeConfig::heartbeat`]), or at once when the peer's socket closes or
+//! resets (a killed process). Then the peer is *down*: [`NodeEvent::Down`]
+//! is published, every reference to its actors stops with
+//! [`StopReason::NodeDown`] (so monitors and links fire), and the node
+//! dials it again with exponential backoff. A restarted peer is a new
+//! incarnation: references to the old one stay stopped and nothing meant
+//! for it reaches the new one. (Not yet here: gossip-based membership with
+//! indirect probes; failure detection is per connection.)
+//!
+//! # Delivery
+//!
+//! * FIFO per sender and receiver over one connection, as locally.
+//! * At most once: nothing is retried.
+//! * A message to an actor whose node is down fails like one to a stopped
+//!   actor (`TellError::Stopped`, a dead letter); an ask gets `NoReply`.
+//! * Messages written to a connection that then drops may or may not have
+//!   arrived: the peer acknowledges counts with every ping, and what was not
+//!   acknowledged is reported as *outcome unknown* (`in_doubt` in
+//!   [`NodeEvent::Down`] and [`NodeStats`]), never resent.
+//! * An actor that stops tells the nodes that looked it up; their
+//!   references stop too, with the reason.
+
+mod codec;
+mod node;
+
+use std::collections::HashMap;
+use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex, Weak};
+use std::time::Duration;
+
+use dashmap::DashMap;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::actor::{Actor, Handler, Message};
+use crate::actor_ref::{ActorRef, ActorShared};
+use crate::envelope::{Erased, Hosted};
+use crate::error::StopReason;
+use crate::system::System;
+
+pub use node::NodeActor;
+
+/// Settings of a [`Node`].
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct NodeConfig {
+    /// This node's name (unique in the cluster).
+    pub name: String,
+    /// Where to listen (`127.0.0.1:0`: a free port on loopback).
+    pub listen: SocketAddr,
+    /// Addresses of nodes to join through.
+    pub seeds: Vec<SocketAddr>,
+    /// The shared cluster secret.
+    pub secret: Vec<u8>,
+    /// Largest sealed segment (a batch of frames) accepted (default 16 MiB).
+    pub max_frame: usize,
+    /// A connection must finish its handshake within this (default 2 s).
+    pub handshake_timeout: Duration,
+    /// Inbound connections still in handshake at most (default 64).
+    pub max_pending_handshakes: usize,
+    /// Ping interval (default 200 ms).
+    pub heartbeat: Duration,
+    /// A connection silent this long is dead (default 1 s).
+    pub down_after: Duration,
+    /// First and largest delay between redials of a lost peer (default 50 ms, 2 s).
+    pub redial: (Duration, Duration),
+}
+
+impl std::fmt::Debug for NodeConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeConfig")
+            .field("name", &self.name)
+            .field("listen", &self.listen)
+            .field("seeds", &self.seeds)
+            .field("max_frame", &self.max_frame)
+            .finish_non_exhaustive() // never the secret
+    }
+}
+
+impl NodeConfig {
+    /// A node named `name` listening on `listen`, with the cluster `secret`.
+    pub fn new(name: impl Into<String>, listen: SocketAddr, secret: impl Into<Vec<u8>>) -> Self {
+        NodeConfig {
+            name: name.into(),
+            listen,
+            seeds: Vec::new(),
+            secret: secret.into(),
+            max_frame: ringmail_transport::wire::frame::DEFAULT_MAX_FRAME,
+            handshake_timeout: Duration::from_secs(2),
+            max_pending_handshakes: 64,
+            heartbeat: Duration::from_millis(200),
+            down_after: Duration::from_secs(1),
+            redial: (Duration::from_millis(50), Duration::from_secs(2)),
+        }
+    }
+
+    /// Adds seed addresses.
+    pub fn seeds(mut self, seeds: impl IntoIterator<Item = SocketAddr>) -> Self {
+        self.seeds.extend(seeds);
+        self
+    }
+
+    /// Sets the largest accepted segment.
+    pub fn max_frame(mut self, n: usize) -> Self {
+        self.max_frame = n;
+        self
+    }
+
+    /// Sets the ping interval and the silence after which a peer is down.
+    pub fn failure_detection(mut self, heartbeat: Duration, down_after: Duration) -> Self {
+        self.heartbeat = heartbeat;
+        self.down_after = down_after;
+        self
+    }
+
+    /// Sets the handshake timeout and the cap on pending inbound handshakes.
+    pub fn handshakes(mut self, timeout: Duration, max_pending: usize) -> Self {
+        self.handshake_timeout = timeout;
+        self.max_pending_handshakes = max_pending;
+        self
+    }
+
+    /// The longest a peer's death goes unnoticed when its socket does not
+    /// close (a partition): `down_after` plus one tick of the node's timer.
+    pub fn detection_bound(&self) -> Duration {
+        self.down_after + node::TICK
+    }
+}
+
+/// A node could not start.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum NodeError {
+    /// The listen address could not be bound.
+    Listen(std::io::Error),
+    /// The gateway shard could not start.
+    Spawn(crate::SpawnError),
+    /// No randomness for the incarnation.
+    Random(String),
+}
+
+impl std::fmt::Display for NodeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NodeError::Listen(e) => write!(f, "cannot listen: {e}"),
+            NodeError::Spawn(e) => write!(f, "cannot start the node's shard: {e}"),
+            NodeError::Random(e) => write!(f, "no randomness: {e}"),
+        }
+    }
+}
+impl std::error::Error for NodeError {}
+
+/// A lookup that found nothing usable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LookupError {
+    /// No connection to a node of that name.
+    NotConnected,
+    /// The node has no actor exported under that name.
+    NotFound,
+    /// The actor is of another type (its type name).
+    WrongType(String),
+    /// No answer in time (or the connection dropped meanwhile).
+    Timeout,
+}
+
+impl std::fmt::Display for LookupError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LookupError::NotConnected => f.write_str("not connected to that node"),
+            LookupError::NotFound => f.write_str("no actor exported under that name"),
+            LookupError::WrongType(t) => write!(f, "the actor is a {t}"),
+            LookupError::Timeout => f.write_str("no answer in time"),
+        }
+    }
+}
+impl std::error::Error for LookupError {}
+
+/// A peer came up or went down.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NodeEvent {
+    /// Connected and authenticated.
+    Up {
+        /// Its name.
+        name: String,
+        /// Its incarnation.
+        incarnation: u64,
+    },
+    /// Its connection was lost.
+    Down {
+        /// Its name.
+        name: String,
+        /// Its incarnation.
+        incarnation: u64,
+        /// Why, in words.
+        reason: String,
+        /// Messages written to it that it had not acknowledged: outcome unknown.
+        in_doubt: u64,
+    },
+}
+
+/// Counters of a node.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NodeStats {
+    /// Actor messages sent to peers.
+    pub sent: u64,
+    /// Actor messages received from peers.
+    pub received: u64,
+    /// Sent messages whose outcome is unknown (their connection dropped first).
+    pub in_doubt: u64,
+    /// Connections closed because the handshake failed (wrong secret, bad
+    /// frames, timeout).
+    pub handshakes_failed: u64,
+    /// Inbound connections closed because too many were in handshake.
+    pub handshakes_refused: u64,
+    /// Established connections closed for a protocol violation (bad tag,
+    /// malformed, oversize or unknown frames).
+    pub protocol_errors: u64,
+    /// Messages for actors this node does not have (dead letters).
+    pub unknown_target: u64,
+}
+
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub(crate) sent: AtomicU64,
+    pub(crate) received: AtomicU64,
+    pub(crate) in_doubt: AtomicU64,
+    pub(crate) handshakes_failed: AtomicU64,
+    pub(crate) handshakes_refused: AtomicU64,
+    pub(crate) protocol_errors: AtomicU64,
+    pub(crate) unknown_target: AtomicU64,
+}
+
+/// Installs a stop watcher on an exported actor.
+pub(crate) type WatchFn = Box<dyn Fn(Box<dyn FnOnce(&StopReason) + Send>) + Send + Sync>;
+
+/// An actor made reachable from other nodes.
+pub(crate) struct Export {
+    pub(crate) id: u64,
+    pub(crate) type_name: &'static str,
+    pub(crate) actor_type: std::any::TypeId,
+    pub(crate) deliver: Box<dyn Fn(Box<dyn Erased>) + Send + Sync>,
+    pub(crate) watch: WatchFn,
+    pub(crate) watched: AtomicBool,
+}
+
+/// What the node's handle and its actor share.
+pub(crate) struct NodeShared {
+    pub(crate) cfg: NodeConfig,
+    pub(crate) incarnation: u64,
+    pub(crate) listen: SocketAddr,
+    pub(crate) codecs: codec::Codecs,
+    pub(crate) exports: DashMap<String, Arc<Export>>,
+    pub(crate) exports_by_id: DashMap<u64, Arc<Export>>,
+    pub(crate) peers: Mutex<HashMap<String, u64>>,
+    pub(crate) subscribers: Mutex<Vec<mpsc::Sender<NodeEvent>>>,
+    pub(crate) counters: Counters,
+    /// Stand-ins already made, by (peer, incarnation, remote id).
+    pub(crate) proxies: Mutex<HashMap<(String, u64, u64), Weak<ActorShared>>>,
+}
+
+impl NodeShared {
+    pub(crate) fn publish(&self, ev: NodeEvent) {
+        let mut subs = crate::sync_lock(&self.subscribers);
+        subs.retain(|s| s.send(ev.clone()).is_ok());
+    }
+}
+
+/// This process's node. See the module docs.
+pub struct Node {
+    shared: Arc<NodeShared>,
+    actor: ActorRef<NodeActor>,
+}
+
+impl Node {
+    /// Binds the listen address and starts the node's gateway shard, which
+    /// dials the seeds.
+    pub fn start(system: &System, cfg: NodeConfig) -> Result<Node, NodeError> {
+        let listener = TcpListener::bind(cfg.listen).map_err(NodeError::Listen)?;
+        let listen = listener.local_addr().map_err(NodeError::Listen)?;
+        let incarnation = ringmail_transport::wire::handshake::random_u64()
+            .map_err(|e| NodeError::Random(e.to_string()))?;
+        let shared = Arc::new(NodeShared {
+            cfg,
+            incarnation,
+            listen,
+            codecs: codec::Codecs::default(),
+            exports: DashMap::new(),
+            exports_by_id: DashMap::new(),
+            peers: Mutex::new(HashMap::new()),
+            subscribers: Mutex::new(Vec::new()),
+            counters: Counters::default(),
+            proxies: Mutex::new(HashMap::new()),
+        });
+        let actor =
+            system.spawn(NodeActor::new(shared.clone(), listener)).map_err(NodeError::Spawn)?;
+        Ok(Node { shared, actor })
+    }
+
+    /// This node's name.
+    pub fn name(&self) -> &str {
+        &self.shared.cfg.name
+    }
+
+    /// This process's incarnation.
+    pub fn incarnation(&self) -> u64 {
+        self.shared.incarnation
+    }
+
+    /// Where this node listens.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.shared.listen
+    }
+
+    /// Lets messages of type `M` cross nodes to actors of type `A` (call
+    /// it on every node, before the first such message).
+    pub fn register<A, M>(&self)
+    where
+        A: Handler<M>,
+        M: Message + Serialize + DeserializeOwned,
+        M::Reply: Serialize + DeserializeOwned,
+    {
+        self.shared.codecs.register::<A, M>();
+    }
+
+    /// Makes `actor` reachable from other nodes under `name` (replacing
+    /// whatever had that name). It stays exported until it stops.
+    pub fn export<A: Actor>(&self, name: &str, actor: &ActorRef<A>) {
+        let deliver_to = actor.clone();
+        let watch_on = actor.clone();
+        let e = Arc::new(Export {
+            id: actor.id(),
+            type_name: std::any::type_name::<A>(),
+            actor_type: std::any::TypeId::of::<A>(),
+            deliver: Box::new(move |m| deliver_to.deliver_erased(m)),
+            watch: Box::new(move |w| watch_on.shared.watch(w)),
+            watched: AtomicBool::new(false),
+        });
+        self.shared.exports_by_id.insert(actor.id(), e.clone());
+        self.shared.exports.insert(name.to_string(), e);
+        // Forget it once it stops.
+        let shared = Arc::downgrade(&self.shared);
+        let (name, id) = (name.to_string(), actor.id());
+        actor.shared.watch(Box::new(move |_| {
+            if let Some(s) = shared.upgrade() {
+                s.exports.remove_if(&name, |_, e| e.id == id);
+                s.exports_by_id.remove(&id);
+            }
+        }));
+    }
+
+    /// A reference to the actor exported as `name` on node `node`, usable
+    /// like a local one. Waits up to `timeout` for the answer.
+    pub fn lookup<A: Actor>(
+        &self,
+        node: &str,
+        name: &str,
+        timeout: Duration,
+    ) -> Result<ActorRef<A>, LookupError> {
+        let (tx, rx) = mpsc::channel();
+        self.actor.deliver_forced(node::LookupReq {
+            peer: node.to_string(),
+            name: name.to_string(),
+            tx,
+        });
+        let found = match rx.recv_timeout(timeout) {
+            Ok(r) => r?,
+            Err(_) => return Err(LookupError::Timeout),
+        };
+        if found.type_name != std::any::type_name::<A>() {
+            return Err(LookupError::WrongType(found.type_name));
+        }
+        Ok(self.proxy(node, found.incarnation, found.id))
+    }
+
+    /// The stand-in for remote actor `remote_id` of `peer`/`incarnation`
+    /// (one per remote actor, made on first use).
+    fn proxy<A: Actor>(&self, peer: &str, incarnation: u64, remote_id: u64) -> ActorRef<A> {
+        let gateway = self.actor.shard.clone();
+        let key = (peer.to_string(), incarnation, remote_id);
+        let mut proxies = crate::sync_lock(&self.shared.proxies);
+        if let Some(s) = proxies.get(&key).and_then(Weak::upgrade) {
+            return ActorRef { shared: s, shard: gateway, _a: std::marker::PhantomData };
+        }
+        proxies.retain(|_, w| w.strong_count() > 0);
+        let shared = Arc::new(ActorShared::new(
+            crate::shard::ShardHandle::next_id(),
+            gateway.mailbox_capacity(),
+        ));
+        proxies.insert(key, Arc::downgrade(&shared));
+        drop(proxies);
+        let stand_in = Proxy { shared: shared.clone(), node: self.actor.clone() };
+        gateway.spawn_hosted(&shared, Box::new(stand_in));
+        self.actor.deliver_forced(node::RegisterProxy {
+            proxy: shared.id,
+            peer: peer.to_string(),
+            incarnation,
+            remote_id,
+        });
+        ActorRef { shared, shard: gateway, _a: std::marker::PhantomData }
+    }
+
+    /// The peers connected now: (name, incarnation).
+    pub fn peers(&self) -> Vec<(String, u64)> {
+        let mut v: Vec<_> =
+            crate::sync_lock(&self.shared.peers).iter().map(|(n, i)| (n.clone(), *i)).collect();
+        v.sort();
+        v
+    }
+
+    /// Waits until at least `n` peers are connected, up to `timeout`.
+    pub fn wait_for_peers(&self, n: usize, timeout: Duration) -> bool {
+        let deadline = std::time::Instant::now() + timeout;
+        while self.peers().len() < n {
+            if std::time::Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        true
+    }
+
+    /// Peer up/down events from now on.
+    pub fn events(&self) -> mpsc::Receiver<NodeEvent> {
+        let (tx, rx) = mpsc::channel();
+        crate::sync_lock(&self.shared.subscribers).push(tx);
+        rx
+    }
+
+    /// The node's counters.
+    pub fn stats(&self) -> NodeStats {
+        let c = &self.shared.counters;
+        let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        NodeStats {
+            sent: r(&c.sent),
+            received: r(&c.received),
+            in_doubt: r(&c.in_doubt),
+            handshakes_failed: r(&c.handshakes_failed),
+            handshakes_refused: r(&c.handshakes_refused),
+            protocol_errors: r(&c.protocol_errors),
+            unknown_target: r(&c.unknown_target),
+        }
+    }
+
+    /// Closes every connection and stops the node's actor (references to
+    /// remote actors stop with [`StopReason::NodeDown`]).
+    pub fn shutdown(&self) {
+        self.actor.stop();
+        self.actor.wait_stopped(Duration::from_secs(5));
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.actor.stop();
+    }
+}
+
+/// The stand-in for an actor of another node, hosted on the gateway shard:
+/// every message it gets goes to the node's actor to be sent.
+struct Proxy {
+    shared: Arc<ActorShared>,
+    node: ActorRef<NodeActor>,
+}
+
+impl Hosted for Proxy {
+    fn started(&mut self) -> Option<StopReason> {
+        None
+    }
+    fn stopped(&mut self) {}
+    fn shared(&self) -> &ActorShared {
+        &self.shared
+    }
+    fn as_any(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+    fn forward(&mut self, m: Box<dyn Erased>) -> Result<(), Box<dyn Erased>> {
+        self.node.deliver_forced(node::Outbound { proxy: self.shared.id, msg: m });
+        Ok(())
+    }
+}

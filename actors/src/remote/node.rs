@@ -1,0 +1,1021 @@
+//! The node's actor: owns the listening socket and every connection to a
+//! peer, runs the handshake, seals and opens segments, and moves messages
+//! between the wire and local actors (see the module docs of `remote`).
+
+use std::collections::{HashMap, HashSet};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::Ordering;
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use ringmail_transport::wire::frame::{self, Frame, Sealer, Unsealer};
+use ringmail_transport::wire::handshake::{Identity, Initiator, Responder};
+use ringmail_transport::wire::WireError;
+use ringmail_transport::FixedFd;
+
+use super::codec::MsgCodec;
+use super::{LookupError, NodeEvent, NodeShared};
+use crate::actor::{Actor, Context, FdHandler, Handler, Message};
+use crate::envelope::{Erased, ReplyTo};
+use crate::error::StopReason;
+use crate::io::Accept;
+use crate::net::{ConnId, Connections, Input, NetEvent};
+
+/// How often the node checks heartbeats, handshake deadlines and redials.
+pub(crate) const TICK: Duration = Duration::from_millis(50);
+/// Largest frame read before a connection is authenticated.
+const MAX_HANDSHAKE_FRAME: usize = 1024;
+
+/// A message for a remote actor, from its stand-in.
+pub(crate) struct Outbound {
+    pub(crate) proxy: u64,
+    pub(crate) msg: Box<dyn Erased>,
+}
+impl Message for Outbound {
+    type Reply = ();
+}
+
+/// A stand-in was made: bind it to its peer and remote actor.
+pub(crate) struct RegisterProxy {
+    pub(crate) proxy: u64,
+    pub(crate) peer: String,
+    pub(crate) incarnation: u64,
+    pub(crate) remote_id: u64,
+}
+impl Message for RegisterProxy {
+    type Reply = ();
+}
+
+/// What a lookup found.
+pub(crate) struct Found {
+    pub(crate) id: u64,
+    pub(crate) type_name: String,
+    pub(crate) incarnation: u64,
+}
+
+/// Looks an actor up on a peer; the answer goes to `tx`.
+pub(crate) struct LookupReq {
+    pub(crate) peer: String,
+    pub(crate) name: String,
+    pub(crate) tx: mpsc::Sender<Result<Found, LookupError>>,
+}
+impl Message for LookupReq {
+    type Reply = ();
+}
+
+/// The reply of a local actor to an ask from a peer.
+struct SendReply {
+    link: u64,
+    req: u64,
+    payload: Option<Vec<u8>>,
+}
+impl Message for SendReply {
+    type Reply = ();
+}
+
+/// An exported actor that peers looked up stopped.
+struct ExportStopped {
+    id: u64,
+    reason: String,
+}
+impl Message for ExportStopped {
+    type Reply = ();
+}
+
+/// A dial finished (on a helper thread).
+struct Dialed {
+    addr: SocketAddr,
+    result: std::io::Result<OwnedFd>,
+}
+impl Message for Dialed {
+    type Reply = ();
+}
+
+/// An accepted connection (with its fd).
+struct Inbound;
+
+/// The node's timer.
+struct Tick;
+impl Message for Tick {
+    type Reply = ();
+}
+
+/// Seal and send what this turn of the loop wrote.
+struct Flush;
+impl Message for Flush {
+    type Reply = ();
+}
+
+/// The multishot accept ended (errno).
+struct Rearm(i32);
+impl Message for Rearm {
+    type Reply = ();
+}
+
+enum State {
+    /// Inbound, waiting for `Hello`.
+    AwaitHello,
+    /// Outbound, `Hello` sent.
+    AwaitWelcome(Initiator),
+    /// Inbound, `Welcome` sent.
+    AwaitConfirm(Responder),
+    /// Authenticated.
+    Up { sealer: Sealer, unsealer: Unsealer },
+    /// Closing; nothing more is read.
+    Closed,
+}
+
+struct Link {
+    id: u64,
+    conn: ConnId,
+    state: State,
+    /// We dialled it (at this address).
+    dialled: Option<SocketAddr>,
+    /// Received, not yet parsed.
+    inbuf: Vec<u8>,
+    /// Encoded frames for the next sealed segment.
+    pending: Vec<u8>,
+    since: Instant,
+    last_rx: Instant,
+    last_ping: Instant,
+    peer: Option<(String, u64)>,
+    /// The peer's listen address (from its `Members`).
+    peer_listen: Option<SocketAddr>,
+    sent: u64,
+    acked: u64,
+    received: u64,
+}
+
+struct ProxyEntry {
+    peer: String,
+    incarnation: u64,
+    remote_id: u64,
+}
+
+struct Dial {
+    next: Instant,
+    backoff: Duration,
+    busy: bool,
+}
+
+/// The node's actor (one per [`super::Node`], on its own shard).
+pub struct NodeActor {
+    shared: Arc<NodeShared>,
+    listener: TcpListener,
+    conns: Connections,
+    links: HashMap<u64, Link>,
+    by_conn: HashMap<ConnId, u64>,
+    /// Authenticated peers: name -> link.
+    up: HashMap<String, u64>,
+    proxies: HashMap<u64, ProxyEntry>,
+    asks: HashMap<u64, (u64, ReplyTo, MsgCodec)>,
+    lookups: HashMap<u64, (u64, mpsc::Sender<Result<Found, LookupError>>)>,
+    /// Exported actor id -> links that looked it up.
+    watchers: HashMap<u64, HashSet<u64>>,
+    dials: HashMap<SocketAddr, Dial>,
+    next_link: u64,
+    next_req: u64,
+    flush_queued: bool,
+    me: Option<crate::ActorRef<NodeActor>>,
+}
+
+impl NodeActor {
+    pub(crate) fn new(shared: Arc<NodeShared>, listener: TcpListener) -> Self {
+        let mut dials = HashMap::new();
+        for s in &shared.cfg.seeds {
+            if *s != shared.listen {
+                dials.insert(
+                    *s,
+                    Dial { next: Instant::now(), backoff: shared.cfg.redial.0, busy: false },
+                );
+            }
+        }
+        NodeActor {
+            shared,
+            listener,
+            conns: Connections::new(),
+            links: HashMap::new(),
+            by_conn: HashMap::new(),
+            up: HashMap::new(),
+            proxies: HashMap::new(),
+            asks: HashMap::new(),
+            lookups: HashMap::new(),
+            watchers: HashMap::new(),
+            dials,
+            next_link: 1,
+            next_req: 1,
+            flush_queued: false,
+            me: None,
+        }
+    }
+
+    fn me(&self) -> crate::ActorRef<NodeActor> {
+        self.me.clone().expect("started")
+    }
+
+    fn identity(&self) -> Identity {
+        Identity {
+            name: self.shared.cfg.name.clone(),
+            incarnation: self.shared.incarnation,
+            secret: self.shared.cfg.secret.clone(),
+        }
+    }
+
+    fn arm_accept(&mut self, ctx: &mut Context<Self>) {
+        let me = self.me();
+        let on = move |ev: Accept| match ev {
+            Accept::Conn(fd) => {
+                let _ = me.tell_fd(Inbound, fd); // a stopped node closes it
+            }
+            Accept::Ended(e) => me.deliver_forced(Rearm(e)),
+        };
+        if ctx.accept_multi(self.listener.as_raw_fd(), on).is_err() {
+            ctx.send_after(Duration::from_millis(5), Rearm(16));
+        }
+    }
+
+    fn add_link(
+        &mut self,
+        fd: FixedFd,
+        dialled: Option<SocketAddr>,
+        ctx: &Context<Self>,
+    ) -> Option<u64> {
+        let conn = self.conns.add(fd, ctx).ok()?;
+        let id = self.next_link;
+        self.next_link += 1;
+        let now = Instant::now();
+        self.links.insert(
+            id,
+            Link {
+                id,
+                conn,
+                state: State::AwaitHello,
+                dialled,
+                inbuf: Vec::new(),
+                pending: Vec::new(),
+                since: now,
+                last_rx: now,
+                last_ping: now,
+                peer: None,
+                peer_listen: None,
+                sent: 0,
+                acked: 0,
+                received: 0,
+            },
+        );
+        self.by_conn.insert(conn, id);
+        Some(id)
+    }
+
+    /// Writes a plain (handshake) frame.
+    fn write_plain(&mut self, link: u64, f: &Frame) {
+        let Some(l) = self.links.get(&link) else { return };
+        let mut buf = Vec::new();
+        if frame::encode(f, &mut buf, MAX_HANDSHAKE_FRAME).is_ok() {
+            self.conns.write(l.conn, &buf);
+        }
+    }
+
+    /// Queues a frame for the link's next sealed segment.
+    fn queue(&mut self, link: u64, f: &Frame) -> bool {
+        let max = self.shared.cfg.max_frame;
+        let Some(l) = self.links.get_mut(&link) else { return false };
+        if !matches!(l.state, State::Up { .. }) {
+            return false;
+        }
+        if let Err(e) = frame::encode(f, &mut l.pending, max) {
+            eprintln!("ringmail node {}: frame not sent: {e}", self.shared.cfg.name);
+            return false;
+        }
+        if !self.flush_queued {
+            self.flush_queued = true;
+            // Behind everything already queued: one segment per loop turn.
+            self.me().deliver_forced(Flush);
+        }
+        true
+    }
+
+    fn flush(&mut self, ctx: &Context<Self>) {
+        self.flush_queued = false;
+        for l in self.links.values_mut() {
+            if l.pending.is_empty() {
+                continue;
+            }
+            if let State::Up { sealer, .. } = &mut l.state {
+                let mut seg = Vec::with_capacity(l.pending.len() + frame::SEGMENT_OVERHEAD);
+                sealer.seal(&l.pending, &mut seg);
+                self.conns.write(l.conn, &seg);
+            }
+            l.pending.clear();
+        }
+        self.conns.flush(ctx);
+    }
+
+    /// Closes a link, with the reason (logged); a peer it carried goes down.
+    fn close(&mut self, link: u64, reason: &str, ctx: &Context<Self>) {
+        let Some(l) = self.links.get_mut(&link) else { return };
+        if matches!(l.state, State::Closed) {
+            return;
+        }
+        l.state = State::Closed;
+        let conn = l.conn;
+        if let Some(addr) = l.dialled {
+            if let Some(d) = self.dials.get_mut(&addr) {
+                d.busy = false;
+            }
+        }
+        if l.peer.is_some() && !reason.is_empty() {
+            eprintln!("ringmail node {}: connection closed: {reason}", self.shared.cfg.name);
+        }
+        self.conns.close(conn, ctx);
+        self.peer_down(link, reason);
+    }
+
+    /// The link is gone: what waited on it is answered, what it carried
+    /// unacknowledged is in doubt, and if it was a peer's link, the peer is
+    /// down.
+    fn peer_down(&mut self, link: u64, reason: &str) {
+        let Some(l) = self.links.get(&link) else { return };
+        let in_doubt = l.sent.saturating_sub(l.acked);
+        self.shared.counters.in_doubt.fetch_add(in_doubt, Ordering::Relaxed);
+        let asks: Vec<u64> =
+            self.asks.iter().filter(|(_, a)| a.0 == link).map(|(r, _)| *r).collect();
+        for r in asks {
+            self.asks.remove(&r); // dropping the ReplyTo answers "no reply"
+        }
+        self.lookups.retain(|_, (l, tx)| {
+            if *l == link {
+                let _ = tx.send(Err(LookupError::Timeout));
+                false
+            } else {
+                true
+            }
+        });
+        for w in self.watchers.values_mut() {
+            w.remove(&link);
+        }
+        let Some((name, inc)) = l.peer.clone() else { return };
+        let redial = l.peer_listen.or(l.dialled);
+        if self.up.get(&name) != Some(&link) {
+            return; // a retired duplicate: the peer is up on another link
+        }
+        self.up.remove(&name);
+        crate::sync_lock(&self.shared.peers).remove(&name);
+        // Redial where it listened (a restart comes back there).
+        if let Some(addr) = redial {
+            let min = self.shared.cfg.redial.0;
+            let d = self.dials.entry(addr).or_insert(Dial {
+                next: Instant::now(),
+                backoff: min,
+                busy: false,
+            });
+            d.next = Instant::now() + d.backoff;
+        }
+        let gone: Vec<u64> = self
+            .proxies
+            .iter()
+            .filter(|(_, p)| p.peer == name && p.incarnation == inc)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in gone {
+            self.proxies.remove(&id);
+            self.stop_proxy(id, StopReason::NodeDown(name.clone()));
+        }
+        self.shared.publish(NodeEvent::Down {
+            name,
+            incarnation: inc,
+            reason: reason.to_string(),
+            in_doubt,
+        });
+    }
+
+    fn stop_proxy(&self, id: u64, reason: StopReason) {
+        let me = self.me();
+        let env = crate::envelope::Envelope { to: id, body: crate::envelope::Body::Stop(reason) };
+        crate::local::send_control(me.shard.id, &me.shard.addr, env, true);
+    }
+
+    /// Handles received bytes of a link.
+    fn received(&mut self, link: u64, bytes: &[u8], ctx: &Context<Self>) {
+        let Some(l) = self.links.get_mut(&link) else { return };
+        if matches!(l.state, State::Closed) {
+            return;
+        }
+        l.last_rx = Instant::now();
+        l.inbuf.extend_from_slice(bytes);
+        let mut used = 0;
+        let result = loop {
+            let l = self.links.get_mut(&link).expect("link");
+            let buf = &l.inbuf[used..];
+            match &mut l.state {
+                State::Up { unsealer, .. } => match unsealer.open(buf) {
+                    Ok(Some((payload, n))) => {
+                        let payload = payload.to_vec();
+                        used += n;
+                        if let Err(e) = self.segment(link, &payload, ctx) {
+                            break Err(e);
+                        }
+                    }
+                    Ok(None) => break Ok(()),
+                    Err(e) => break Err(e.to_string()),
+                },
+                State::Closed => break Ok(()),
+                _ => match frame::decode(buf, MAX_HANDSHAKE_FRAME) {
+                    Ok(Some((f, n))) => {
+                        used += n;
+                        if let Err(e) = self.handshake(link, f, ctx) {
+                            break Err(e);
+                        }
+                    }
+                    Ok(None) => break Ok(()),
+                    Err(e) => break Err(e.to_string()),
+                },
+            }
+        };
+        if let Some(l) = self.links.get_mut(&link) {
+            l.inbuf.drain(..used.min(l.inbuf.len()));
+        }
+        if let Err(e) = result {
+            let authenticated = self.links.get(&link).is_some_and(|l| l.peer.is_some());
+            if authenticated {
+                self.shared.counters.protocol_errors.fetch_add(1, Ordering::Relaxed);
+            } else {
+                self.shared.counters.handshakes_failed.fetch_add(1, Ordering::Relaxed);
+            }
+            eprintln!("ringmail node {}: closing a connection: {e}", self.shared.cfg.name);
+            self.close(link, &e, ctx);
+        }
+    }
+
+    fn handshake(&mut self, link: u64, f: Frame, ctx: &Context<Self>) -> Result<(), String> {
+        let me = self.identity();
+        let l = self.links.get_mut(&link).expect("link");
+        let state = std::mem::replace(&mut l.state, State::Closed);
+        match state {
+            State::AwaitHello => {
+                let (r, welcome) = Responder::on_hello(me, f).map_err(|e| e.to_string())?;
+                l.state = State::AwaitConfirm(r);
+                self.write_plain(link, &welcome);
+                self.conns.flush(ctx);
+                Ok(())
+            }
+            State::AwaitWelcome(i) => {
+                let (confirm, peer, keys) = i.on_welcome(f).map_err(|e| e.to_string())?;
+                self.write_plain(link, &confirm);
+                let max = self.shared.cfg.max_frame;
+                let l = self.links.get_mut(&link).expect("link");
+                l.state = State::Up {
+                    sealer: Sealer::new(keys.send),
+                    unsealer: Unsealer::new(keys.recv, max),
+                };
+                self.established(link, peer.name, peer.incarnation, ctx);
+                Ok(())
+            }
+            State::AwaitConfirm(r) => {
+                let (peer, keys) = r.on_confirm(f).map_err(|e| e.to_string())?;
+                let max = self.shared.cfg.max_frame;
+                let l = self.links.get_mut(&link).expect("link");
+                l.state = State::Up {
+                    sealer: Sealer::new(keys.send),
+                    unsealer: Unsealer::new(keys.recv, max),
+                };
+                self.established(link, peer.name, peer.incarnation, ctx);
+                Ok(())
+            }
+            other => {
+                l.state = other;
+                Err(WireError::Unexpected("a handshake frame after the handshake").to_string())
+            }
+        }
+    }
+
+    /// A link authenticated its peer.
+    fn established(&mut self, link: u64, name: String, inc: u64, ctx: &Context<Self>) {
+        let l = self.links.get_mut(&link).expect("link");
+        l.peer = Some((name.clone(), inc));
+        let dialled_by_me = l.dialled.is_some();
+        if let Some(addr) = l.dialled {
+            if let Some(d) = self.dials.get_mut(&addr) {
+                d.backoff = self.shared.cfg.redial.0;
+            }
+        }
+        if let Some(&other) = self.up.get(&name) {
+            // Two connections to one peer: keep the one dialled by the node
+            // with the smaller name (both sides decide alike).
+            let other_dialled_by_me = self.links.get(&other).is_some_and(|o| o.dialled.is_some());
+            let same_incarnation =
+                self.links.get(&other).and_then(|o| o.peer.as_ref()).map(|p| p.1) == Some(inc);
+            if same_incarnation && other_dialled_by_me != dialled_by_me {
+                let i_am_smaller = self.shared.cfg.name < name;
+                let keep_new = dialled_by_me == i_am_smaller;
+                let drop_link = if keep_new { other } else { link };
+                if keep_new {
+                    self.up.insert(name.clone(), link);
+                }
+                // The dropped one is no longer the peer's link: closing it
+                // does not take the peer down.
+                self.close_duplicate(drop_link, ctx);
+                if !keep_new {
+                    return;
+                }
+                self.send_members(link);
+                return;
+            }
+            // An old incarnation's link (or a redial of ours): the newest wins.
+            self.close(other, "replaced by a newer connection", ctx);
+        }
+        self.up.insert(name.clone(), link);
+        crate::sync_lock(&self.shared.peers).insert(name.clone(), inc);
+        self.shared.publish(NodeEvent::Up { name, incarnation: inc });
+        self.send_members(link);
+    }
+
+    /// Retires a duplicate link: nothing new is sent on it (replies to asks
+    /// that came on it still are), it is still read, and it closes once
+    /// both sides have gone quiet on it (`down_after`).
+    fn close_duplicate(&mut self, link: u64, _ctx: &Context<Self>) {
+        if let Some(l) = self.links.get_mut(&link) {
+            if let Some(addr) = l.dialled {
+                if let Some(d) = self.dials.get_mut(&addr) {
+                    d.busy = false;
+                }
+            }
+        }
+    }
+
+    fn send_members(&mut self, link: u64) {
+        let known: Vec<String> = self
+            .up
+            .values()
+            .filter(|&&l| l != link)
+            .filter_map(|l| self.links.get(l).and_then(|l| l.peer_listen))
+            .map(|a| a.to_string())
+            .collect();
+        let f = Frame::Members { listen: self.shared.listen.to_string(), known };
+        self.queue(link, &f);
+    }
+
+    /// Handles the frames of one authenticated segment.
+    fn segment(&mut self, link: u64, payload: &[u8], ctx: &Context<Self>) -> Result<(), String> {
+        let max = self.shared.cfg.max_frame;
+        let mut at = 0;
+        while at < payload.len() {
+            let Some((f, n)) = frame::decode(&payload[at..], max).map_err(|e| e.to_string())?
+            else {
+                return Err("a segment ends inside a frame".into());
+            };
+            at += n;
+            self.frame(link, f, ctx)?;
+        }
+        Ok(())
+    }
+
+    fn frame(&mut self, link: u64, f: Frame, ctx: &Context<Self>) -> Result<(), String> {
+        match f {
+            Frame::Tell { to, ty, payload } => self.deliver(link, to, ty, &payload, None),
+            Frame::Ask { to, ty, req, payload } => self.deliver(link, to, ty, &payload, Some(req)),
+            Frame::Reply { req, payload } => {
+                if let Some((_, reply, codec)) = self.asks.remove(&req) {
+                    let value = match payload {
+                        Some(b) => {
+                            Some((codec.decode_reply)(&b).map_err(|e| format!("reply: {e}"))?)
+                        }
+                        None => None,
+                    };
+                    reply.send(value);
+                }
+                Ok(())
+            }
+            Frame::Lookup { req, name } => {
+                let found = self.shared.exports.get(&name).map(|e| e.clone());
+                let actor = found.as_ref().map(|e| (e.id, e.type_name.to_string()));
+                if let Some(e) = found {
+                    self.watchers.entry(e.id).or_default().insert(link);
+                    if !e.watched.swap(true, Ordering::AcqRel) {
+                        let me = self.me();
+                        let id = e.id;
+                        (e.watch)(Box::new(move |r| {
+                            me.deliver_forced(ExportStopped { id, reason: reason_text(r) })
+                        }));
+                    }
+                }
+                self.queue(link, &Frame::Found { req, actor });
+                Ok(())
+            }
+            Frame::Found { req, actor } => {
+                if let Some((_, tx)) = self.lookups.remove(&req) {
+                    let inc =
+                        self.links.get(&link).and_then(|l| l.peer.as_ref()).map_or(0, |p| p.1);
+                    let _ = tx.send(match actor {
+                        Some((id, type_name)) => Ok(Found { id, type_name, incarnation: inc }),
+                        None => Err(LookupError::NotFound),
+                    });
+                }
+                Ok(())
+            }
+            Frame::Stopped { id, reason } => {
+                let Some((peer, inc)) = self.links.get(&link).and_then(|l| l.peer.clone()) else {
+                    return Ok(());
+                };
+                let gone: Vec<u64> = self
+                    .proxies
+                    .iter()
+                    .filter(|(_, p)| p.peer == peer && p.incarnation == inc && p.remote_id == id)
+                    .map(|(pid, _)| *pid)
+                    .collect();
+                for pid in gone {
+                    self.proxies.remove(&pid);
+                    self.stop_proxy(pid, reason_from_text(&reason));
+                }
+                Ok(())
+            }
+            Frame::Members { listen, known } => {
+                let listen: SocketAddr = listen.parse().map_err(|_| "bad listen address")?;
+                if let Some(l) = self.links.get_mut(&link) {
+                    l.peer_listen = Some(listen);
+                }
+                let mine = self.shared.listen;
+                for a in known.iter().filter_map(|a| a.parse::<SocketAddr>().ok()).chain([listen]) {
+                    if a == mine {
+                        continue;
+                    }
+                    let min = self.shared.cfg.redial.0;
+                    self.dials.entry(a).or_insert(Dial {
+                        next: Instant::now(),
+                        backoff: min,
+                        busy: false,
+                    });
+                }
+                let _ = ctx;
+                Ok(())
+            }
+            Frame::Ping(n) => {
+                if let Some(l) = self.links.get_mut(&link) {
+                    l.acked = l.acked.max(n);
+                    let r = l.received;
+                    self.queue(link, &Frame::Pong(r));
+                }
+                Ok(())
+            }
+            Frame::Pong(n) => {
+                if let Some(l) = self.links.get_mut(&link) {
+                    l.acked = l.acked.max(n);
+                }
+                Ok(())
+            }
+            _ => Err(WireError::Unexpected(
+                "a handshake or unknown frame on an established connection",
+            )
+            .to_string()),
+        }
+    }
+
+    /// A message from a peer for local actor `to`.
+    fn deliver(
+        &mut self,
+        link: u64,
+        to: u64,
+        ty: u64,
+        payload: &[u8],
+        req: Option<u64>,
+    ) -> Result<(), String> {
+        if let Some(l) = self.links.get_mut(&link) {
+            l.received += 1;
+        }
+        self.shared.counters.received.fetch_add(1, Ordering::Relaxed);
+        let Some(export) = self.shared.exports_by_id.get(&to).map(|e| e.clone()) else {
+            // Not (or no longer) here: a dead letter; an ask is told at once.
+            self.shared.counters.unknown_target.fetch_add(1, Ordering::Relaxed);
+            crate::dead_letter();
+            if let Some(req) = req {
+                self.queue(link, &Frame::Reply { req, payload: None });
+            }
+            return Ok(());
+        };
+        let Some((decode, encode_reply)) = self.shared.codecs.decoder(export.actor_type, ty) else {
+            return Err(format!("message type {ty:#x} is not registered for {}", export.type_name));
+        };
+        let reply = req.map(|req| {
+            let me = self.me();
+            ReplyTo::remote(Box::new(move |v| {
+                let payload = v.and_then(encode_reply);
+                me.deliver_forced(SendReply { link, req, payload });
+            }))
+        });
+        let m = decode(payload, reply).map_err(|e| format!("message does not decode: {e}"))?;
+        (export.deliver)(m);
+        Ok(())
+    }
+
+    fn tick(&mut self, ctx: &mut Context<Self>) {
+        let now = Instant::now();
+        let cfg = self.shared.cfg.clone();
+        let mut to_close = Vec::new();
+        let mut to_ping = Vec::new();
+        let mut pending_in = 0;
+        for l in self.links.values() {
+            match l.state {
+                State::Closed => {}
+                State::Up { .. } => {
+                    let current = l.peer.as_ref().is_some_and(|p| self.up.get(&p.0) == Some(&l.id));
+                    if now.duration_since(l.last_rx) > cfg.down_after {
+                        to_close.push((l.id, format!("no traffic for {:?}", cfg.down_after)));
+                    } else if current && now.duration_since(l.last_ping) >= cfg.heartbeat {
+                        to_ping.push(l.id);
+                    }
+                }
+                _ => {
+                    if l.dialled.is_none() {
+                        pending_in += 1;
+                    }
+                    if now.duration_since(l.since) > cfg.handshake_timeout {
+                        to_close.push((l.id, "handshake timed out".to_string()));
+                    }
+                }
+            }
+        }
+        let _ = pending_in;
+        for (id, why) in to_close {
+            let authenticated = self.links.get(&id).is_some_and(|l| l.peer.is_some());
+            if !authenticated {
+                self.shared.counters.handshakes_failed.fetch_add(1, Ordering::Relaxed);
+            }
+            self.close(id, &why, ctx);
+        }
+        for id in to_ping {
+            if let Some(l) = self.links.get_mut(&id) {
+                l.last_ping = now;
+                let r = l.received;
+                self.queue(id, &Frame::Ping(r));
+            }
+        }
+        // Dial addresses with nobody up or connecting there.
+        let listening: HashSet<SocketAddr> = self
+            .up
+            .values()
+            .filter_map(|l| self.links.get(l))
+            .flat_map(|l| [l.peer_listen, l.dialled])
+            .flatten()
+            .collect();
+        let max = cfg.redial.1;
+        let me = self.me();
+        for (addr, d) in self.dials.iter_mut() {
+            if d.busy || now < d.next || listening.contains(addr) {
+                continue;
+            }
+            d.busy = true;
+            d.next = now + d.backoff;
+            d.backoff = (d.backoff * 2).min(max);
+            let addr = *addr;
+            let me = me.clone();
+            std::thread::spawn(move || {
+                let result = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).map(|s| {
+                    let _ = s.set_nodelay(true);
+                    OwnedFd::from(s)
+                });
+                me.deliver_forced(Dialed { addr, result });
+            });
+        }
+        ctx.send_after(TICK, Tick);
+        self.flush(ctx);
+    }
+
+    fn pending_inbound(&self) -> usize {
+        self.links
+            .values()
+            .filter(|l| l.dialled.is_none() && !matches!(l.state, State::Up { .. } | State::Closed))
+            .count()
+    }
+}
+
+fn reason_text(r: &StopReason) -> String {
+    match r {
+        StopReason::Normal => "normal".into(),
+        StopReason::Shutdown => "shutdown".into(),
+        other => format!("{other:?}"),
+    }
+}
+
+fn reason_from_text(s: &str) -> StopReason {
+    match s {
+        "normal" => StopReason::Normal,
+        "shutdown" => StopReason::Shutdown,
+        other => StopReason::Failed(format!("remote: {other}")),
+    }
+}
+
+impl Actor for NodeActor {
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        self.me = Some(ctx.myself().clone());
+        self.arm_accept(ctx);
+        self.tick(ctx);
+    }
+
+    fn stopped(&mut self, ctx: &mut Context<Self>) {
+        let ids: Vec<u64> = self.links.keys().copied().collect();
+        for id in ids {
+            self.close(id, "node shut down", ctx);
+        }
+        let proxies: Vec<u64> = self.proxies.keys().copied().collect();
+        for id in proxies {
+            self.stop_proxy(id, StopReason::NodeDown(self.shared.cfg.name.clone()));
+        }
+        self.proxies.clear();
+        self.asks.clear();
+    }
+}
+
+impl FdHandler<Inbound> for NodeActor {
+    fn handle_fd(&mut self, _: Inbound, fd: FixedFd, ctx: &mut Context<Self>) {
+        if self.pending_inbound() >= self.shared.cfg.max_pending_handshakes {
+            self.shared.counters.handshakes_refused.fetch_add(1, Ordering::Relaxed);
+            return; // dropping it closes the connection
+        }
+        self.add_link(fd, None, ctx);
+    }
+}
+
+impl Handler<Dialed> for NodeActor {
+    fn handle(&mut self, d: Dialed, ctx: &mut Context<Self>) {
+        let fd = match d.result.and_then(|fd| ctx.register_fd(fd)) {
+            Ok(fd) => fd,
+            Err(_) => {
+                if let Some(x) = self.dials.get_mut(&d.addr) {
+                    x.busy = false;
+                }
+                return;
+            }
+        };
+        let Some(link) = self.add_link(fd, Some(d.addr), ctx) else {
+            if let Some(x) = self.dials.get_mut(&d.addr) {
+                x.busy = false;
+            }
+            return;
+        };
+        match Initiator::start(self.identity()) {
+            Ok((i, hello)) => {
+                self.links.get_mut(&link).expect("link").state = State::AwaitWelcome(i);
+                self.write_plain(link, &hello);
+                self.conns.flush(ctx);
+            }
+            Err(e) => self.close(link, &e.to_string(), ctx),
+        }
+    }
+}
+
+impl Handler<NetEvent> for NodeActor {
+    fn handle(&mut self, ev: NetEvent, ctx: &mut Context<Self>) {
+        match self.conns.handle(ev, ctx) {
+            Some(Input::Data(conn, bytes)) => {
+                if let Some(&link) = self.by_conn.get(&conn) {
+                    self.received(link, &bytes, ctx);
+                }
+            }
+            Some(Input::Closed(conn)) => {
+                if let Some(link) = self.by_conn.remove(&conn) {
+                    let was_open =
+                        self.links.get(&link).is_some_and(|l| !matches!(l.state, State::Closed));
+                    if was_open {
+                        if let Some(l) = self.links.get_mut(&link) {
+                            l.state = State::Closed;
+                            if let Some(addr) = l.dialled {
+                                if let Some(d) = self.dials.get_mut(&addr) {
+                                    d.busy = false;
+                                }
+                            }
+                        }
+                        self.peer_down(link, "connection closed by the peer");
+                    }
+                    self.links.remove(&link);
+                }
+            }
+            None => {}
+        }
+        self.conns.flush(ctx);
+    }
+}
+
+impl Handler<Outbound> for NodeActor {
+    fn handle(&mut self, o: Outbound, _ctx: &mut Context<Self>) {
+        let Some(p) = self.proxies.get(&o.proxy) else {
+            crate::dead_letter(); // its node went down: an ask gets NoReply
+            return;
+        };
+        let Some(&link) = self.up.get(&p.peer) else {
+            crate::dead_letter();
+            return;
+        };
+        let current = self.links.get(&link).and_then(|l| l.peer.as_ref()).map(|x| x.1);
+        if current != Some(p.incarnation) {
+            crate::dead_letter(); // never to a newer incarnation
+            return;
+        }
+        let remote_id = p.remote_id;
+        let Some(codec) = self.shared.codecs.for_msg(o.msg.msg_type()) else {
+            eprintln!(
+                "ringmail node {}: a message type is not registered (Node::register): dead letter",
+                self.shared.cfg.name
+            );
+            crate::dead_letter();
+            return;
+        };
+        let (msg, reply) = o.msg.split();
+        let payload = match (codec.encode)(&*msg) {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("ringmail node {}: a message does not encode: {e}", self.shared.cfg.name);
+                crate::dead_letter();
+                return;
+            }
+        };
+        let f = match reply {
+            Some(r) => {
+                let req = self.next_req;
+                self.next_req += 1;
+                self.asks.insert(req, (link, r, codec));
+                Frame::Ask { to: remote_id, ty: codec.ty, req, payload }
+            }
+            None => Frame::Tell { to: remote_id, ty: codec.ty, payload },
+        };
+        if self.queue(link, &f) {
+            if let Some(l) = self.links.get_mut(&link) {
+                l.sent += 1;
+            }
+            self.shared.counters.sent.fetch_add(1, Ordering::Relaxed);
+        } else {
+            crate::dead_letter();
+        }
+    }
+}
+
+impl Handler<RegisterProxy> for NodeActor {
+    fn handle(&mut self, r: RegisterProxy, _ctx: &mut Context<Self>) {
+        let live = self
+            .up
+            .get(&r.peer)
+            .and_then(|l| self.links.get(l))
+            .and_then(|l| l.peer.as_ref())
+            .is_some_and(|p| p.1 == r.incarnation);
+        if !live {
+            self.stop_proxy(r.proxy, StopReason::NodeDown(r.peer));
+            return;
+        }
+        self.proxies.insert(
+            r.proxy,
+            ProxyEntry { peer: r.peer, incarnation: r.incarnation, remote_id: r.remote_id },
+        );
+    }
+}
+
+impl Handler<LookupReq> for NodeActor {
+    fn handle(&mut self, r: LookupReq, _ctx: &mut Context<Self>) {
+        let Some(&link) = self.up.get(&r.peer) else {
+            let _ = r.tx.send(Err(LookupError::NotConnected));
+            return;
+        };
+        let req = self.next_req;
+        self.next_req += 1;
+        self.lookups.insert(req, (link, r.tx));
+        self.queue(link, &Frame::Lookup { req, name: r.name });
+    }
+}
+
+impl Handler<SendReply> for NodeActor {
+    fn handle(&mut self, r: SendReply, _ctx: &mut Context<Self>) {
+        // The asker's connection may be gone: then so is the asker's wait.
+        self.queue(r.link, &Frame::Reply { req: r.req, payload: r.payload });
+    }
+}
+
+impl Handler<ExportStopped> for NodeActor {
+    fn handle(&mut self, s: ExportStopped, _ctx: &mut Context<Self>) {
+        for link in self.watchers.remove(&s.id).unwrap_or_default() {
+            self.queue(link, &Frame::Stopped { id: s.id, reason: s.reason.clone() });
+        }
+    }
+}
+
+impl Handler<Tick> for NodeActor {
+    fn handle(&mut self, _: Tick, ctx: &mut Context<Self>) {
+        self.tick(ctx);
+    }
+}
+
+impl Handler<Flush> for NodeActor {
+    fn handle(&mut self, _: Flush, ctx: &mut Context<Self>) {
+        self.flush(ctx);
+    }
+}
+
+impl Handler<Rearm> for NodeActor {
+    fn handle(&mut self, Rearm(errno): Rearm, ctx: &mut Context<Self>) {
+        match errno {
+            9 | 22 => ctx.stop_with(StopReason::Failed("the listening socket is unusable".into())),
+            23 | 24 | 16 => {
+                ctx.send_after(Duration::from_millis(5), Rearm(0));
+            }
+            _ => self.arm_accept(ctx),
+        }
+    }
+}

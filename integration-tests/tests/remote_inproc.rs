@@ -1,0 +1,136 @@
+//! Two nodes in one process over loopback: lookup, tell, ask, monitors,
+//! and what happens when a node goes away.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use ringmail::remote::{LookupError, Node, NodeConfig, NodeEvent};
+use ringmail::{Actor, AskError, Context, Down, Handler, Message, StopReason, System};
+use serde::{Deserialize, Serialize};
+
+#[derive(Default)]
+struct Counter {
+    seen: Vec<u64>,
+}
+impl Actor for Counter {}
+
+#[derive(Serialize, Deserialize)]
+struct Add(u64);
+impl Message for Add {
+    type Reply = ();
+}
+impl Handler<Add> for Counter {
+    fn handle(&mut self, Add(n): Add, _: &mut Context<Self>) {
+        self.seen.push(n);
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct Get;
+impl Message for Get {
+    type Reply = Vec<u64>;
+}
+impl Handler<Get> for Counter {
+    fn handle(&mut self, _: Get, _: &mut Context<Self>) -> Vec<u64> {
+        self.seen.clone()
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct Quit;
+impl Message for Quit {
+    type Reply = ();
+}
+impl Handler<Quit> for Counter {
+    fn handle(&mut self, _: Quit, ctx: &mut Context<Self>) {
+        ctx.stop();
+    }
+}
+
+/// Collects DOWNs.
+struct Watcher(std::sync::mpsc::Sender<Down>);
+impl Actor for Watcher {}
+impl Handler<Down> for Watcher {
+    fn handle(&mut self, d: Down, _: &mut Context<Self>) {
+        let _ = self.0.send(d);
+    }
+}
+
+fn loopback() -> SocketAddr {
+    "127.0.0.1:0".parse().unwrap()
+}
+
+fn register(n: &Node) {
+    n.register::<Counter, Add>();
+    n.register::<Counter, Get>();
+    n.register::<Counter, Quit>();
+}
+
+const T: Duration = Duration::from_secs(10);
+
+#[test]
+fn tell_ask_and_monitor_across_two_nodes() {
+    let system = System::new();
+    let a = Node::start(&system, NodeConfig::new("a", loopback(), "secret")).unwrap();
+    let b =
+        Node::start(&system, NodeConfig::new("b", loopback(), "secret").seeds([a.local_addr()]))
+            .unwrap();
+    register(&a);
+    register(&b);
+    let events = b.events();
+    let counter = system.spawn(Counter::default()).unwrap();
+    a.export("counter", &counter);
+    assert!(b.wait_for_peers(1, T), "b connects to a");
+    assert!(a.wait_for_peers(1, T), "a sees b");
+    assert!(
+        matches!(events.recv_timeout(T).unwrap(), NodeEvent::Up { ref name, .. } if name == "a")
+    );
+
+    assert_eq!(b.lookup::<Counter>("a", "nope", T).unwrap_err(), LookupError::NotFound);
+    assert_eq!(b.lookup::<Counter>("zz", "counter", T).unwrap_err(), LookupError::NotConnected);
+    let remote = b.lookup::<Counter>("a", "counter", T).unwrap();
+    for i in 0..10_000 {
+        remote.tell(Add(i)).unwrap();
+    }
+    let seen = remote.ask(Get, T).unwrap();
+    assert_eq!(seen, (0..10_000).collect::<Vec<_>>(), "per-sender FIFO across the wire");
+
+    // A monitor on the remote actor fires when it stops, with its reason.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let w = system.spawn(Watcher(tx)).unwrap();
+    remote.monitor(&w);
+    remote.tell(Quit).unwrap();
+    let down = rx.recv_timeout(T).expect("DOWN for the remote actor");
+    assert_eq!(down.reason, StopReason::Normal);
+    assert!(remote.wait_stopped(T).is_some());
+    assert!(matches!(remote.ask(Get, T), Err(AskError::Stopped(_))));
+
+    // A node that goes away: references to its actors stop with NodeDown.
+    let counter2 = system.spawn(Counter::default()).unwrap();
+    a.export("counter2", &counter2);
+    let remote2 = b.lookup::<Counter>("a", "counter2", T).unwrap();
+    remote2.tell(Add(1)).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let w2 = system.spawn(Watcher(tx)).unwrap();
+    remote2.monitor(&w2);
+    a.shutdown();
+    let down = rx.recv_timeout(T).expect("DOWN when the node goes");
+    assert_eq!(down.reason, StopReason::NodeDown("a".into()));
+    let ev = events.recv_timeout(T).unwrap();
+    assert!(matches!(ev, NodeEvent::Down { ref name, .. } if name == "a"), "{ev:?}");
+    assert!(b.peers().is_empty());
+    assert_eq!(counter2.ask(Get, T).unwrap(), vec![1]);
+    system.shutdown();
+}
+
+#[test]
+fn a_wrong_secret_is_refused_before_any_message() {
+    let system = System::new();
+    let a = Node::start(&system, NodeConfig::new("a", loopback(), "right")).unwrap();
+    let b = Node::start(&system, NodeConfig::new("b", loopback(), "wrong").seeds([a.local_addr()]))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(a.peers().is_empty() && b.peers().is_empty());
+    assert!(a.stats().handshakes_failed + b.stats().handshakes_failed > 0);
+    system.shutdown();
+}
