@@ -194,7 +194,9 @@ impl NodeActor {
         NodeActor {
             shared,
             listener,
-            conns: Connections::new(),
+            // Peers are trusted to read: a large output limit (there is no
+            // per-peer backpressure towards senders yet).
+            conns: Connections::with_output_limit(1 << 30),
             links: HashMap::new(),
             by_conn: HashMap::new(),
             up: HashMap::new(),
@@ -325,7 +327,7 @@ impl NodeActor {
                 d.busy = false;
             }
         }
-        if l.peer.is_some() && !reason.is_empty() {
+        if l.peer.is_some() && !reason.is_empty() && reason != "node shut down" {
             eprintln!("ringmail node {}: connection closed: {reason}", self.shared.cfg.name);
         }
         self.conns.close(conn, ctx);

@@ -1,0 +1,234 @@
+//! A Ringmail cluster on one machine: with no arguments, starts 3 nodes as
+//! separate processes on loopback (two workers and a driver); they find
+//! each other, the driver runs a remote ping-pong and a word count spread
+//! over the workers, and everything exits 0. With `--name` it runs one
+//! node, so the same binary can be deployed on several machines.
+//!
+//! ```text
+//! cargo run --release -p ringmail-examples --bin cluster
+//! RINGMAIL_SECRET=... cluster --name n2 --listen 10.0.0.2:7100 --join 10.0.0.1:7100 --role worker
+//! ```
+
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ringmail::remote::{Node, NodeConfig};
+use ringmail::System;
+use ringmail_examples::cluster::{self, Line, Ping, Pong, Quit, Totals, WordCounter};
+use ringmail_examples::server;
+
+const HELP: &str = "\
+cluster: a Ringmail cluster example
+
+USAGE:
+  cluster                      start 3 nodes as child processes on loopback, run the demo, exit
+  cluster --name NAME --listen ADDR [--join ADDR[,ADDR...]] [--role worker|driver]
+                               run one node (the cluster secret comes from RINGMAIL_SECRET)
+
+  --name NAME     this node's name (unique in the cluster)
+  --listen ADDR   where to listen, e.g. 127.0.0.1:7100
+  --join ADDRS    seed nodes to join through, comma-separated
+  --role ROLE     worker (default: exports pong, words, seq, control and waits)
+                  or driver (finds the workers, runs the demo, stops them)
+  --help          this text
+
+A worker stops on Ctrl-C, SIGTERM, or a Quit sent to its `control` actor.";
+
+const TEXT: &str = "the ring passes the message and the message passes the ring \
+    every actor owns a ring and every ring owns its queue \
+    nothing is lost nothing is silent every fd has one owner";
+
+fn flag(args: &[String], name: &str) -> Option<String> {
+    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned()
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        println!("{HELP}");
+        return;
+    }
+    match flag(&args, "--name") {
+        Some(name) => run_node(&name, &args),
+        None => orchestrate(),
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Starts the three nodes as child processes and waits for them.
+fn orchestrate() {
+    let secret = std::env::var("RINGMAIL_SECRET").unwrap_or_else(|_| {
+        let n = ringmail::transport::wire::handshake::random_u64().expect("randomness");
+        format!("demo-{n:016x}")
+    });
+    let exe = std::env::current_exe().expect("own path");
+    let ports = [free_port(), free_port(), free_port()];
+    let addr = |i: usize| format!("127.0.0.1:{}", ports[i]);
+    let spawn = |name: &str, i: usize, join: String, role: &str| {
+        Command::new(&exe)
+            .args(["--name", name, "--listen", &addr(i), "--join", &join, "--role", role])
+            .env("RINGMAIL_SECRET", &secret)
+            .stdout(Stdio::inherit())
+            .spawn()
+            .expect("start a node")
+    };
+    println!("cluster: starting n1 (driver), n2 and n3 (workers) on {}, {}, {}", addr(0), addr(1), addr(2));
+    let mut n2 = spawn("n2", 1, addr(0), "worker");
+    let mut n3 = spawn("n3", 2, addr(0), "worker");
+    let mut n1 = spawn("n1", 0, format!("{},{}", addr(1), addr(2)), "driver");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut ok = true;
+    for (name, child) in [("n1", &mut n1), ("n2", &mut n2), ("n3", &mut n3)] {
+        loop {
+            match child.try_wait().expect("wait") {
+                Some(status) => {
+                    if !status.success() {
+                        eprintln!("cluster: {name} exited with {status}");
+                        ok = false;
+                    }
+                    break;
+                }
+                None if Instant::now() > deadline => {
+                    eprintln!("cluster: {name} did not finish in time; killing it");
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    ok = false;
+                    break;
+                }
+                None => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+    }
+    if !ok {
+        std::process::exit(1);
+    }
+    println!("cluster: all 3 nodes exited cleanly");
+}
+
+fn run_node(name: &str, args: &[String]) {
+    let Ok(secret) = std::env::var("RINGMAIL_SECRET") else {
+        eprintln!("cluster: set RINGMAIL_SECRET to the cluster secret (the same on every node)");
+        std::process::exit(2);
+    };
+    let listen: SocketAddr = flag(args, "--listen")
+        .unwrap_or_else(|| "127.0.0.1:0".into())
+        .parse()
+        .unwrap_or_else(|e| {
+            eprintln!("cluster: bad --listen: {e}");
+            std::process::exit(2)
+        });
+    let seeds: Vec<SocketAddr> = flag(args, "--join")
+        .map(|j| j.split(',').filter(|s| !s.is_empty()).map(|s| s.parse().expect("a seed address")).collect())
+        .unwrap_or_default();
+    let role = flag(args, "--role").unwrap_or_else(|| "worker".into());
+    server::block_shutdown_signals();
+    let system = System::new();
+    let node = Node::start(&system, NodeConfig::new(name, listen, secret).seeds(seeds))
+        .unwrap_or_else(|e| {
+            eprintln!("{name}: cannot start: {e}");
+            std::process::exit(1)
+        });
+    cluster::register_all(&node);
+    println!(
+        "{name}: node up on {}, incarnation {:016x}, pid {}",
+        node.local_addr(),
+        node.incarnation(),
+        std::process::id()
+    );
+    let code = match role.as_str() {
+        "worker" => worker(name, &system, &node),
+        "driver" => driver(name, &node),
+        other => {
+            eprintln!("{name}: unknown role {other}");
+            2
+        }
+    };
+    node.shutdown();
+    system.shutdown();
+    std::process::exit(code);
+}
+
+fn worker(name: &str, system: &System, node: &Node) -> i32 {
+    let w = cluster::start_worker(system, node).expect("spawn the worker's actors");
+    println!(
+        "{name}: actors pong, words, seq, control live here ({} pid {})",
+        node.local_addr(),
+        std::process::id()
+    );
+    // Stop on Quit (from the driver) or on a signal.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let tx2 = tx.clone();
+    std::thread::spawn(move || {
+        let _ = tx2.send(format!("signal {}", server::wait_for_shutdown_signal()));
+    });
+    std::thread::spawn(move || {
+        if w.quit.recv().is_ok() {
+            let _ = tx.send("Quit from the driver".to_string());
+        }
+    });
+    let why = rx.recv().unwrap_or_default();
+    println!("{name}: stopping ({why})");
+    0
+}
+
+// ANCHOR: driver
+fn driver(name: &str, node: &Node) -> i32 {
+    if !node.wait_for_peers(2, Duration::from_secs(20)) {
+        eprintln!("{name}: the workers did not show up (peers: {:?})", node.peers());
+        return 1;
+    }
+    let peers: Vec<String> = node.peers().into_iter().map(|(n, _)| n).collect();
+    println!("{name}: connected to {}", peers.join(", "));
+    let t = Duration::from_secs(10);
+
+    // A remote ping-pong: ask round trips to the first worker's `pong`.
+    let pong = node.lookup::<Pong>(&peers[0], "pong", t).expect("pong");
+    println!("{name}: actor pong lives on {} ({:?})", peers[0], pong);
+    let mut rtts = Vec::new();
+    for i in 0..1000 {
+        let t0 = Instant::now();
+        assert_eq!(pong.ask(Ping(i), t).expect("pong answers"), i);
+        rtts.push(t0.elapsed().as_micros() as u64);
+    }
+    rtts.sort_unstable();
+    println!("{name}: ping-pong {name} -> {}: 1000 round trips, median {} us", peers[0], rtts[500]);
+
+    // A word count spread over every worker's `words`.
+    let counters: Vec<_> = peers
+        .iter()
+        .map(|p| node.lookup::<WordCounter>(p, "words", t).expect("words"))
+        .collect();
+    let lines: Vec<String> = (0..300).map(|i| format!("{TEXT} line{}", i % 7)).collect();
+    for (i, l) in lines.iter().enumerate() {
+        counters[i % counters.len()].tell(Line(l.clone())).expect("tell");
+    }
+    let mut total = std::collections::BTreeMap::<String, u64>::new();
+    for (p, c) in peers.iter().zip(&counters) {
+        let (n, counts) = c.ask(Totals, t).expect("totals");
+        println!("{name}: words on {p} counted {n} lines");
+        for (w, k) in counts {
+            *total.entry(w).or_default() += k;
+        }
+    }
+    let mut top: Vec<_> = total.iter().collect();
+    top.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    let top: Vec<String> = top.iter().take(5).map(|(w, n)| format!("{w}={n}")).collect();
+    println!("{name}: word count over {} lines, top words: {}", lines.len(), top.join(" "));
+    let expected_the = lines.len() as u64 * TEXT.split(' ').filter(|w| *w == "the").count() as u64;
+    if total.get("the") != Some(&expected_the) {
+        eprintln!("{name}: wrong count for 'the': {:?}, expected {expected_the}", total.get("the"));
+        return 1;
+    }
+    for p in &peers {
+        let control = node.lookup::<cluster::Control>(p, "control", t).expect("control");
+        control.tell(Quit).expect("quit");
+        control.wait_stopped(Duration::from_millis(200)); // give the frame time to leave
+    }
+    println!("{name}: done");
+    0
+}
+// ANCHOR_END: driver

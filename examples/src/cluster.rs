@@ -1,0 +1,167 @@
+//! The cluster example's actors and messages, shared by the `cluster`
+//! binary (its worker and driver roles) and the multi-process tests.
+//!
+//! A *worker* node exports four actors: `pong` (answers pings), `words`
+//! (counts the words of the lines it is told), `seq` (checks that numbered
+//! messages from each sender arrive in order) and `control` (stops the
+//! node). A *driver* node finds them through the cluster and uses them
+//! exactly like local actors.
+
+use std::collections::HashMap;
+use std::sync::mpsc;
+
+use ringmail::remote::Node;
+use ringmail::{Actor, ActorRef, Context, Handler, Message, SpawnError, System};
+use serde::{Deserialize, Serialize};
+
+// ANCHOR: messages
+/// Answers a ping with the same number.
+pub struct Pong;
+impl Actor for Pong {}
+
+/// A ping; the reply is its number.
+#[derive(Serialize, Deserialize)]
+pub struct Ping(pub u64);
+impl Message for Ping {
+    type Reply = u64;
+}
+impl Handler<Ping> for Pong {
+    fn handle(&mut self, Ping(n): Ping, _: &mut Context<Self>) -> u64 {
+        n
+    }
+}
+
+/// Counts words.
+#[derive(Default)]
+pub struct WordCounter {
+    counts: HashMap<String, u64>,
+    lines: u64,
+}
+impl Actor for WordCounter {}
+
+/// A line of text to count.
+#[derive(Serialize, Deserialize)]
+pub struct Line(pub String);
+impl Message for Line {
+    type Reply = ();
+}
+impl Handler<Line> for WordCounter {
+    fn handle(&mut self, Line(l): Line, _: &mut Context<Self>) {
+        self.lines += 1;
+        for w in l.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()) {
+            *self.counts.entry(w.to_lowercase()).or_default() += 1;
+        }
+    }
+}
+
+/// Asks for the counts so far: (lines, word counts).
+#[derive(Serialize, Deserialize)]
+pub struct Totals;
+impl Message for Totals {
+    type Reply = (u64, Vec<(String, u64)>);
+}
+impl Handler<Totals> for WordCounter {
+    fn handle(&mut self, _: Totals, _: &mut Context<Self>) -> (u64, Vec<(String, u64)>) {
+        (self.lines, self.counts.iter().map(|(w, n)| (w.clone(), *n)).collect())
+    }
+}
+// ANCHOR_END: messages
+
+/// Checks that numbered messages from each sender arrive in order.
+#[derive(Default)]
+pub struct SeqCheck {
+    next: HashMap<u64, u64>,
+    received: u64,
+    out_of_order: u64,
+}
+impl Actor for SeqCheck {}
+
+/// Message `n` of sender `from` (numbers count up from 0).
+#[derive(Serialize, Deserialize)]
+pub struct Seq {
+    /// The sender.
+    pub from: u64,
+    /// Its number.
+    pub n: u64,
+}
+impl Message for Seq {
+    type Reply = ();
+}
+impl Handler<Seq> for SeqCheck {
+    fn handle(&mut self, s: Seq, _: &mut Context<Self>) {
+        self.received += 1;
+        let next = self.next.entry(s.from).or_insert(0);
+        if s.n != *next {
+            self.out_of_order += 1;
+        }
+        *next = s.n + 1;
+    }
+}
+
+/// Asks a [`SeqCheck`] for (received, out of order).
+#[derive(Serialize, Deserialize)]
+pub struct SeqReport;
+impl Message for SeqReport {
+    type Reply = (u64, u64);
+}
+impl Handler<SeqReport> for SeqCheck {
+    fn handle(&mut self, _: SeqReport, _: &mut Context<Self>) -> (u64, u64) {
+        (self.received, self.out_of_order)
+    }
+}
+
+/// Stops its node when told.
+pub struct Control(pub mpsc::Sender<()>);
+impl Actor for Control {}
+
+/// Stop the node.
+#[derive(Serialize, Deserialize)]
+pub struct Quit;
+impl Message for Quit {
+    type Reply = ();
+}
+impl Handler<Quit> for Control {
+    fn handle(&mut self, _: Quit, _: &mut Context<Self>) {
+        let _ = self.0.send(());
+    }
+}
+
+// ANCHOR: register
+/// Registers every message type that crosses nodes (on every node).
+pub fn register_all(node: &Node) {
+    node.register::<Pong, Ping>();
+    node.register::<WordCounter, Line>();
+    node.register::<WordCounter, Totals>();
+    node.register::<SeqCheck, Seq>();
+    node.register::<SeqCheck, SeqReport>();
+    node.register::<Control, Quit>();
+}
+// ANCHOR_END: register
+
+/// A worker's exported actors.
+pub struct Worker {
+    /// `pong`
+    pub pong: ActorRef<Pong>,
+    /// `words`
+    pub words: ActorRef<WordCounter>,
+    /// `seq`
+    pub seq: ActorRef<SeqCheck>,
+    /// Fires when `control` is told to quit.
+    pub quit: mpsc::Receiver<()>,
+}
+
+// ANCHOR: worker
+/// Spawns and exports a worker's actors on `node`.
+pub fn start_worker(system: &System, node: &Node) -> Result<Worker, SpawnError> {
+    let pong = system.spawn(Pong)?;
+    let words = system.spawn(WordCounter::default())?;
+    let seq = system.spawn(SeqCheck::default())?;
+    let (tx, quit) = mpsc::channel();
+    let control = system.spawn(Control(tx))?;
+    node.export("pong", &pong);
+    node.export("words", &words);
+    node.export("seq", &seq);
+    node.export("control", &control);
+    Ok(Worker { pong, words, seq, quit })
+}
+// ANCHOR_END: worker
