@@ -76,7 +76,12 @@ fn orchestrate() {
             .spawn()
             .expect("start a node")
     };
-    println!("cluster: starting n1 (driver), n2 and n3 (workers) on {}, {}, {}", addr(0), addr(1), addr(2));
+    println!(
+        "cluster: starting n1 (driver), n2 and n3 (workers) on {}, {}, {}",
+        addr(0),
+        addr(1),
+        addr(2)
+    );
     let mut n2 = spawn("n2", 1, addr(0), "worker");
     let mut n3 = spawn("n3", 2, addr(0), "worker");
     let mut n1 = spawn("n1", 0, format!("{},{}", addr(1), addr(2)), "driver");
@@ -122,7 +127,12 @@ fn run_node(name: &str, args: &[String]) {
             std::process::exit(2)
         });
     let seeds: Vec<SocketAddr> = flag(args, "--join")
-        .map(|j| j.split(',').filter(|s| !s.is_empty()).map(|s| s.parse().expect("a seed address")).collect())
+        .map(|j| {
+            j.split(',')
+                .filter(|s| !s.is_empty())
+                .map(|s| s.parse().expect("a seed address"))
+                .collect()
+        })
         .unwrap_or_default();
     let role = flag(args, "--role").unwrap_or_else(|| "worker".into());
     server::block_shutdown_signals();
@@ -198,10 +208,8 @@ fn driver(name: &str, node: &Node) -> i32 {
     println!("{name}: ping-pong {name} -> {}: 1000 round trips, median {} us", peers[0], rtts[500]);
 
     // A word count spread over every worker's `words`.
-    let counters: Vec<_> = peers
-        .iter()
-        .map(|p| node.lookup::<WordCounter>(p, "words", t).expect("words"))
-        .collect();
+    let counters: Vec<_> =
+        peers.iter().map(|p| node.lookup::<WordCounter>(p, "words", t).expect("words")).collect();
     let lines: Vec<String> = (0..300).map(|i| format!("{TEXT} line{}", i % 7)).collect();
     for (i, l) in lines.iter().enumerate() {
         counters[i % counters.len()].tell(Line(l.clone())).expect("tell");

@@ -1,0 +1,220 @@
+//! Multi-process cluster tests on loopback: the test process is one node,
+//! `cluster --role worker` child processes are the others. Every wait is
+//! bounded.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use ringmail::remote::{Node, NodeConfig, NodeEvent};
+use ringmail::{Actor, Context, Down, Handler, StopReason, System, TellError};
+use ringmail_examples::cluster::{self, Ping, Pong, Seq, SeqCheck, SeqReport};
+
+const SECRET: &str = "test-cluster-secret";
+const T: Duration = Duration::from_secs(20);
+
+struct Proc(Child);
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_addr() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+}
+
+fn worker(name: &str, listen: SocketAddr, secret: &str) -> Proc {
+    let child = Command::new(env!("CARGO_BIN_EXE_cluster"))
+        .args(["--name", name, "--listen", &listen.to_string(), "--role", "worker"])
+        .env("RINGMAIL_SECRET", secret)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start a worker node");
+    Proc(child)
+}
+
+fn me(system: &System, seeds: &[SocketAddr]) -> Node {
+    let cfg = NodeConfig::new("tester", "127.0.0.1:0".parse().unwrap(), SECRET)
+        .seeds(seeds.iter().copied());
+    let node = Node::start(system, cfg).unwrap();
+    cluster::register_all(&node);
+    node
+}
+
+/// Looks `name` up on `peer`, retrying while the peer has not exported it
+/// yet (it exports right after its node starts).
+fn lookup<A: Actor>(node: &Node, peer: &str, name: &str) -> ringmail::ActorRef<A> {
+    let deadline = Instant::now() + T;
+    loop {
+        match node.lookup::<A>(peer, name, T) {
+            Ok(r) => return r,
+            Err(e) if Instant::now() < deadline => {
+                let _ = e;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("lookup {name} on {peer}: {e}"),
+        }
+    }
+}
+
+struct Watcher(mpsc::Sender<(Down, Instant)>);
+impl Actor for Watcher {}
+impl Handler<Down> for Watcher {
+    fn handle(&mut self, d: Down, _: &mut Context<Self>) {
+        let _ = self.0.send((d, Instant::now()));
+    }
+}
+
+#[test]
+fn the_demo_runs_three_processes_and_exits_0() {
+    let out = Command::new(env!("CARGO_BIN_EXE_cluster")).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    for want in [
+        "n1: connected to n2, n3",
+        "1000 round trips",
+        "word count over 300 lines",
+        "all 3 nodes exited cleanly",
+    ] {
+        assert!(text.contains(want), "missing {want:?} in:\n{text}");
+    }
+}
+
+#[test]
+fn a_million_messages_between_two_processes_arrive_in_order() {
+    let addr = free_addr();
+    let _w = worker("w1", addr, SECRET);
+    let system = System::new();
+    let node = me(&system, &[addr]);
+    assert!(node.wait_for_peers(1, T), "the worker joins");
+    let seq = lookup::<SeqCheck>(&node, "w1", "seq");
+    let pong = lookup::<Pong>(&node, "w1", "pong");
+    assert_eq!(pong.ask(Ping(7), T).unwrap(), 7, "remote ask");
+    const N: u64 = 1_000_000;
+    ringmail::batched(|| {
+        for n in 0..N {
+            seq.tell(Seq { from: 1, n }).unwrap();
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let (received, out_of_order) = seq.ask(SeqReport, T).unwrap();
+        assert_eq!(out_of_order, 0, "per-sender order across the wire");
+        if received == N {
+            break;
+        }
+        assert!(Instant::now() < deadline, "only {received} of {N} arrived");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(node.stats().in_doubt, 0);
+    system.shutdown();
+}
+
+#[test]
+fn kill_9_fires_monitors_in_bound_and_a_restart_is_a_new_incarnation() {
+    let addr = free_addr();
+    let mut w = worker("w2", addr, SECRET);
+    let system = System::new();
+    let node = me(&system, &[addr]);
+    let events = node.events();
+    assert!(node.wait_for_peers(1, T));
+    let old_inc = node.peers()[0].1;
+    let first = events.recv_timeout(T).unwrap();
+    assert_eq!(first, NodeEvent::Up { name: "w2".into(), incarnation: old_inc });
+    let pong = lookup::<Pong>(&node, "w2", "pong");
+    let seq = lookup::<SeqCheck>(&node, "w2", "seq");
+    seq.tell(Seq { from: 9, n: 0 }).unwrap();
+    assert_eq!(seq.ask(SeqReport, T).unwrap(), (1, 0));
+    let (tx, rx) = mpsc::channel();
+    let watcher = system.spawn(Watcher(tx)).unwrap();
+    pong.monitor(&watcher);
+    seq.monitor(&watcher);
+
+    let killed = Instant::now();
+    w.0.kill().unwrap(); // SIGKILL
+    w.0.wait().unwrap();
+    let bound = NodeConfig::new("x", addr, "s").detection_bound();
+    for _ in 0..2 {
+        let (down, at) = rx.recv_timeout(T).expect("a DOWN per monitored actor");
+        assert_eq!(down.reason, StopReason::NodeDown("w2".into()));
+        assert!(at - killed <= bound, "DOWN after {:?}, bound {bound:?}", at - killed);
+    }
+    assert!(rx.recv_timeout(Duration::from_millis(300)).is_err(), "exactly one DOWN per monitor");
+    let down = events.recv_timeout(T).unwrap();
+    assert!(matches!(down, NodeEvent::Down { ref name, .. } if name == "w2"), "{down:?}");
+
+    // Messages to the dead incarnation fail; they never reach its successor.
+    assert!(matches!(seq.tell(Seq { from: 9, n: 1 }), Err(TellError::Stopped(_))));
+    let _w = worker("w2", addr, SECRET); // same address, new process
+    let up = events.recv_timeout(T).expect("the restarted node comes back");
+    let NodeEvent::Up { name, incarnation } = up else { panic!("{up:?}") };
+    assert_eq!(name, "w2");
+    assert_ne!(incarnation, old_inc, "a restart is a new incarnation");
+    assert!(matches!(seq.tell(Seq { from: 9, n: 2 }), Err(TellError::Stopped(_))));
+    let seq2 = lookup::<SeqCheck>(&node, "w2", "seq");
+    assert_eq!(seq2.ask(SeqReport, T).unwrap(), (0, 0), "nothing meant for the old one");
+    system.shutdown();
+}
+
+#[test]
+fn a_wrong_secret_is_rejected() {
+    let addr = free_addr();
+    let _w = worker("w3", addr, "another-secret");
+    let system = System::new();
+    let node = me(&system, &[addr]);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while node.stats().handshakes_failed == 0 {
+        assert!(Instant::now() < deadline, "the handshake never failed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(node.peers().is_empty(), "no peer with a wrong secret");
+    system.shutdown();
+}
+
+/// Sends `bytes` on a fresh connection to `addr`; true if the node closes it.
+fn closed_after(addr: SocketAddr, bytes: &[u8], within: Duration) -> bool {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(within)).unwrap();
+    let _ = s.write_all(bytes);
+    let mut buf = [0u8; 256];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue, // a Welcome, say
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+            Err(_) => return false, // still open after `within`
+        }
+    }
+}
+
+#[test]
+fn hostile_bytes_close_only_their_own_connection() {
+    let addr = free_addr();
+    let _w = worker("w4", addr, SECRET);
+    let system = System::new();
+    let node = me(&system, &[addr]);
+    assert!(node.wait_for_peers(1, T));
+    let pong = lookup::<Pong>(&node, "w4", "pong");
+    // Oversize: a length far over the handshake limit, refused before allocating.
+    assert!(closed_after(addr, &u32::MAX.to_be_bytes(), Duration::from_secs(5)));
+    // Garbage: a plausible length, then bytes that are no frame.
+    let mut garbage = 16u32.to_be_bytes().to_vec();
+    garbage.extend_from_slice(&[0xff; 16]);
+    assert!(closed_after(addr, &garbage, Duration::from_secs(5)));
+    // Truncated: half a frame, then silence: the handshake times out.
+    let mut truncated = 100u32.to_be_bytes().to_vec();
+    truncated.extend_from_slice(&[0; 10]);
+    assert!(closed_after(addr, &truncated, Duration::from_secs(10)));
+    // The cluster connection never noticed.
+    assert_eq!(node.peers().len(), 1);
+    for i in 0..100 {
+        assert_eq!(pong.ask(Ping(i), T).unwrap(), i);
+    }
+    assert!(pong.is_alive());
+    system.shutdown();
+}
