@@ -29,8 +29,10 @@ USAGE:
   --name NAME     this node's name (unique in the cluster)
   --listen ADDR   where to listen, e.g. 127.0.0.1:7100
   --join ADDRS    seed nodes to join through, comma-separated
-  --role ROLE     worker (default: exports pong, words, seq, control and waits)
-                  or driver (finds the workers, runs the demo, stops them)
+  --role ROLE     worker (default: exports pong, words, seq, control and waits),
+                  driver (finds the workers, runs the demo, stops them), or
+                  watch (monitors the first peer's pong and prints every
+                  DOWN and peer event until Ctrl-C / SIGTERM)
   --help          this text
 
 A worker stops on Ctrl-C, SIGTERM, or a Quit sent to its `control` actor.";
@@ -152,6 +154,7 @@ fn run_node(name: &str, args: &[String]) {
     let code = match role.as_str() {
         "worker" => worker(name, &system, &node),
         "driver" => driver(name, &node),
+        "watch" => watch(name, &system, &node),
         other => {
             eprintln!("{name}: unknown role {other}");
             2
@@ -183,6 +186,51 @@ fn worker(name: &str, system: &System, node: &Node) -> i32 {
     let why = rx.recv().unwrap_or_default();
     println!("{name}: stopping ({why})");
     0
+}
+
+/// Prints DOWNs of the monitored actor.
+struct Printer(String);
+impl ringmail::Actor for Printer {}
+impl ringmail::Handler<ringmail::Down> for Printer {
+    fn handle(&mut self, d: ringmail::Down, _: &mut ringmail::Context<Self>) {
+        println!("{}: DOWN {:?}", self.0, d.reason);
+    }
+}
+
+fn watch(name: &str, system: &System, node: &Node) -> i32 {
+    let events = node.events();
+    if !node.wait_for_peers(1, Duration::from_secs(20)) {
+        eprintln!("{name}: no peer showed up");
+        return 1;
+    }
+    let peer = node.peers()[0].0.clone();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let pong = loop {
+        match node.lookup::<Pong>(&peer, "pong", Duration::from_secs(5)) {
+            Ok(p) => break p,
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => {
+                eprintln!("{name}: lookup pong on {peer}: {e}");
+                return 1;
+            }
+        }
+    };
+    let printer = system.spawn(Printer(name.to_string())).expect("spawn");
+    pong.monitor(&printer);
+    println!("{name}: monitoring pong on {peer}");
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        server::wait_for_shutdown_signal();
+        let _ = tx.send(());
+    });
+    loop {
+        if rx.try_recv().is_ok() {
+            return 0;
+        }
+        if let Ok(ev) = events.recv_timeout(Duration::from_millis(20)) {
+            println!("{name}: event {ev:?}");
+        }
+    }
 }
 
 // ANCHOR: driver
