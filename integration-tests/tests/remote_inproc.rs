@@ -134,3 +134,50 @@ fn a_wrong_secret_is_refused_before_any_message() {
     assert!(a.stats().handshakes_failed + b.stats().handshakes_failed > 0);
     system.shutdown();
 }
+
+#[test]
+fn a_flood_of_unauthenticated_connections_stays_under_the_cap() {
+    let system = System::new();
+    let cap = 8;
+    let a = Node::start(
+        &system,
+        NodeConfig::new("a", loopback(), "secret").handshakes(Duration::from_millis(500), cap),
+    )
+    .unwrap();
+    let b =
+        Node::start(&system, NodeConfig::new("b", loopback(), "secret").seeds([a.local_addr()]))
+            .unwrap();
+    register(&a);
+    register(&b);
+    let counter = system.spawn(Counter::default()).unwrap();
+    a.export("counter", &counter);
+    assert!(b.wait_for_peers(1, T));
+    let remote = b.lookup::<Counter>("a", "counter", T).unwrap();
+
+    // 300 connections that never say Hello, opened while traffic flows.
+    let addr = a.local_addr();
+    let flood = std::thread::spawn(move || {
+        let conns: Vec<_> =
+            (0..300).filter_map(|_| std::net::TcpStream::connect(addr).ok()).collect();
+        std::thread::sleep(Duration::from_millis(1500));
+        conns.len()
+    });
+    let mut max_pending = 0;
+    let t0 = std::time::Instant::now();
+    let mut i = 0;
+    while t0.elapsed() < Duration::from_millis(1500) {
+        remote.tell(Add(i)).unwrap();
+        i += 1;
+        max_pending = max_pending.max(a.stats().pending_handshakes);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(flood.join().unwrap(), 300);
+    let seen = remote.ask(Get, T).unwrap();
+    assert_eq!(seen, (0..i).collect::<Vec<_>>(), "cluster traffic went on, in order");
+    let s = a.stats();
+    assert!(max_pending <= cap as u64, "pending handshakes peaked at {max_pending}, cap {cap}");
+    assert!(s.handshakes_refused > 0, "connections over the cap were refused: {s:?}");
+    assert!(s.handshakes_failed > 0, "connections in handshake timed out: {s:?}");
+    assert_eq!(a.peers().len(), 1);
+    system.shutdown();
+}

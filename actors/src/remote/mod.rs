@@ -267,6 +267,9 @@ pub struct NodeStats {
     pub protocol_errors: u64,
     /// Messages for actors this node does not have (dead letters).
     pub unknown_target: u64,
+    /// Inbound connections in handshake right now (at most
+    /// [`NodeConfig::max_pending_handshakes`]).
+    pub pending_handshakes: u64,
 }
 
 #[derive(Default)]
@@ -278,6 +281,7 @@ pub(crate) struct Counters {
     pub(crate) handshakes_refused: AtomicU64,
     pub(crate) protocol_errors: AtomicU64,
     pub(crate) unknown_target: AtomicU64,
+    pub(crate) pending_handshakes: AtomicU64,
 }
 
 /// Installs a stop watcher on an exported actor.
@@ -488,6 +492,7 @@ impl Node {
             handshakes_refused: r(&c.handshakes_refused),
             protocol_errors: r(&c.protocol_errors),
             unknown_target: r(&c.unknown_target),
+            pending_handshakes: r(&c.pending_handshakes),
         }
     }
 

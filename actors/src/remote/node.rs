@@ -715,7 +715,7 @@ impl NodeActor {
         let cfg = self.shared.cfg.clone();
         let mut to_close = Vec::new();
         let mut to_ping = Vec::new();
-        let mut pending_in = 0;
+        let mut pending_in = 0u64;
         for l in self.links.values() {
             match l.state {
                 State::Closed => {}
@@ -737,7 +737,7 @@ impl NodeActor {
                 }
             }
         }
-        let _ = pending_in;
+        self.shared.counters.pending_handshakes.store(pending_in, Ordering::Relaxed);
         for (id, why) in to_close {
             let authenticated = self.links.get(&id).is_some_and(|l| l.peer.is_some());
             if !authenticated {
@@ -835,6 +835,8 @@ impl FdHandler<Inbound> for NodeActor {
             return; // dropping it closes the connection
         }
         self.add_link(fd, None, ctx);
+        let n = self.pending_inbound() as u64;
+        self.shared.counters.pending_handshakes.store(n, Ordering::Relaxed);
     }
 }
 
