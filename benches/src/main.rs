@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! cargo run --release -p ringmail-benches -- <case> [--quick] [--rounds N] [--json PATH]
-//! cases: ping-pong, throughput, msg-lat, fd-handoff, echo, kv, all
+//! cases: ping-pong, throughput, msg-lat, fd-handoff, echo, kv, remote, all
 //! ```
 
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -18,11 +18,13 @@ mod kv;
 mod msg_lat;
 mod ping_pong;
 mod raw;
+mod remote;
 mod throughput;
 
 use harness::Comparison;
 
-const CASES: [&str; 6] = ["ping-pong", "throughput", "msg-lat", "fd-handoff", "echo", "kv"];
+const CASES: [&str; 7] =
+    ["ping-pong", "throughput", "msg-lat", "fd-handoff", "echo", "kv", "remote"];
 
 fn machine_line() -> String {
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
@@ -54,6 +56,11 @@ fn usage() -> ! {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(case) = args.first().cloned() else { usage() };
+    if case == "--node-server" {
+        // The far side of the `remote` case, in its own process.
+        let port = |i: usize| args.get(i).and_then(|p| p.parse().ok()).unwrap_or_else(|| usage());
+        remote::serve(port(1), port(2));
+    }
     if case == "--kv-server" {
         // The Ringmail side of the `kv` case, in its own process.
         let port = args.get(1).and_then(|p| p.parse().ok()).unwrap_or_else(|| usage());
@@ -87,6 +94,7 @@ fn main() {
             "fd-handoff" => fd_handoff::run(quick, rounds),
             "echo" => echo::run(quick, rounds),
             "kv" => kv::run(quick, rounds),
+            "remote" => remote::run(quick, rounds),
             _ => unreachable!(),
         });
     }

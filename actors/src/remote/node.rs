@@ -279,16 +279,25 @@ impl NodeActor {
         }
     }
 
-    /// Queues a frame for the link's next sealed segment.
+    /// Queues a frame for the link's next sealed segment (sealing the
+    /// pending ones first when the segment would outgrow `max_frame`).
     fn queue(&mut self, link: u64, f: &Frame) -> bool {
         let max = self.shared.cfg.max_frame;
-        let Some(l) = self.links.get_mut(&link) else { return false };
-        if !matches!(l.state, State::Up { .. }) {
-            return false;
-        }
-        if let Err(e) = frame::encode(f, &mut l.pending, max) {
+        let NodeActor { links, conns, .. } = self;
+        let Some(l) = links.get_mut(&link) else { return false };
+        let State::Up { sealer, .. } = &mut l.state else { return false };
+        let before = l.pending.len();
+        if let Err(e) = frame::encode(f, &mut l.pending, max.saturating_sub(4)) {
             eprintln!("ringmail node {}: frame not sent: {e}", self.shared.cfg.name);
             return false;
+        }
+        if l.pending.len() > max {
+            // Full: what was pending leaves as one segment now.
+            let tail = l.pending.split_off(before);
+            let mut seg = Vec::with_capacity(l.pending.len() + frame::SEGMENT_OVERHEAD);
+            sealer.seal(&l.pending, &mut seg);
+            conns.write(l.conn, &seg);
+            l.pending = tail;
         }
         if !self.flush_queued {
             self.flush_queued = true;
