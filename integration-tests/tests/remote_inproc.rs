@@ -181,3 +181,51 @@ fn a_flood_of_unauthenticated_connections_stays_under_the_cap() {
     assert_eq!(a.peers().len(), 1);
     system.shutdown();
 }
+
+#[derive(Serialize, Deserialize)]
+struct Blob(Vec<u8>);
+impl Message for Blob {
+    type Reply = ();
+}
+impl Handler<Blob> for Counter {
+    fn handle(&mut self, Blob(b): Blob, _: &mut Context<Self>) {
+        self.seen.push(b.len() as u64);
+    }
+}
+
+#[test]
+fn many_large_messages_never_make_a_segment_over_the_limit() {
+    let system = System::new();
+    let max = 64 << 10;
+    let a = Node::start(&system, NodeConfig::new("a", loopback(), "s").max_frame(max)).unwrap();
+    let b = Node::start(
+        &system,
+        NodeConfig::new("b", loopback(), "s").max_frame(max).seeds([a.local_addr()]),
+    )
+    .unwrap();
+    for n in [&a, &b] {
+        register(n);
+        n.register::<Counter, Blob>();
+    }
+    let counter = system.spawn(Counter::default()).unwrap();
+    a.export("counter", &counter);
+    assert!(b.wait_for_peers(1, T));
+    let remote = b.lookup::<Counter>("a", "counter", T).unwrap();
+    // 200 messages of 40 KiB sent in one go: several segments per flush.
+    ringmail::batched(|| {
+        for i in 0..200u64 {
+            remote.tell(Blob(vec![i as u8; 40 << 10])).unwrap();
+        }
+    });
+    let seen = remote.ask(Get, T).unwrap();
+    assert_eq!(seen, vec![40 << 10; 200]);
+    assert_eq!(a.stats().protocol_errors + b.stats().protocol_errors, 0);
+    // One frame over the limit is refused at the sender (a dead letter),
+    // and the connection stays up.
+    let before = ringmail::dead_letters();
+    remote.tell(Blob(vec![0; max])).unwrap();
+    assert_eq!(remote.ask(Get, T).unwrap().len(), 200);
+    assert!(ringmail::dead_letters() > before);
+    assert_eq!(b.peers().len(), 1);
+    system.shutdown();
+}
