@@ -94,6 +94,11 @@ impl ActorShared {
         self.queued.fetch_sub(1, Ordering::AcqRel);
     }
 
+    /// Releases `n` capacity slots at once.
+    pub(crate) fn unreserve_n(&self, n: usize) {
+        self.queued.fetch_sub(n, Ordering::AcqRel);
+    }
+
     pub(crate) fn is_alive(&self) -> bool {
         self.alive.load(Ordering::Acquire)
     }

@@ -327,6 +327,8 @@ struct Conn {
     /// The in-flight send's buffer comes back here for reuse.
     spare: Vec<u8>,
     sending: bool,
+    /// Bytes of the send in flight.
+    in_flight: usize,
     receiving: bool,
     /// Closed by us (after `out` is sent) or by the peer.
     closing: bool,
@@ -361,6 +363,12 @@ impl Connections {
         Connections { conns: HashMap::new(), dirty: Vec::new(), next: 1, limit }
     }
 
+    /// Bytes written to `conn` that the kernel has not taken yet (queued
+    /// plus the send in flight); 0 for an unknown connection.
+    pub fn backlog(&self, conn: ConnId) -> usize {
+        self.conns.get(&conn.0).map_or(0, |c| c.out.len() + c.in_flight)
+    }
+
     /// Open connections.
     pub fn len(&self) -> usize {
         self.conns.len()
@@ -389,6 +397,7 @@ impl Connections {
                 out: Vec::new(),
                 spare: Vec::new(),
                 sending: false,
+                in_flight: 0,
                 receiving: true,
                 closing: false,
                 shut: false,
@@ -431,6 +440,7 @@ impl Connections {
             NetEvent::Sent(id, done) => {
                 let c = self.conns.get_mut(&id.0)?;
                 c.sending = false;
+                c.in_flight = 0;
                 let mut buf = done.buf.unwrap_or_default();
                 if done.result < 0 {
                     c.closing = true; // the peer is gone (EPIPE, ECONNRESET)
@@ -484,6 +494,7 @@ impl Connections {
             if !c.sending && !c.out.is_empty() {
                 let buf = std::mem::replace(&mut c.out, std::mem::take(&mut c.spare));
                 c.sending = true;
+                c.in_flight = buf.len();
                 ctx.io(IoOp::SendFixed { fd: c.fd.as_fixed(), buf }, move |d| {
                     NetEvent::Sent(ConnId(id), d)
                 });

@@ -221,12 +221,13 @@ impl Shard {
                     }
                     return true;
                 };
-                slot.shared().unreserve();
-                // A stand-in for a remote actor sends it over the wire.
+                // A stand-in for a remote actor sends it over the wire; it
+                // keeps the capacity slot until the bytes leave (backpressure).
                 let m = match slot.forward(m) {
                     Ok(()) => return true,
                     Err(m) => m,
                 };
+                slot.shared().unreserve();
                 match catch_unwind(AssertUnwindSafe(|| m.handle(slot.as_any()))) {
                     Ok(None) => {}
                     Ok(Some(reason)) => self.stop_actor(to, reason),

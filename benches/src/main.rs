@@ -5,6 +5,7 @@
 //! ```text
 //! cargo run --release -p ringmail-benches -- <case> [--quick] [--rounds N] [--json PATH]
 //! cases: ping-pong, throughput, msg-lat, fd-handoff, echo, kv, remote, all
+//! cargo run --release -p ringmail-benches -- soak [--secs N]
 //! ```
 
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -19,6 +20,7 @@ mod msg_lat;
 mod ping_pong;
 mod raw;
 mod remote;
+mod soak;
 mod throughput;
 
 use harness::Comparison;
@@ -47,7 +49,9 @@ fn usage() -> ! {
          cases: {} or all\n\
          --quick     a few seconds per case (to reproduce a row quickly)\n\
          --rounds N  interleaved rounds per comparison (default 3 quick, 5 full)\n\
-         --json PATH write every comparison as JSON",
+         --json PATH write every comparison as JSON\n\
+         soak [--secs N]  KV + 3-node cluster under random faults for N s (default 60),\n\
+         \x20                ending with `lost: N`; exit code 1 when anything was lost",
         CASES.join(", ")
     );
     std::process::exit(2)
@@ -56,6 +60,21 @@ fn usage() -> ! {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(case) = args.first().cloned() else { usage() };
+    if case == "soak" {
+        // Not a comparison: a bounded run under faults with an exact account.
+        let secs = args
+            .iter()
+            .position(|a| a == "--secs")
+            .and_then(|i| args.get(i + 1))
+            .map(|v| v.parse().unwrap_or_else(|_| usage()))
+            .unwrap_or(60);
+        std::process::exit(soak::run(secs));
+    }
+    if case == "--soak-node" {
+        let name = args.get(1).cloned().unwrap_or_else(|| usage());
+        let port = args.get(2).and_then(|p| p.parse().ok()).unwrap_or_else(|| usage());
+        soak::serve_node(&name, port);
+    }
     if case == "--node-server" {
         // The far side of the `remote` case, in its own process.
         let port = |i: usize| args.get(i).and_then(|p| p.parse().ok()).unwrap_or_else(|| usage());

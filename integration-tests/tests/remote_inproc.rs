@@ -229,3 +229,32 @@ fn many_large_messages_never_make_a_segment_over_the_limit() {
     assert_eq!(b.peers().len(), 1);
     system.shutdown();
 }
+
+#[test]
+fn a_dropped_connection_is_redialled_and_new_references_work() {
+    let system = System::new();
+    let a = Node::start(&system, NodeConfig::new("a", loopback(), "s")).unwrap();
+    let b = Node::start(&system, NodeConfig::new("b", loopback(), "s").seeds([a.local_addr()]))
+        .unwrap();
+    register(&a);
+    register(&b);
+    let counter = system.spawn(Counter::default()).unwrap();
+    a.export("counter", &counter);
+    assert!(b.wait_for_peers(1, T));
+    for round in 0..5u64 {
+        let remote = b.lookup::<Counter>("a", "counter", T).unwrap();
+        remote.tell(Add(round)).unwrap();
+        assert_eq!(remote.ask(Get, T).unwrap().last(), Some(&round));
+        let events = b.events();
+        b.disconnect("a");
+        assert!(matches!(events.recv_timeout(T).unwrap(), NodeEvent::Down { .. }));
+        assert!(remote.wait_stopped(T).is_some(), "references stop with the connection");
+        assert!(matches!(events.recv_timeout(T).unwrap(), NodeEvent::Up { .. }), "redialled");
+        // The old reference stays stopped; a new lookup gives a live one.
+        assert!(matches!(remote.tell(Add(99)), Err(ringmail::TellError::Stopped(_))));
+    }
+    let last = b.lookup::<Counter>("a", "counter", T).unwrap();
+    assert!(last.is_alive());
+    assert_eq!(last.ask(Get, T).unwrap(), vec![0, 1, 2, 3, 4]);
+    system.shutdown();
+}

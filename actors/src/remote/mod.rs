@@ -329,7 +329,23 @@ impl Node {
     /// Binds the listen address and starts the node's gateway shard, which
     /// dials the seeds.
     pub fn start(system: &System, cfg: NodeConfig) -> Result<Node, NodeError> {
-        let listener = TcpListener::bind(cfg.listen).map_err(NodeError::Listen)?;
+        // A node restarted on the same address may find it still bound for
+        // a moment: the kernel releases a dead process's io_uring (and the
+        // listening socket its pending accept holds) asynchronously. Retry
+        // for a few seconds before giving up.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let listener = loop {
+            match TcpListener::bind(cfg.listen) {
+                Ok(l) => break l,
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::AddrInUse
+                        && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => return Err(NodeError::Listen(e)),
+            }
+        };
         let listen = listener.local_addr().map_err(NodeError::Listen)?;
         let incarnation = ringmail_transport::wire::handshake::random_u64()
             .map_err(|e| NodeError::Random(e.to_string()))?;
@@ -432,7 +448,9 @@ impl Node {
         let gateway = self.actor.shard.clone();
         let key = (peer.to_string(), incarnation, remote_id);
         let mut proxies = crate::sync_lock(&self.shared.proxies);
-        if let Some(s) = proxies.get(&key).and_then(Weak::upgrade) {
+        // A live stand-in is shared; one stopped by a dropped connection
+        // (same incarnation) is replaced.
+        if let Some(s) = proxies.get(&key).and_then(Weak::upgrade).filter(|s| s.is_alive()) {
             return ActorRef { shared: s, shard: gateway, _a: std::marker::PhantomData };
         }
         proxies.retain(|_, w| w.strong_count() > 0);
@@ -445,6 +463,7 @@ impl Node {
         let stand_in = Proxy { shared: shared.clone(), node: self.actor.clone() };
         gateway.spawn_hosted(&shared, Box::new(stand_in));
         self.actor.deliver_forced(node::RegisterProxy {
+            shared: shared.clone(),
             proxy: shared.id,
             peer: peer.to_string(),
             incarnation,
@@ -494,6 +513,13 @@ impl Node {
             unknown_target: r(&c.unknown_target),
             pending_handshakes: r(&c.pending_handshakes),
         }
+    }
+
+    /// Drops the connection to `peer` now (an operator's tool, and a fault
+    /// to test against): the peer counts as down (references stop, what was
+    /// unacknowledged is in doubt) and is dialled again with backoff.
+    pub fn disconnect(&self, peer: &str) {
+        self.actor.deliver_forced(node::Disconnect(peer.to_string()));
     }
 
     /// Closes every connection and stops the node's actor (references to

@@ -38,6 +38,7 @@ impl Message for Outbound {
 
 /// A stand-in was made: bind it to its peer and remote actor.
 pub(crate) struct RegisterProxy {
+    pub(crate) shared: Arc<crate::actor_ref::ActorShared>,
     pub(crate) proxy: u64,
     pub(crate) peer: String,
     pub(crate) incarnation: u64,
@@ -95,6 +96,12 @@ impl Message for Dialed {
 /// An accepted connection (with its fd).
 struct Inbound;
 
+/// Drop the connection to a peer.
+pub(crate) struct Disconnect(pub(crate) String);
+impl Message for Disconnect {
+    type Reply = ();
+}
+
 /// The node's timer.
 struct Tick;
 impl Message for Tick {
@@ -145,9 +152,18 @@ struct Link {
     sent: u64,
     acked: u64,
     received: u64,
+    /// Capacity slots of stand-ins whose messages are queued on this link,
+    /// released once the link's unsent bytes are under `HIGH_WATER`.
+    owed: HashMap<u64, (Arc<crate::actor_ref::ActorShared>, usize)>,
 }
 
+/// Unsent bytes on a link above which stand-ins keep their capacity slots
+/// (so senders wait instead of queueing without bound).
+const HIGH_WATER: usize = 4 << 20;
+
 struct ProxyEntry {
+    /// Its capacity slots are released once its messages have left.
+    shared: Arc<crate::actor_ref::ActorShared>,
     peer: String,
     incarnation: u64,
     remote_id: u64,
@@ -264,6 +280,7 @@ impl NodeActor {
                 sent: 0,
                 acked: 0,
                 received: 0,
+                owed: HashMap::new(),
             },
         );
         self.by_conn.insert(conn, id);
@@ -321,6 +338,24 @@ impl NodeActor {
             l.pending.clear();
         }
         self.conns.flush(ctx);
+        self.release_owed();
+    }
+
+    /// Gives stand-ins their capacity back for links whose unsent bytes are
+    /// under the high-water mark (or that are closed: what they held is in
+    /// doubt or lost with them, and counted as such).
+    fn release_owed(&mut self) {
+        for l in self.links.values_mut() {
+            if l.owed.is_empty() {
+                continue;
+            }
+            let closed = matches!(l.state, State::Closed);
+            if closed || self.conns.backlog(l.conn) < HIGH_WATER {
+                for (_, (shared, n)) in l.owed.drain() {
+                    shared.unreserve_n(n);
+                }
+            }
+        }
     }
 
     /// Closes a link, with the reason (logged); a peer it carried goes down.
@@ -879,6 +914,7 @@ impl Handler<Dialed> for NodeActor {
 
 impl Handler<NetEvent> for NodeActor {
     fn handle(&mut self, ev: NetEvent, ctx: &mut Context<Self>) {
+        let sent = matches!(ev, NetEvent::Sent(..));
         match self.conns.handle(ev, ctx) {
             Some(Input::Data(conn, bytes)) => {
                 if let Some(&link) = self.by_conn.get(&conn) {
@@ -900,32 +936,45 @@ impl Handler<NetEvent> for NodeActor {
                         }
                         self.peer_down(link, "connection closed by the peer");
                     }
-                    self.links.remove(&link);
+                    if let Some(mut l) = self.links.remove(&link) {
+                        for (_, (shared, n)) in l.owed.drain() {
+                            shared.unreserve_n(n);
+                        }
+                    }
                 }
             }
             None => {}
         }
         self.conns.flush(ctx);
+        if sent {
+            self.release_owed();
+        }
     }
 }
 
 impl Handler<Outbound> for NodeActor {
-    fn handle(&mut self, o: Outbound, _ctx: &mut Context<Self>) {
+    fn handle(&mut self, o: Outbound, ctx: &mut Context<Self>) {
         let Some(p) = self.proxies.get(&o.proxy) else {
-            crate::dead_letter(); // its node went down: an ask gets NoReply
+            // Its node went down (an ask gets NoReply); the stand-in is
+            // stopping and its capacity no longer matters.
+            crate::dead_letter();
             return;
         };
+        let shared = p.shared.clone();
         let Some(&link) = self.up.get(&p.peer) else {
+            shared.unreserve();
             crate::dead_letter();
             return;
         };
         let current = self.links.get(&link).and_then(|l| l.peer.as_ref()).map(|x| x.1);
         if current != Some(p.incarnation) {
+            shared.unreserve();
             crate::dead_letter(); // never to a newer incarnation
             return;
         }
         let remote_id = p.remote_id;
         let Some(codec) = self.shared.codecs.for_msg(o.msg.msg_type()) else {
+            shared.unreserve();
             eprintln!(
                 "ringmail node {}: a message type is not registered (Node::register): dead letter",
                 self.shared.cfg.name
@@ -937,6 +986,7 @@ impl Handler<Outbound> for NodeActor {
         let payload = match (codec.encode)(&*msg) {
             Ok(p) => p,
             Err(e) => {
+                shared.unreserve();
                 eprintln!("ringmail node {}: a message does not encode: {e}", self.shared.cfg.name);
                 crate::dead_letter();
                 return;
@@ -954,11 +1004,14 @@ impl Handler<Outbound> for NodeActor {
         if self.queue(link, &f) {
             if let Some(l) = self.links.get_mut(&link) {
                 l.sent += 1;
+                l.owed.entry(o.proxy).or_insert((shared, 0)).1 += 1;
             }
             self.shared.counters.sent.fetch_add(1, Ordering::Relaxed);
         } else {
+            shared.unreserve();
             crate::dead_letter();
         }
+        let _ = ctx;
     }
 }
 
@@ -971,12 +1024,18 @@ impl Handler<RegisterProxy> for NodeActor {
             .and_then(|l| l.peer.as_ref())
             .is_some_and(|p| p.1 == r.incarnation);
         if !live {
+            // Whatever it already forwarded was a dead letter and released.
             self.stop_proxy(r.proxy, StopReason::NodeDown(r.peer));
             return;
         }
         self.proxies.insert(
             r.proxy,
-            ProxyEntry { peer: r.peer, incarnation: r.incarnation, remote_id: r.remote_id },
+            ProxyEntry {
+                shared: r.shared,
+                peer: r.peer,
+                incarnation: r.incarnation,
+                remote_id: r.remote_id,
+            },
         );
     }
 }
@@ -1005,6 +1064,14 @@ impl Handler<ExportStopped> for NodeActor {
     fn handle(&mut self, s: ExportStopped, _ctx: &mut Context<Self>) {
         for link in self.watchers.remove(&s.id).unwrap_or_default() {
             self.queue(link, &Frame::Stopped { id: s.id, reason: s.reason.clone() });
+        }
+    }
+}
+
+impl Handler<Disconnect> for NodeActor {
+    fn handle(&mut self, Disconnect(peer): Disconnect, ctx: &mut Context<Self>) {
+        if let Some(&link) = self.up.get(&peer) {
+            self.close(link, "disconnected on request", ctx);
         }
     }
 }
