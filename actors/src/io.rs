@@ -196,6 +196,12 @@ impl PendingIo {
         p
     }
 
+    /// True when the kernel may read or write memory this op owns (a
+    /// buffer or a timespec): then it must not be freed while pending.
+    pub(crate) fn holds_memory(&self) -> bool {
+        self.buf.is_some() || self._ts.is_some()
+    }
+
     /// The SQE; its pointers are into `self`'s buffer or timespec.
     pub(crate) fn entry(&self) -> squeue::Entry {
         self.entry.clone()

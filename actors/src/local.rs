@@ -308,11 +308,33 @@ pub(crate) fn init_shard(
 pub(crate) fn teardown() {
     let ctx = CTX.with(|c| c.borrow_mut().take());
     if let Some(mut ctx) = ctx {
-        // I/O still pending may be running in the kernel (the ring file lives
-        // on while addresses hold its duplicate fd): its buffers must never
-        // be freed. Leak them (bounded by what was pending at shutdown).
+        // Cancel the I/O still pending and take in its completions, so its
+        // memory can be freed (bounded wait).
+        if !ctx.io.is_empty() {
+            const CANCEL_TOKEN: u64 = (1 << 61) - 1;
+            let cancel = opcode::AsyncCancel2::new(types::CancelBuilder::any()).build();
+            // SAFETY: a cancel references no memory; no link flags.
+            let _ = unsafe { ctx.ring.push_io(cancel, CANCEL_TOKEN) };
+            let deadline = Instant::now() + Duration::from_millis(500);
+            let mut evs = Vec::new();
+            while !ctx.io.is_empty() && Instant::now() < deadline {
+                if ctx.ring.wait(&mut evs, Some(Duration::from_millis(10))).is_err() {
+                    break;
+                }
+                for e in evs.drain(..) {
+                    if let Event::Io { token, .. } = e {
+                        drop(ctx.io.remove(&token)); // completed: the kernel is done with it
+                    }
+                }
+            }
+        }
+        // Still pending after that: the ring file may outlive us (addresses
+        // hold its duplicate fd), so an op's buffer must never be freed;
+        // ops that own no memory the kernel touches are freed.
         for (_, p) in ctx.io.drain() {
-            std::mem::forget(p);
+            if p.holds_memory() {
+                std::mem::forget(p);
+            }
         }
         ctx.multi.clear(); // their buffers are the ring's own, unregistered at its drop
         drop(ctx); // envelopes dropped here may reply: CTX is empty, they fail cleanly
