@@ -1,0 +1,81 @@
+//! `Connections` protects a worker from a client that never reads: past
+//! the output limit the connection is closed, and other connections are
+//! served as before.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use ringmail::net::{Acceptor, Connections, Input, NetEvent, NewConnection};
+use ringmail::transport::{FixedFd, RingConfig};
+use ringmail::{Actor, Context, FdHandler, Handler, Message, System, SystemConfig};
+
+/// Answers every received byte with 256 KiB.
+struct Firehose {
+    conns: Connections,
+}
+impl Actor for Firehose {}
+impl FdHandler<NewConnection> for Firehose {
+    fn handle_fd(&mut self, _: NewConnection, fd: FixedFd, ctx: &mut Context<Self>) {
+        self.conns.add(fd, ctx).unwrap();
+    }
+}
+impl Handler<NetEvent> for Firehose {
+    fn handle(&mut self, ev: NetEvent, ctx: &mut Context<Self>) {
+        if let Some(Input::Data(c, bytes)) = self.conns.handle(ev, ctx) {
+            for _ in 0..bytes.len() {
+                self.conns.write(c, &[b'x'; 256 << 10]);
+            }
+        }
+        self.conns.flush(ctx);
+    }
+}
+struct Open;
+impl Message for Open {
+    type Reply = usize;
+}
+impl Handler<Open> for Firehose {
+    fn handle(&mut self, _: Open, _: &mut Context<Self>) -> usize {
+        self.conns.len()
+    }
+}
+
+#[test]
+fn a_client_that_never_reads_is_disconnected_at_the_output_limit() {
+    let ring = RingConfig::default().cq_entries(4096).io_reserve(2048);
+    let system = System::with_config(SystemConfig::default().ring(ring));
+    let w = system.spawn(Firehose { conns: Connections::with_output_limit(4 << 20) }).unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let _acceptor = system.spawn(Acceptor::new(listener, vec![w.clone()])).unwrap();
+
+    // This one reads what it asked for.
+    let mut polite = TcpStream::connect(addr).unwrap();
+    polite.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    // This one asks for 64 x 256 KiB = 16 MiB and never reads.
+    let mut greedy = TcpStream::connect(addr).unwrap();
+    greedy.write_all(&[0u8; 64]).unwrap();
+
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while w.ask(Open, Duration::from_secs(5)).unwrap() != 1 {
+        assert!(Instant::now() < deadline, "the greedy client was never disconnected");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Its connection is gone: reading ends (EOF or reset) after what was sent.
+    greedy.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut sink = vec![0u8; 1 << 20];
+    let mut total = 0usize;
+    loop {
+        match greedy.read(&mut sink) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => total += n,
+        }
+    }
+    assert!(total < 16 << 20, "it did not get everything it asked for ({total} bytes)");
+    // The polite one is served as before.
+    polite.write_all(&[1]).unwrap();
+    let mut got = vec![0u8; 256 << 10];
+    polite.read_exact(&mut got).unwrap();
+    assert!(got.iter().all(|&b| b == b'x'));
+    system.shutdown();
+}
