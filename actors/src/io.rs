@@ -73,6 +73,11 @@ pub enum IoOp {
         /// The socket's slot.
         fd: types::Fixed,
     },
+    /// `fsync` of a file.
+    Fsync {
+        /// The file.
+        fd: RawFd,
+    },
     /// Completes after `after` (result `-ETIME`).
     Timeout {
         /// The delay.
@@ -180,6 +185,7 @@ impl PendingIo {
                 const SHUT_RDWR: i32 = 2;
                 opcode::Shutdown::new(fd, SHUT_RDWR).build()
             }
+            IoOp::Fsync { fd } => opcode::Fsync::new(types::Fd(fd)).build(),
             IoOp::Accept { fd } => {
                 opcode::Accept::new(types::Fd(fd), std::ptr::null_mut(), std::ptr::null_mut())
                     .flags(libc_cloexec())

@@ -208,3 +208,50 @@ fn malformed_input_closes_only_its_own_connection() {
     assert_eq!(good.get::<_, String>("keep").unwrap(), "me");
     system.shutdown();
 }
+
+#[test]
+fn the_append_only_file_survives_a_restart_with_another_ring_count() {
+    use ringmail_examples::kv::server::start_with;
+    let dir = std::env::temp_dir().join(format!("ringmail-aof-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("kv.aof");
+    let start = |rings: usize| {
+        let system = System::with_config(server::server_config());
+        let (listener, _) = server::listen(0).unwrap();
+        let srv = start_with(&system, listener, rings, Some(&path)).unwrap();
+        (system, srv)
+    };
+    {
+        let (system, srv) = start(2);
+        let mut c = client(&srv);
+        for i in 0..200 {
+            let _: () = c.set(format!("k{i}"), i).unwrap();
+        }
+        let _: () = cmd("MSET").arg("a").arg("1").arg("b").arg("2").query(&mut c).unwrap();
+        assert_eq!(cmd("INCRBY").arg("a").arg(41).query::<i64>(&mut c).unwrap(), 42);
+        assert_eq!(cmd("APPEND").arg("b").arg("x").query::<i64>(&mut c).unwrap(), 2);
+        assert_eq!(cmd("DEL").arg("k0").arg("k1").query::<i64>(&mut c).unwrap(), 2);
+        let _: () = cmd("SET").arg("ttl").arg("v").arg("EX").arg(1000).query(&mut c).unwrap();
+        let _: () = cmd("SET").arg("gone").arg("v").arg("PX").arg(100).query(&mut c).unwrap();
+        assert!(c.expire::<_, bool>("k2", 0).unwrap(), "an EXPIRE to the past deletes");
+        assert!(srv.sync_aof(Duration::from_secs(10)), "the logs are written and synced");
+        system.shutdown();
+    }
+    std::thread::sleep(Duration::from_millis(200)); // `gone` expires meanwhile
+    let (system, srv) = start(3);
+    let mut c = client(&srv);
+    assert_eq!(cmd("DBSIZE").query::<i64>(&mut c).unwrap(), 197 + 3);
+    assert_eq!(c.get::<_, i64>("a").unwrap(), 42);
+    assert_eq!(c.get::<_, String>("b").unwrap(), "2x");
+    assert_eq!(c.get::<_, Option<String>>("k0").unwrap(), None);
+    assert_eq!(c.get::<_, Option<String>>("k2").unwrap(), None);
+    assert_eq!(c.get::<_, i64>("k199").unwrap(), 199);
+    assert_eq!(c.get::<_, Option<String>>("gone").unwrap(), None, "expiry is absolute");
+    let ttl: i64 = c.ttl("ttl").unwrap();
+    assert!((990..=1000).contains(&ttl), "{ttl}");
+    system.shutdown();
+    // The rewrite left one file per current shard.
+    assert!(ringmail_examples::kv::aof::shard_file(&path, 2).exists());
+    assert!(!ringmail_examples::kv::aof::shard_file(&path, 3).exists());
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -12,11 +12,13 @@ use ringmail_examples::{arg, kv, server};
 const HELP: &str = "\
 kv: a Ringmail key-value server speaking RESP2 (redis-cli and Redis clients work)
 
-USAGE: kv [--port N] [--workers N]
+USAGE: kv [--port N] [--workers N] [--aof PATH]
 
   --port N      TCP port on 127.0.0.1 (default 6380; 0: a free port, printed)
   --workers N   rings, each with a connection worker and a keyspace shard
                 (default: one per CPU)
+  --aof PATH    persist writes to PATH.<shard> files (appended through each
+                shard's ring, fsync once a second) and replay them at start
   --help        this text
 
 Stops cleanly on Ctrl-C or SIGTERM.";
@@ -36,15 +38,24 @@ fn main() {
         eprintln!("kv: cannot listen on port {port}: {e}");
         std::process::exit(1);
     });
-    let srv = kv::server::start(&system, listener, workers).unwrap_or_else(|e| {
-        eprintln!("kv: cannot start: {e}");
-        std::process::exit(1);
-    });
+    let aof: Option<std::path::PathBuf> = args
+        .iter()
+        .position(|a| a == "--aof")
+        .and_then(|i| args.get(i + 1))
+        .map(std::path::PathBuf::from);
+    let srv =
+        kv::server::start_with(&system, listener, workers, aof.as_deref()).unwrap_or_else(|e| {
+            eprintln!("kv: cannot start: {e}");
+            std::process::exit(1);
+        });
     println!(
         "kv: listening on {addr} with {workers} rings (try: redis-cli -p {}) (Ctrl-C to stop)",
         addr.port()
     );
     let sig = server::wait_for_shutdown_signal();
+    if aof.is_some() && !srv.sync_aof(std::time::Duration::from_secs(10)) {
+        eprintln!("kv: the append-only files could not be synced within 10 s");
+    }
     let s = &srv.stats;
     use std::sync::atomic::Ordering::Relaxed;
     println!(

@@ -55,7 +55,44 @@ fn int(b: &[u8]) -> Option<i64> {
     std::str::from_utf8(b).ok()?.parse().ok()
 }
 
+/// Milliseconds since the Unix epoch, now.
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 impl Keyspace {
+    /// When `key` expires, in Unix milliseconds (`None`: it does not, or
+    /// it does not exist).
+    pub fn expires_at_unix_ms(&mut self, key: &[u8], now: Instant) -> Option<u64> {
+        let t = self.live(key, now)?.expires?;
+        Some(unix_ms() + t.saturating_duration_since(now).as_millis() as u64)
+    }
+
+    /// Whether `key` exists now.
+    pub fn contains(&mut self, key: &[u8], now: Instant) -> bool {
+        self.live(key, now).is_some()
+    }
+
+    /// The commands that rebuild this keyspace: `SET k v` (and `PEXPIREAT k
+    /// ms` for keys with a deadline), for every live key.
+    pub fn dump(&mut self, now: Instant) -> Vec<Vec<Vec<u8>>> {
+        let unix_now = unix_ms();
+        let mut out = Vec::new();
+        for (k, e) in &self.map {
+            if e.expires.is_some_and(|t| t <= now) {
+                continue;
+            }
+            out.push(vec![b"SET".to_vec(), k.clone(), e.value.clone()]);
+            if let Some(t) = e.expires {
+                let at = unix_now + t.saturating_duration_since(now).as_millis() as u64;
+                out.push(vec![b"PEXPIREAT".to_vec(), k.clone(), at.to_string().into_bytes()]);
+            }
+        }
+        out
+    }
+
     /// Keys currently stored (expired ones may still count until touched).
     pub fn len(&self) -> usize {
         self.map.len()
@@ -169,6 +206,24 @@ impl Keyspace {
                             }
                             None => err("ERR invalid expire time in 'expire' command"),
                         },
+                    },
+                },
+                _ => arity(&cmd),
+            },
+            "pexpireat" => match a {
+                [k, ms] => match int(ms) {
+                    None => err(NOT_INT),
+                    Some(ms) => match self.live(k, now) {
+                        None => Reply::Int(0),
+                        Some(e) => {
+                            let unix_now = unix_ms();
+                            if ms <= unix_now as i64 {
+                                self.map.remove(k);
+                            } else {
+                                e.expires = Some(now + Duration::from_millis(ms as u64 - unix_now));
+                            }
+                            Reply::Int(1)
+                        }
                     },
                 },
                 _ => arity(&cmd),

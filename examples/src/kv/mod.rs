@@ -1,8 +1,9 @@
 //! The key-value service: a RESP2 parser/encoder ([`resp`]), the command
 //! engine over one keyspace partition ([`engine`]), and the service as an
 //! actor graph ([`server`]: an acceptor, connection workers, keyspace
-//! shards).
+//! shards), with optional append-only persistence ([`aof`]).
 
+pub mod aof;
 pub mod engine;
 pub mod resp;
 pub mod server;

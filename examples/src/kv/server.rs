@@ -30,6 +30,7 @@ use ringmail::net::{Acceptor, AcceptorStats, ConnId, Connections, Input, NetEven
 use ringmail::transport::FixedFd;
 use ringmail::{Actor, ActorRef, Context, FdHandler, Handler, Message, SpawnError, System};
 
+use super::aof::{Aof, AofIo};
 use super::engine::Keyspace;
 use super::resp::{self, Limits, Parsed, Reply};
 
@@ -56,9 +57,58 @@ pub struct Req {
 /// One partition of the keyspace, on one ring.
 pub struct KeyShard {
     space: Keyspace,
+    aof: Option<Aof>,
 }
 
-impl Actor for KeyShard {}
+/// Once a second: fsync the log if something was written.
+struct AofTick;
+impl Message for AofTick {
+    type Reply = ();
+}
+
+/// Asks a shard whether its log is fully written and synced.
+pub struct AofIdle;
+impl Message for AofIdle {
+    type Reply = bool;
+}
+
+impl Actor for KeyShard {
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        if self.aof.is_some() {
+            ctx.send_interval(std::time::Duration::from_secs(1), || AofTick);
+        }
+    }
+}
+
+impl Handler<AofIo> for KeyShard {
+    fn handle(&mut self, io: AofIo, ctx: &mut Context<Self>) {
+        if let Some(aof) = self.aof.as_mut() {
+            aof.done(io, ctx);
+        }
+    }
+}
+
+impl Handler<AofTick> for KeyShard {
+    fn handle(&mut self, _: AofTick, ctx: &mut Context<Self>) {
+        if let Some(aof) = self.aof.as_mut() {
+            aof.kick(ctx);
+            aof.sync(ctx);
+        }
+    }
+}
+
+impl Handler<AofIdle> for KeyShard {
+    fn handle(&mut self, _: AofIdle, ctx: &mut Context<Self>) -> bool {
+        match self.aof.as_mut() {
+            Some(aof) => {
+                aof.kick(ctx);
+                aof.sync(ctx);
+                aof.idle()
+            }
+            None => true,
+        }
+    }
+}
 
 /// Requests from one worker, executed in order; the replies go back in one message.
 pub struct Batch {
@@ -73,15 +123,22 @@ impl Message for Batch {
 
 impl Handler<Batch> for KeyShard {
     fn handle(&mut self, batch: Batch, _ctx: &mut Context<Self>) {
+        let _ctx: &Context<Self> = _ctx;
         let now = Instant::now();
         let replies: Vec<(ConnId, u64, u32, Reply)> = batch
             .reqs
             .into_iter()
             .map(|r| {
                 let reply = self.space.execute(&r.args, now).unwrap_or(Reply::Nil);
+                if let Some(aof) = self.aof.as_mut() {
+                    aof.record(&mut self.space, &r.args, &reply, now);
+                }
                 (r.conn, r.seq, r.part, reply)
             })
             .collect();
+        if let Some(aof) = self.aof.as_mut() {
+            aof.kick(_ctx);
+        }
         // Waits for room rather than dropping; a stopped worker's replies
         // are dead letters (its clients are gone).
         let _ = batch.from.tell(Replies(replies));
@@ -427,7 +484,12 @@ impl KvWorker {
 impl KeyShard {
     /// An empty partition.
     pub fn new() -> Self {
-        KeyShard { space: Keyspace::default() }
+        KeyShard { space: Keyspace::default(), aof: None }
+    }
+
+    /// A partition with this content, logging to `aof`.
+    pub fn with(space: Keyspace, aof: Option<Aof>) -> Self {
+        KeyShard { space, aof }
     }
 }
 
@@ -451,20 +513,88 @@ pub struct KvServer {
     pub shards: Vec<ActorRef<KeyShard>>,
 }
 
+impl KvServer {
+    /// Waits until every shard's log is written and synced (before a clean
+    /// shutdown); false if that took longer than `timeout`.
+    pub fn sync_aof(&self, timeout: std::time::Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let idle = self.shards.iter().all(|s| s.ask(AofIdle, timeout).unwrap_or(true));
+            if idle {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+}
+
+/// The KV service could not start.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum StartError {
+    /// A shard could not start.
+    Spawn(SpawnError),
+    /// The append-only files could not be read or rewritten.
+    Aof(std::io::Error),
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartError::Spawn(e) => write!(f, "{e}"),
+            StartError::Aof(e) => write!(f, "append-only file: {e}"),
+        }
+    }
+}
+impl std::error::Error for StartError {}
+
+/// Starts the KV service without persistence (see [`start_with`]).
+pub fn start(system: &System, listener: TcpListener, rings: usize) -> Result<KvServer, SpawnError> {
+    start_with(system, listener, rings, None).map_err(|e| match e {
+        StartError::Spawn(e) => e,
+        StartError::Aof(_) => unreachable!("no AOF was asked for"),
+    })
+}
+
 // ANCHOR: start
 /// Starts the KV service on `listener` with `rings` rings, each hosting
-/// one worker and one keyspace shard, plus the acceptor's own ring.
-pub fn start(system: &System, listener: TcpListener, rings: usize) -> Result<KvServer, SpawnError> {
+/// one worker and one keyspace shard, plus the acceptor's own ring. With
+/// `aof`, the keyspace is first rebuilt from the `aof.<n>` files and every
+/// shard logs its writes (see [`super::aof`]).
+pub fn start_with(
+    system: &System,
+    listener: TcpListener,
+    rings: usize,
+    aof: Option<&std::path::Path>,
+) -> Result<KvServer, StartError> {
     let addr = listener.local_addr().expect("a bound listener");
+    let n = rings.max(1);
+    let mut spaces: Vec<Keyspace> = (0..n).map(|_| Keyspace::default()).collect();
+    let mut logs: Vec<Option<Aof>> = (0..n).map(|_| None).collect();
+    if let Some(path) = aof {
+        let replayed = super::aof::load_and_rewrite(path, &mut spaces).map_err(StartError::Aof)?;
+        if replayed > 0 {
+            eprintln!("kv: replayed {replayed} commands from {}.*", path.display());
+        }
+        for (i, log) in logs.iter_mut().enumerate() {
+            *log = Some(Aof::open(&super::aof::shard_file(path, i)).map_err(StartError::Aof)?);
+        }
+    }
     let rings: Vec<ringmail::Shard> =
-        (0..rings.max(1)).map(|_| system.shard()).collect::<Result<_, _>>()?;
-    let shards: Vec<ActorRef<KeyShard>> =
-        rings.iter().map(|r| system.spawn_on(r, KeyShard::new())).collect();
+        (0..n).map(|_| system.shard()).collect::<Result<_, _>>().map_err(StartError::Spawn)?;
+    let shards: Vec<ActorRef<KeyShard>> = rings
+        .iter()
+        .zip(spaces.into_iter().zip(logs))
+        .map(|(r, (space, log))| system.spawn_on(r, KeyShard::with(space, log)))
+        .collect();
     let workers: Vec<ActorRef<KvWorker>> =
         rings.iter().map(|r| system.spawn_on(r, KvWorker::new(shards.clone()))).collect();
     let acceptor = Acceptor::new(listener, workers.clone());
     let stats = acceptor.stats();
-    let acceptor = system.spawn(acceptor)?;
+    let acceptor = system.spawn(acceptor).map_err(StartError::Spawn)?;
     Ok(KvServer { addr, stats, acceptor, workers, shards })
 }
 // ANCHOR_END: start
