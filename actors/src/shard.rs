@@ -72,9 +72,10 @@ impl ShardHandle {
         let id = shared.id;
         self.pending().insert(id);
         let env = Envelope { to: id, body: Body::Spawn(hosted) };
-        if local::send_to_shard(self.id, &self.addr, env).is_err() {
+        // Waits out a full mailbox; if the shard is gone, the discarded
+        // Spawn marks the actor stopped (ShardGone).
+        if !local::send_control(self.id, &self.addr, env, true) {
             self.pending().remove(&id);
-            shared.set_stopped(StopReason::ShardGone);
         }
     }
 
@@ -96,9 +97,10 @@ impl ShardHandle {
         let me = ActorRef { shared, shard: self.clone(), _a: PhantomData };
         self.pending().insert(id);
         let env = Envelope { to: id, body: Body::Spawn(Box::new(Slot { actor, me: me.clone() })) };
-        if local::send_to_shard(self.id, &self.addr, env).is_err() {
+        // Waits out a full mailbox; if the shard is gone, the discarded
+        // Spawn marks the actor stopped (ShardGone).
+        if !local::send_control(self.id, &self.addr, env, true) {
             self.pending().remove(&id);
-            me.shared.set_stopped(StopReason::ShardGone);
         }
         me
     }

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! cargo run --release -p ringmail-benches -- <case> [--quick] [--rounds N] [--json PATH]
-//! cases: ping-pong, throughput, msg-lat, fd-handoff, echo, kv, remote, all
+//! cases: ping-pong, throughput, msg-lat, fd-handoff, spawn, echo, kv, remote, all
 //! cargo run --release -p ringmail-benches -- soak [--secs N]
 //! ```
 
@@ -21,12 +21,13 @@ mod ping_pong;
 mod raw;
 mod remote;
 mod soak;
+mod spawn;
 mod throughput;
 
 use harness::Comparison;
 
-const CASES: [&str; 7] =
-    ["ping-pong", "throughput", "msg-lat", "fd-handoff", "echo", "kv", "remote"];
+const CASES: [&str; 8] =
+    ["ping-pong", "throughput", "msg-lat", "fd-handoff", "spawn", "echo", "kv", "remote"];
 
 fn machine_line() -> String {
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
@@ -70,6 +71,10 @@ fn main() {
             .unwrap_or(60);
         std::process::exit(soak::run(secs));
     }
+    if case == "--spawn-one" {
+        let n = args.get(2).and_then(|p| p.parse().ok()).unwrap_or_else(|| usage());
+        spawn::one(args.get(1).map(String::as_str).unwrap_or(""), n);
+    }
     if case == "--soak-node" {
         let name = args.get(1).cloned().unwrap_or_else(|| usage());
         let port = args.get(2).and_then(|p| p.parse().ok()).unwrap_or_else(|| usage());
@@ -111,6 +116,7 @@ fn main() {
             "throughput" => throughput::run(quick, rounds),
             "msg-lat" => msg_lat::run(quick, rounds),
             "fd-handoff" => fd_handoff::run(quick, rounds),
+            "spawn" => spawn::run(quick, rounds),
             "echo" => echo::run(quick, rounds),
             "kv" => kv::run(quick, rounds),
             "remote" => remote::run(quick, rounds),

@@ -1,0 +1,218 @@
+//! `spawn`: 100 000 co-located actors spawned, each sent one message, and
+//! stopped. Figures: actors per second (spawn until every actor has handled
+//! its message) and resident memory per idle actor (RSS growth over the
+//! actors, divided by their number). Each system runs in a child process of
+//! its own, so one system's freed memory never hides another's.
+//! Peers: actix (one arbiter: co-located on one thread), ractor (tokio,
+//! current-thread runtime).
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::harness::{from_figures, Better, Comparison};
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn wait_for(count: &AtomicU64, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while count.load(Relaxed) < n {
+        assert!(Instant::now() < deadline, "only {} of {n} handled", count.load(Relaxed));
+        std::thread::yield_now();
+    }
+}
+
+mod rm {
+    use super::*;
+    use ringmail::{Actor, Context, Handler, Message, System};
+
+    pub struct Idle(pub Arc<AtomicU64>);
+    impl Actor for Idle {}
+    pub struct Poke;
+    impl Message for Poke {
+        type Reply = ();
+    }
+    impl Handler<Poke> for Idle {
+        fn handle(&mut self, _: Poke, _: &mut Context<Self>) {
+            self.0.fetch_add(1, Relaxed);
+        }
+    }
+
+    pub fn run(n: u64) -> (f64, f64) {
+        let system = System::new();
+        let shard = system.shard().expect("shard");
+        let count = Arc::new(AtomicU64::new(0));
+        let rss0 = rss_kib();
+        let t0 = Instant::now();
+        let refs: Vec<_> = ringmail::batched(|| {
+            (0..n)
+                .map(|_| {
+                    let r = system.spawn_on(&shard, Idle(count.clone()));
+                    r.tell(Poke).expect("tell");
+                    r
+                })
+                .collect()
+        });
+        wait_for(&count, n);
+        let secs = t0.elapsed().as_secs_f64();
+        let rss1 = rss_kib();
+        ringmail::batched(|| refs.iter().for_each(|r| r.stop()));
+        system.shutdown();
+        (n as f64 / secs, (rss1.saturating_sub(rss0) * 1024) as f64 / n as f64)
+    }
+}
+
+mod ax {
+    use super::*;
+    use actix::prelude::*;
+
+    pub struct Idle(pub Arc<AtomicU64>);
+    impl Actor for Idle {
+        type Context = Context<Self>;
+    }
+    #[derive(actix::Message)]
+    #[rtype(result = "()")]
+    pub struct Poke;
+    impl Handler<Poke> for Idle {
+        type Result = ();
+        fn handle(&mut self, _: Poke, _: &mut Context<Self>) {
+            self.0.fetch_add(1, Relaxed);
+        }
+    }
+
+    pub fn run(n: u64) -> (f64, f64) {
+        let sys = System::new();
+        sys.block_on(async move {
+            let count = Arc::new(AtomicU64::new(0));
+            let rss0 = rss_kib();
+            let t0 = Instant::now();
+            let addrs: Vec<Addr<Idle>> = (0..n)
+                .map(|_| {
+                    let a = Idle(count.clone()).start();
+                    a.do_send(Poke);
+                    a
+                })
+                .collect();
+            while count.load(Relaxed) < n {
+                actix::clock::sleep(Duration::from_micros(100)).await;
+            }
+            let secs = t0.elapsed().as_secs_f64();
+            let rss1 = rss_kib();
+            drop(addrs); // actors stop when their last address goes
+            (n as f64 / secs, (rss1.saturating_sub(rss0) * 1024) as f64 / n as f64)
+        })
+    }
+}
+
+mod rc {
+    use super::*;
+    use ractor::{Actor, ActorProcessingErr, ActorRef};
+
+    pub struct Idle;
+    impl Actor for Idle {
+        type Msg = ();
+        type State = Arc<AtomicU64>;
+        type Arguments = Arc<AtomicU64>;
+        async fn pre_start(
+            &self,
+            _me: ActorRef<()>,
+            c: Arc<AtomicU64>,
+        ) -> Result<Arc<AtomicU64>, ActorProcessingErr> {
+            Ok(c)
+        }
+        async fn handle(
+            &self,
+            _me: ActorRef<()>,
+            _m: (),
+            c: &mut Arc<AtomicU64>,
+        ) -> Result<(), ActorProcessingErr> {
+            c.fetch_add(1, Relaxed);
+            Ok(())
+        }
+    }
+
+    pub fn run(n: u64) -> (f64, f64) {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async move {
+            let count = Arc::new(AtomicU64::new(0));
+            let rss0 = rss_kib();
+            let t0 = Instant::now();
+            let mut refs = Vec::with_capacity(n as usize);
+            for _ in 0..n {
+                let (r, _h) = Actor::spawn(None, Idle, count.clone()).await.expect("spawn");
+                r.cast(()).expect("cast");
+                refs.push(r);
+            }
+            while count.load(Relaxed) < n {
+                tokio::task::yield_now().await;
+            }
+            let secs = t0.elapsed().as_secs_f64();
+            let rss1 = rss_kib();
+            for r in &refs {
+                r.stop(None);
+            }
+            (n as f64 / secs, (rss1.saturating_sub(rss0) * 1024) as f64 / n as f64)
+        })
+    }
+}
+
+/// Child process entry: `--spawn-one SYSTEM N` prints "rate bytes".
+pub fn one(system: &str, n: u64) -> ! {
+    let (rate, bytes) = match system {
+        "ringmail" => rm::run(n),
+        "actix" => ax::run(n),
+        "ractor" => rc::run(n),
+        _ => panic!("unknown system {system}"),
+    };
+    println!("{rate} {bytes}");
+    std::process::exit(0)
+}
+
+fn child(system: &str, n: u64) -> (f64, f64) {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--spawn-one", system, &n.to_string()])
+        .output()
+        .expect("child runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut it = text.split_whitespace().map(|x| x.parse::<f64>().expect("a figure"));
+    match (it.next(), it.next()) {
+        (Some(a), Some(b)) if out.status.success() => (a, b),
+        _ => panic!("{system}: {text}\n{}", String::from_utf8_lossy(&out.stderr)),
+    }
+}
+
+/// Runs the case.
+pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
+    let n = if quick { 50_000 } else { 100_000 };
+    println!("spawn: {n} co-located actors spawned, messaged once, stopped; one process per run");
+    let names = ["ringmail", "actix", "ractor"];
+    let mut rate = vec![Vec::new(); 3];
+    let mut mem = vec![Vec::new(); 3];
+    for round in 0..=rounds {
+        for (i, s) in names.iter().enumerate() {
+            let (r, b) = child(s, n);
+            let label =
+                if round == 0 { "warm-up".into() } else { format!("round {round}/{rounds}") };
+            eprintln!("  [spawn] {label} {s:<9} {r:>12.0} actors/s {b:>8.0} B/actor");
+            if round > 0 {
+                rate[i].push(r);
+                mem[i].push(b);
+            }
+        }
+    }
+    let out = vec![
+        from_figures("spawn + 1 message", "actors/s", Better::Higher, &names, rate),
+        from_figures("memory per idle actor", "bytes", Better::Lower, &names, mem),
+    ];
+    out.iter().for_each(Comparison::print);
+    out
+}
