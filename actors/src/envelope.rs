@@ -185,6 +185,10 @@ pub(crate) trait Hosted: Send {
     fn forward(&mut self, m: Box<dyn Erased>) -> Result<(), Box<dyn Erased>> {
         Err(m)
     }
+    /// True for a stand-in (it cannot take fds: they do not cross nodes).
+    fn is_stand_in(&self) -> bool {
+        false
+    }
 }
 
 impl<A: Actor> Hosted for Slot<A> {

@@ -94,8 +94,9 @@ pub enum Recv {
     Data(Vec<u8>),
     /// The peer closed its side (or the socket was shut down): the last one.
     Closed,
-    /// Every receive buffer of the shard was in use: the receive ended
-    /// (nothing was lost, the data waits in the socket); arm it again.
+    /// The receive ended without an error (every receive buffer of the
+    /// shard was in use, or the kernel ended it after its last data): nothing
+    /// was lost, further data waits in the socket; arm it again.
     NoBuffers,
     /// The receive failed with this errno: the last one.
     Error(i32),

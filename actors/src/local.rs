@@ -51,6 +51,9 @@ pub(crate) struct ThreadCtx {
     next_attach: u64,
     /// Multishot operations (accept, receive) armed by actors.
     multi: HashMap<u64, Multi>,
+    /// Parked fd key -> its armed multishot receive (cancelled when the fd
+    /// goes, or the receive would keep the socket open).
+    kept_recv: HashMap<u64, u64>,
     events: Vec<Event<Envelope>>,
     /// The ask this thread is about to wait for, and its reply if it came
     /// early (while the ask's own send was being flushed).
@@ -75,6 +78,7 @@ impl ThreadCtx {
             attached: HashMap::new(),
             next_attach: 1,
             multi: HashMap::new(),
+            kept_recv: HashMap::new(),
             events: Vec::new(),
             awaiting: None,
             early_reply: None,
@@ -125,6 +129,7 @@ impl ThreadCtx {
         };
         self.ring.recv_multi(fd, token)?;
         self.multi.insert(token, Multi::Recv(deliver));
+        self.kept_recv.insert(key.0, token);
         Ok(())
     }
 
@@ -308,22 +313,43 @@ pub(crate) fn init_shard(
 pub(crate) fn teardown() {
     let ctx = CTX.with(|c| c.borrow_mut().take());
     if let Some(mut ctx) = ctx {
-        // Cancel the I/O still pending and take in its completions, so its
-        // memory can be freed (bounded wait).
-        if !ctx.io.is_empty() {
+        // Cancel the I/O still pending (multishot receives and accepts
+        // too: they would keep sockets open) and take in the completions,
+        // so what each op owned can be freed (bounded wait).
+        for d in std::mem::take(&mut ctx.completions) {
+            if let Done::Io { token, flags, .. } = d {
+                forget_completed(&mut ctx, token, flags);
+            }
+        }
+        if !ctx.io.is_empty() || !ctx.multi.is_empty() {
             const CANCEL_TOKEN: u64 = (1 << 61) - 1;
             let cancel = opcode::AsyncCancel2::new(types::CancelBuilder::any()).build();
             // SAFETY: a cancel references no memory; no link flags.
             let _ = unsafe { ctx.ring.push_io(cancel, CANCEL_TOKEN) };
             let deadline = Instant::now() + Duration::from_millis(500);
             let mut evs = Vec::new();
-            while !ctx.io.is_empty() && Instant::now() < deadline {
+            while !(ctx.io.is_empty() && ctx.multi.is_empty()) && Instant::now() < deadline {
                 if ctx.ring.wait(&mut evs, Some(Duration::from_millis(10))).is_err() {
                     break;
                 }
                 for e in evs.drain(..) {
-                    if let Event::Io { token, .. } = e {
-                        drop(ctx.io.remove(&token)); // completed: the kernel is done with it
+                    match e {
+                        Event::Io { token, flags, result } => {
+                            if result > 0 {
+                                // Give a received buffer back before the ring goes.
+                                let _ = ctx.ring.with_recv_buffer(flags, 0, |_| ());
+                            }
+                            forget_completed(&mut ctx, token, flags);
+                        }
+                        Event::Accepted { fd, .. } => drop(fd),
+                        Event::Message(env) | Event::Returned { msg: env, .. } => {
+                            DEFERRED_DISCARD.with(|d| d.borrow_mut().push(env))
+                        }
+                        Event::Fd { msg, fd } => {
+                            drop(fd);
+                            DEFERRED_DISCARD.with(|d| d.borrow_mut().push(msg))
+                        }
+                        _ => {}
                     }
                 }
             }
@@ -339,7 +365,23 @@ pub(crate) fn teardown() {
         ctx.multi.clear(); // their buffers are the ring's own, unregistered at its drop
         drop(ctx); // envelopes dropped here may reply: CTX is empty, they fail cleanly
     }
+    let met =
+        DEFERRED_DISCARD.try_with(|d| std::mem::take(&mut *d.borrow_mut())).unwrap_or_default();
+    met.into_iter().for_each(discard);
     flush_deferred();
+}
+
+/// A completion seen at teardown: the op is over, drop what it owned.
+fn forget_completed(ctx: &mut ThreadCtx, token: u64, flags: u32) {
+    drop(ctx.io.remove(&token));
+    if !ringmail_transport::io_uring::cqueue::more(flags) {
+        ctx.multi.remove(&token);
+    }
+}
+
+thread_local! {
+    /// Envelopes met during teardown: discarded (counted) once the context is gone.
+    static DEFERRED_DISCARD: RefCell<Vec<Envelope>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Runs `f` with this thread's context, creating a client ring if `create`.
@@ -480,17 +522,31 @@ pub(crate) fn discard(env: Envelope) {
     }
 }
 
-/// Drops the fd parked under `key` on ring `ring`, if this thread owns it.
+impl ThreadCtx {
+    /// Takes parked fd `key` out, cancelling a receive still armed on it.
+    fn unkeep(&mut self, key: u64, ring: u64) -> Option<FixedFd> {
+        if self.ring.id() != ring {
+            return None;
+        }
+        if let Some(token) = self.kept_recv.remove(&key) {
+            if self.multi.contains_key(&token) {
+                let _ = self.ring.cancel_io(token);
+            }
+        }
+        self.attached.remove(&key)
+    }
+}
+
+/// Drops the fd parked under `key` on ring `ring`, if this thread owns it
+/// (cancelling its armed receive, so the socket really closes).
 pub(crate) fn drop_kept(key: u64, ring: u64) {
-    let fd = with_ctx(false, |t| if t.ring.id() == ring { t.attached.remove(&key) } else { None });
+    let fd = with_ctx(false, |t| t.unkeep(key, ring));
     drop(fd); // outside the borrow
 }
 
 /// Takes the fd parked under `key` on ring `ring`, if this thread owns it.
 pub(crate) fn take_kept(key: u64, ring: u64) -> Option<FixedFd> {
-    with_ctx(false, |t| if t.ring.id() == ring { t.attached.remove(&key) } else { None })
-        .ok()
-        .flatten()
+    with_ctx(false, |t| t.unkeep(key, ring)).ok().flatten()
 }
 
 /// The fd that arrived with envelope key `key`, if it is still here.
@@ -758,17 +814,31 @@ pub(crate) fn complete(list: Vec<Done>, out: &mut VecDeque<Envelope>) {
                 }
             }
             Completion::Recv(token, mut f, ev, more) => {
-                match catch_unwind(AssertUnwindSafe(|| f(ev))) {
+                // A last completion that still carries data (the kernel
+                // ends a multishot op whose completion found the CQ full)
+                // is followed by a "receive ended, arm it again".
+                let ended_with_data = !more && matches!(ev, Recv::Data(_));
+                let mut run = |ev| match catch_unwind(AssertUnwindSafe(|| f(ev))) {
                     Ok(Some(env)) => out.push_back(env),
                     Ok(None) => {}
                     Err(_) => crate::dead_letter(),
+                };
+                run(ev);
+                if ended_with_data {
+                    run(Recv::NoBuffers);
                 }
                 if more {
                     let _ = with(|t| t.multi.insert(token, Multi::Recv(f)));
                 }
             }
             Completion::Accept(token, mut on, ev, more) => {
+                let ended_with_conn = !more && matches!(ev, Accept::Conn(_));
                 if catch_unwind(AssertUnwindSafe(|| on(ev))).is_err() {
+                    crate::dead_letter();
+                }
+                if ended_with_conn
+                    && catch_unwind(AssertUnwindSafe(|| on(Accept::Ended(0)))).is_err()
+                {
                     crate::dead_letter();
                 }
                 if more {

@@ -64,8 +64,9 @@ use crate::io::{Accept, IoDone, IoOp, Recv};
 /// A file kept by an actor: a `Send` handle to a [`FixedFd`] parked in its
 /// shard's table (a `FixedFd` itself is `!Send`, and actors must be
 /// `Send`). Get one with [`Context::keep_fd`]. Dropping it on its shard
-/// closes the file; dropped anywhere else (which a shard-resident actor
-/// never is), the file stays until its shard's ring closes.
+/// closes the file (cancelling a receive armed on it); dropped on another
+/// thread (sent away in a message, say), the file stays open until its
+/// shard's ring closes.
 #[derive(Debug)]
 pub struct ShardFd {
     key: u64,
@@ -218,9 +219,7 @@ impl<W: FdHandler<NewConnection>> Acceptor<W> {
                 stats.accepted.fetch_add(1, Ordering::Relaxed);
                 hand_off(&workers, &mut next, fd, &stats);
             }
-            Accept::Ended(errno) => {
-                let _ = me.try_tell(Rearm(errno));
-            }
+            Accept::Ended(errno) => me.deliver_forced(Rearm(errno)),
         };
         if ctx.accept_multi(self.listener.as_raw_fd(), on).is_err() {
             // SQ full or the shard's I/O limit reached: try again shortly.
@@ -285,7 +284,12 @@ impl<W: FdHandler<NewConnection>> Handler<Rearm> for Acceptor<W> {
             EBADF | EINVAL => ctx.stop_with(crate::StopReason::Failed(format!(
                 "the listening socket is unusable (errno {errno})"
             ))),
-            _ => self.arm(ctx),
+            0 => self.arm(ctx),
+            // Anything else (ECONNABORTED, ENOMEM, ...): go on after a pause,
+            // never in a busy loop.
+            _ => {
+                ctx.send_after(Duration::from_millis(5), Rearm(0));
+            }
         }
     }
 }
@@ -315,8 +319,8 @@ impl Message for NetEvent {
 pub enum Input {
     /// Bytes received, in order.
     Data(ConnId, Vec<u8>),
-    /// The connection ended (peer closed, error, or closed by us); reported
-    /// once. Output not yet sent is dropped.
+    /// The connection is gone (peer closed, error, or closed by us, once
+    /// its output was sent); reported once, when its socket is closed.
     Closed(ConnId),
 }
 
@@ -332,8 +336,14 @@ struct Conn {
     receiving: bool,
     /// Closed by us (after `out` is sent) or by the peer.
     closing: bool,
+    /// Closing at once, output dropped (output limit, send error): the
+    /// socket is shut down even while a send is stuck.
+    abort: bool,
+    /// A shutdown was issued / its completion has not come yet. The
+    /// connection (and its slot) is kept until it has: an op that names a
+    /// slot must never meet a reused slot.
     shut: bool,
-    reported: bool,
+    shut_pending: bool,
 }
 
 /// The connections a worker actor serves on its shard's ring. See the
@@ -400,8 +410,9 @@ impl Connections {
                 in_flight: 0,
                 receiving: true,
                 closing: false,
+                abort: false,
                 shut: false,
-                reported: false,
+                shut_pending: false,
             },
         );
         Ok(ConnId(id))
@@ -442,8 +453,10 @@ impl Connections {
                 c.sending = false;
                 c.in_flight = 0;
                 let mut buf = done.buf.unwrap_or_default();
-                if done.result < 0 {
-                    c.closing = true; // the peer is gone (EPIPE, ECONNRESET)
+                if done.result < 0 || c.abort {
+                    // The peer is gone (EPIPE, ECONNRESET), or we gave up on it.
+                    c.closing = true;
+                    c.abort = true;
                     c.out.clear();
                 } else if (done.result as usize) < buf.len() {
                     // A partial send: the rest goes first next time.
@@ -460,10 +473,10 @@ impl Connections {
             }
             NetEvent::Shut(id) => {
                 let c = self.conns.get_mut(&id.0)?;
-                c.shut = true;
+                c.shut_pending = false;
             }
         }
-        self.settle(id, ctx)
+        self.settle(id, ctx, true)
     }
 
     /// Queues `bytes` for `conn` (sent by the next [`flush`](Self::flush)).
@@ -473,8 +486,10 @@ impl Connections {
         if c.closing {
             return false;
         }
-        if c.out.len() + bytes.len() > self.limit {
-            c.closing = true; // too slow a reader: disconnect it
+        if c.out.len() + c.in_flight + bytes.len() > self.limit {
+            // Too slow a reader: disconnect it now, even mid-send.
+            c.closing = true;
+            c.abort = true;
             c.out.clear();
             self.dirty.push(conn.0);
             return false;
@@ -499,7 +514,7 @@ impl Connections {
                     NetEvent::Sent(ConnId(id), d)
                 });
             }
-            let _ = self.settle(ConnId(id), ctx);
+            let _ = self.settle(ConnId(id), ctx, false);
         }
     }
 
@@ -513,22 +528,31 @@ impl Connections {
     }
 
     /// Moves a closing connection towards the end: shuts its socket down
-    /// once its output is sent (ending the receive), and drops it once the
-    /// receive ended and no send is in flight. Reports `Closed` once.
-    fn settle<A: Handler<NetEvent>>(&mut self, id: ConnId, ctx: &Context<A>) -> Option<Input> {
+    /// once its output is sent (at once when aborting), which ends the
+    /// receive; drops it once the receive ended, no send is in flight and
+    /// no shutdown is pending. Only `handle` drops (and reports): every
+    /// path to the end passes through a completion, so `Input::Closed` is
+    /// reported exactly once, from `handle`.
+    fn settle<A: Handler<NetEvent>>(
+        &mut self,
+        id: ConnId,
+        ctx: &Context<A>,
+        may_drop: bool,
+    ) -> Option<Input> {
         let c = self.conns.get_mut(&id.0)?;
         if !c.closing {
             return None;
         }
-        if c.receiving && !c.sending && c.out.is_empty() && !c.shut {
+        let drained = !c.sending && c.out.is_empty();
+        if c.receiving && !c.shut && (drained || c.abort) {
             c.shut = true;
+            c.shut_pending = true;
             ctx.io(IoOp::ShutdownFixed { fd: c.fd.as_fixed() }, move |_| NetEvent::Shut(id));
         }
-        let report = !c.reported;
-        c.reported = true;
-        if !c.receiving && !c.sending {
+        if may_drop && !c.receiving && !c.sending && !c.shut_pending {
             self.conns.remove(&id.0); // drops the FixedFd: the socket closes
+            return Some(Input::Closed(id));
         }
-        report.then_some(Input::Closed(id))
+        None
     }
 }

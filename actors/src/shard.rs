@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ringmail_transport::{Addr, Event};
+use ringmail_transport::Addr;
 
 use crate::actor::Actor;
 use crate::actor_ref::{ActorRef, ActorShared};
@@ -251,6 +251,12 @@ impl Shard {
                     return true;
                 };
                 slot.shared().unreserve();
+                if slot.is_stand_in() {
+                    // An fd for an actor of another node: fds do not cross
+                    // nodes. A dead letter; the fd is closed.
+                    local::discard(Envelope { to, body: Body::FdMsg { key, msg } });
+                    return true;
+                }
                 let Some(fd) = local::take_attached(key) else {
                     crate::dead_letter(); // its fd is gone (cannot happen)
                     return true;
@@ -326,22 +332,19 @@ impl Shard {
             let step = local::with(|t| {
                 let mut evs = Vec::new();
                 let r = t.ring.wait(&mut evs, Some(Duration::from_millis(10)));
-                let queued: Vec<Envelope> = t.queue.drain(..).collect();
-                (r.is_err() || t.ring.is_closed(), evs, queued)
-            });
-            let Ok((closed, evs, queued)) = step else { break };
-            let idle = queued.is_empty();
-            queued.into_iter().for_each(local::discard);
-            for e in evs {
-                match e {
-                    Event::Message(env) | Event::Returned { msg: env, .. } => local::discard(env),
-                    Event::Fd { msg, fd } => {
-                        drop(fd); // closed: nobody here will own it
-                        local::discard(msg);
-                    }
-                    _ => {}
+                // Sorted like in the loop: I/O completions are kept for the
+                // teardown (which frees what they owned), fds are attached
+                // to their envelopes, the rest is discarded below.
+                let mut rest = Vec::new();
+                for e in evs {
+                    t.sort(e, &mut rest);
                 }
-            }
+                rest.extend(t.queue.drain(..));
+                (r.is_err() || t.ring.is_closed(), rest)
+            });
+            let Ok((closed, rest)) = step else { break };
+            let idle = rest.is_empty();
+            rest.into_iter().for_each(local::discard);
             if closed && idle {
                 break;
             }

@@ -110,6 +110,9 @@ fn tell_ask_and_monitor_across_two_nodes() {
     a.export("counter2", &counter2);
     let remote2 = b.lookup::<Counter>("a", "counter2", T).unwrap();
     remote2.tell(Add(1)).unwrap();
+    // Arrived (an ask behind it on the same connection answered): a tell
+    // still in flight when its node goes would be "outcome unknown".
+    assert_eq!(remote2.ask(Get, T).unwrap(), vec![1]);
     let (tx, rx) = std::sync::mpsc::channel();
     let w2 = system.spawn(Watcher(tx)).unwrap();
     remote2.monitor(&w2);

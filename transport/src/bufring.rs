@@ -31,6 +31,16 @@ use std::sync::atomic::{AtomicU16, Ordering};
 use io_uring::types::BufRingEntry;
 use io_uring::IoUring;
 
+/// The kernel's `struct io_uring_buf` (the layout of [`BufRingEntry`]).
+#[repr(C)]
+struct RawBuf {
+    addr: u64,
+    len: u32,
+    bid: u16,
+    resv: u16,
+}
+const _: () = assert!(std::mem::size_of::<RawBuf>() == std::mem::size_of::<BufRingEntry>());
+
 /// The buffer group every ring uses for its multishot receives.
 pub(crate) const GROUP: u16 = 0;
 
@@ -145,17 +155,20 @@ impl BufRing {
         self.owned[bid as usize] = false;
         let mask = self.entries - 1;
         let idx = (self.tail & mask) as usize;
+        let addr = self.bufs.as_ptr() as u64 + bid as u64 * self.buf_size as u64;
         // SAFETY: `idx < entries`: the entry is inside the ring allocation.
-        // The kernel only reads entries between its head and the published
-        // tail; this one is at our tail, past what is published, so the
-        // kernel does not read it until the release store below.
-        let entry = unsafe { &mut *self.ring.as_ptr().add(idx) };
-        // SAFETY: `bid < entries`: the address is inside the buffer allocation.
-        entry.set_addr(
-            unsafe { self.bufs.as_ptr().add(bid as usize * self.buf_size as usize) } as u64
-        );
-        entry.set_len(self.buf_size);
-        entry.set_bid(bid);
+        // The kernel reads only entries between its head and the published
+        // tail; this one is at our tail, past what is published, so nobody
+        // reads it until the release store below. The fields are written
+        // through a raw pointer one by one: entry 0's `resv` field is the
+        // shared tail the kernel reads concurrently, and no reference to
+        // the whole entry is ever made.
+        unsafe {
+            let entry = self.ring.as_ptr().add(idx).cast::<RawBuf>();
+            std::ptr::addr_of_mut!((*entry).addr).write(addr);
+            std::ptr::addr_of_mut!((*entry).len).write(self.buf_size);
+            std::ptr::addr_of_mut!((*entry).bid).write(bid);
+        }
         self.tail = self.tail.wrapping_add(1);
         // SAFETY: the ring base is page-aligned and `entries >= 1`, so the
         // tail field (overlaying entry 0's reserved field) is inside the

@@ -309,6 +309,9 @@ pub struct Ring<T: Send + 'static> {
     bufs: Option<BufRing>,
     /// Tokens of armed `accept_multi` operations.
     accepts: HashSet<u64>,
+    /// Tokens of armed `recv_multi` operations: only their completions may
+    /// hand a receive buffer to the owner.
+    recvs: HashSet<u64>,
     _not_send: PhantomData<Rc<()>>,
 }
 
@@ -373,6 +376,7 @@ impl<T: Send + 'static> Ring<T> {
             close_started: None,
             bufs: None,
             accepts: HashSet::new(),
+            recvs: HashSet::new(),
             _not_send: PhantomData,
         };
         ring.self_test()?;
@@ -605,7 +609,9 @@ impl<T: Send + 'static> Ring<T> {
     /// Every buffer or other memory the entry references must stay valid
     /// (and unaliased where the kernel writes) until its final completion has
     /// been returned by `wait`. Keep at most `io_reserve / 2` I/O completions
-    /// outstanding (fd hand-offs use the other half). The entry must not carry `IO_LINK` or
+    /// outstanding (fd hand-offs use the other half). The entry must not
+    /// select buffers from group 0 (`IOSQE_BUFFER_SELECT`): that group is
+    /// [`recv_multi`](Ring::recv_multi)'s. The entry must not carry `IO_LINK` or
     /// `IO_HARDLINK`: the chain would continue into the ring's own message
     /// SQEs, whose failure handling relies on their CQEs. `token` must be
     /// below 2^61.
@@ -686,6 +692,7 @@ impl<T: Send + 'static> Ring<T> {
             // group, owned by this ring until it is unregistered (at drop);
             // the fd is a slot of our table. No link flags.
             if unsafe { sys::push_user(&mut self.uring, &e) }.is_ok() {
+                self.recvs.insert(token);
                 return Ok(());
             }
             if attempt == 0 {
@@ -693,6 +700,27 @@ impl<T: Send + 'static> Ring<T> {
             }
         }
         Err(io::Error::new(io::ErrorKind::WouldBlock, PushError))
+    }
+
+    /// Asks the kernel to cancel this ring's pending operation `token` (a
+    /// multishot receive or accept, say): its last completion then comes
+    /// with `-ECANCELED` (or its own result, if it finished first).
+    pub fn cancel_io(&mut self, token: u64) -> Result<(), PushError> {
+        let target = (token << 3) | Tag::Io as u64;
+        let e = io_uring::opcode::AsyncCancel2::new(types::CancelBuilder::user_data(target))
+            .build()
+            .user_data(Internal::Ignore.user_data());
+        for attempt in 0..2 {
+            // SAFETY: a cancel references no memory; its own completion is
+            // tagged to be ignored. No link flags.
+            if unsafe { sys::push_user(&mut self.uring, &e) }.is_ok() {
+                return Ok(());
+            }
+            if attempt == 0 {
+                let _ = self.submit_now();
+            }
+        }
+        Err(PushError)
     }
 
     /// Runs `f` on the `len` received bytes of the buffer named by a
@@ -723,9 +751,14 @@ impl<T: Send + 'static> Ring<T> {
     }
 
     fn io_completion(&mut self, token: u64, res: i32, flags: u32) {
-        if let Some(bid) = io_uring::cqueue::buffer_select(flags) {
-            if let Some(b) = self.bufs.as_mut() {
-                b.mark_taken(bid);
+        if self.recvs.contains(&token) {
+            if let Some(bid) = io_uring::cqueue::buffer_select(flags) {
+                if let Some(b) = self.bufs.as_mut() {
+                    b.mark_taken(bid);
+                }
+            }
+            if !io_uring::cqueue::more(flags) {
+                self.recvs.remove(&token);
             }
         }
         if self.accepts.contains(&token) {

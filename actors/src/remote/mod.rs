@@ -147,9 +147,10 @@ impl NodeConfig {
         self
     }
 
-    /// Sets the largest accepted segment.
+    /// Sets the largest accepted segment (at most 4 GiB - 1: the length
+    /// prefix is 32 bits).
     pub fn max_frame(mut self, n: usize) -> Self {
-        self.max_frame = n;
+        self.max_frame = n.min(u32::MAX as usize);
         self
     }
 
@@ -459,16 +460,18 @@ impl Node {
             gateway.mailbox_capacity(),
         ));
         proxies.insert(key, Arc::downgrade(&shared));
-        drop(proxies);
+        // Still under the lock: another lookup of the same actor gets this
+        // stand-in only once it is spawned and registered (in that order,
+        // ahead of any message sent to it).
         let stand_in = Proxy { shared: shared.clone(), node: self.actor.clone() };
         gateway.spawn_hosted(&shared, Box::new(stand_in));
         self.actor.deliver_forced(node::RegisterProxy {
-            shared: shared.clone(),
             proxy: shared.id,
             peer: peer.to_string(),
             incarnation,
             remote_id,
         });
+        drop(proxies);
         ActorRef { shared, shard: gateway, _a: std::marker::PhantomData }
     }
 
@@ -555,7 +558,14 @@ impl Hosted for Proxy {
         self
     }
     fn forward(&mut self, m: Box<dyn Erased>) -> Result<(), Box<dyn Erased>> {
-        self.node.deliver_forced(node::Outbound { proxy: self.shared.id, msg: m });
+        self.node.deliver_forced(node::Outbound {
+            proxy: self.shared.id,
+            stand_in: self.shared.clone(),
+            msg: m,
+        });
         Ok(())
+    }
+    fn is_stand_in(&self) -> bool {
+        true
     }
 }

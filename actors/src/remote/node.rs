@@ -30,6 +30,8 @@ const MAX_HANDSHAKE_FRAME: usize = 1024;
 /// A message for a remote actor, from its stand-in.
 pub(crate) struct Outbound {
     pub(crate) proxy: u64,
+    /// The stand-in's shared state: its capacity slot is released here.
+    pub(crate) stand_in: Arc<crate::actor_ref::ActorShared>,
     pub(crate) msg: Box<dyn Erased>,
 }
 impl Message for Outbound {
@@ -38,7 +40,6 @@ impl Message for Outbound {
 
 /// A stand-in was made: bind it to its peer and remote actor.
 pub(crate) struct RegisterProxy {
-    pub(crate) shared: Arc<crate::actor_ref::ActorShared>,
     pub(crate) proxy: u64,
     pub(crate) peer: String,
     pub(crate) incarnation: u64,
@@ -162,8 +163,6 @@ struct Link {
 const HIGH_WATER: usize = 4 << 20;
 
 struct ProxyEntry {
-    /// Its capacity slots are released once its messages have left.
-    shared: Arc<crate::actor_ref::ActorShared>,
     peer: String,
     incarnation: u64,
     remote_id: u64,
@@ -210,8 +209,9 @@ impl NodeActor {
         NodeActor {
             shared,
             listener,
-            // Peers are trusted to read: a large output limit (there is no
-            // per-peer backpressure towards senders yet).
+            // Senders are held back at HIGH_WATER (stand-ins keep their
+            // capacity slots); the limit only catches a peer that stops
+            // reading while replies and control frames pile up.
             conns: Connections::with_output_limit(1 << 30),
             links: HashMap::new(),
             by_conn: HashMap::new(),
@@ -622,6 +622,10 @@ impl NodeActor {
             Frame::Tell { to, ty, payload } => self.deliver(link, to, ty, &payload, None),
             Frame::Ask { to, ty, req, payload } => self.deliver(link, to, ty, &payload, Some(req)),
             Frame::Reply { req, payload } => {
+                // Only the peer that was asked may answer.
+                if self.asks.get(&req).is_some_and(|a| a.0 != link) {
+                    return Err("a reply to a request of another connection".into());
+                }
                 if let Some((_, reply, codec)) = self.asks.remove(&req) {
                     let value = match payload {
                         Some(b) => {
@@ -650,6 +654,9 @@ impl NodeActor {
                 Ok(())
             }
             Frame::Found { req, actor } => {
+                if self.lookups.get(&req).is_some_and(|l| l.0 != link) {
+                    return Err("an answer to a lookup of another connection".into());
+                }
                 if let Some((_, tx)) = self.lookups.remove(&req) {
                     let inc =
                         self.links.get(&link).and_then(|l| l.peer.as_ref()).map_or(0, |p| p.1);
@@ -815,13 +822,18 @@ impl NodeActor {
             d.backoff = (d.backoff * 2).min(max);
             let addr = *addr;
             let me = me.clone();
-            std::thread::spawn(move || {
-                let result = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).map(|s| {
-                    let _ = s.set_nodelay(true);
-                    OwnedFd::from(s)
+            let spawned =
+                std::thread::Builder::new().name("ringmail-dial".into()).spawn(move || {
+                    let result =
+                        TcpStream::connect_timeout(&addr, Duration::from_secs(1)).map(|s| {
+                            let _ = s.set_nodelay(true);
+                            OwnedFd::from(s)
+                        });
+                    me.deliver_forced(Dialed { addr, result });
                 });
-                me.deliver_forced(Dialed { addr, result });
-            });
+            if spawned.is_err() {
+                d.busy = false; // no thread now: try again at the next tick
+            }
         }
         ctx.send_after(TICK, Tick);
         self.flush(ctx);
@@ -954,13 +966,13 @@ impl Handler<NetEvent> for NodeActor {
 
 impl Handler<Outbound> for NodeActor {
     fn handle(&mut self, o: Outbound, ctx: &mut Context<Self>) {
+        let shared = o.stand_in.clone();
         let Some(p) = self.proxies.get(&o.proxy) else {
-            // Its node went down (an ask gets NoReply); the stand-in is
-            // stopping and its capacity no longer matters.
+            // Its node went down (an ask gets NoReply).
+            shared.unreserve();
             crate::dead_letter();
             return;
         };
-        let shared = p.shared.clone();
         let Some(&link) = self.up.get(&p.peer) else {
             shared.unreserve();
             crate::dead_letter();
@@ -1001,6 +1013,10 @@ impl Handler<Outbound> for NodeActor {
             }
             None => Frame::Tell { to: remote_id, ty: codec.ty, payload },
         };
+        let req = match &f {
+            Frame::Ask { req, .. } => Some(*req),
+            _ => None,
+        };
         if self.queue(link, &f) {
             if let Some(l) = self.links.get_mut(&link) {
                 l.sent += 1;
@@ -1008,6 +1024,11 @@ impl Handler<Outbound> for NodeActor {
             }
             self.shared.counters.sent.fetch_add(1, Ordering::Relaxed);
         } else {
+            // Not sent (too large to frame): a dead letter; an ask's
+            // ReplyTo drops here and answers "no reply" at once.
+            if let Some(req) = req {
+                self.asks.remove(&req);
+            }
             shared.unreserve();
             crate::dead_letter();
         }
@@ -1030,12 +1051,7 @@ impl Handler<RegisterProxy> for NodeActor {
         }
         self.proxies.insert(
             r.proxy,
-            ProxyEntry {
-                shared: r.shared,
-                peer: r.peer,
-                incarnation: r.incarnation,
-                remote_id: r.remote_id,
-            },
+            ProxyEntry { peer: r.peer, incarnation: r.incarnation, remote_id: r.remote_id },
         );
     }
 }
@@ -1055,8 +1071,11 @@ impl Handler<LookupReq> for NodeActor {
 
 impl Handler<SendReply> for NodeActor {
     fn handle(&mut self, r: SendReply, _ctx: &mut Context<Self>) {
-        // The asker's connection may be gone: then so is the asker's wait.
-        self.queue(r.link, &Frame::Reply { req: r.req, payload: r.payload });
+        // The asker's connection may be gone: then so is its wait (it got
+        // "no reply" when the connection dropped); the reply is a dead letter.
+        if !self.queue(r.link, &Frame::Reply { req: r.req, payload: r.payload }) {
+            crate::dead_letter();
+        }
     }
 }
 
