@@ -36,6 +36,15 @@
 //! after its receive ended and its last send completed. Dropping the
 //! [`FixedFd`] closes the socket.
 //!
+//! # Capacity
+//!
+//! Each connection holds one multishot receive, and at times a send and a
+//! shutdown, against the shard's I/O limit (`RingConfig::io_reserve / 2`
+//! operations). With the default ring settings a worker serves about 120
+//! connections; [`Connections::add`] refuses more (`EBUSY`, the connection
+//! is closed). Servers raise `io_reserve`, `cq_entries` and `fixed_files`
+//! (see `ringmail_examples::server::server_config`: thousands per worker).
+//!
 //! # Slow and vanishing clients
 //!
 //! Output waits in the connection's buffer while a send is in flight; past

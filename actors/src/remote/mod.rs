@@ -55,7 +55,13 @@
 //!
 //! # Delivery
 //!
-//! * FIFO per sender and receiver over one connection, as locally.
+//! * FIFO per sender and receiver over one connection, as locally (not
+//!   across the short window in which a duplicate connection is retired).
+//! * Backpressure: a stand-in keeps a message's mailbox slot until the
+//!   bytes have left (at most 4 MiB unsent per connection), so `tell`
+//!   waits and `try_tell` is refused when a peer is slow. The receiving
+//!   side delivers without a capacity check (the wire cannot hand a
+//!   message back).
 //! * At most once: nothing is retried.
 //! * A message to an actor whose node is down fails like one to a stopped
 //!   actor (`TellError::Stopped`, a dead letter); an ask gets `NoReply`.
