@@ -6,7 +6,7 @@ import sys
 
 
 def fmt(v, unit):
-    if unit in ("msg/s", "fds/s"):
+    if unit in ("msg/s", "msgs/s", "fds/s", "req/s", "actors/s"):
         return f"{v / 1e6:.2f} M" if v >= 1e6 else f"{v / 1e3:.1f} k"
     if unit == "ns":
         return f"{v / 1e3:.1f} µs" if v >= 1000 else f"{v:.0f} ns"

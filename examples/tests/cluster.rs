@@ -218,3 +218,55 @@ fn hostile_bytes_close_only_their_own_connection() {
     assert!(pong.is_alive());
     system.shutdown();
 }
+
+#[test]
+fn twenty_kill_9_restarts_give_exactly_one_down_per_monitor_per_incarnation() {
+    let addr = free_addr();
+    let system = System::new();
+    let node = me(&system, &[addr]);
+    let events = node.events();
+    let (tx, rx) = mpsc::channel();
+    let watcher = system.spawn(Watcher(tx)).unwrap();
+    let mut incarnations = std::collections::HashSet::new();
+    for round in 0..20 {
+        let mut w = worker("w5", addr, SECRET);
+        // Up for this round's incarnation (skipping nothing: each Up is new).
+        let up = loop {
+            match events.recv_timeout(T).expect("the worker comes up") {
+                NodeEvent::Up { name, incarnation } if name == "w5" => break incarnation,
+                NodeEvent::Up { .. } => continue,
+                other => panic!("round {round}: unexpected {other:?}"),
+            }
+        };
+        assert!(incarnations.insert(up), "round {round}: a fresh incarnation");
+        let pong = lookup::<Pong>(&node, "w5", "pong");
+        let seq = lookup::<SeqCheck>(&node, "w5", "seq");
+        pong.monitor(&watcher);
+        seq.monitor(&watcher);
+        seq.tell(Seq { from: round, n: 0 }).unwrap();
+        assert_eq!(
+            seq.ask(SeqReport, T).unwrap(),
+            (1, 0),
+            "round {round}: only this round's message"
+        );
+        w.0.kill().unwrap();
+        w.0.wait().unwrap();
+        for _ in 0..2 {
+            let (down, _) = rx.recv_timeout(T).expect("a DOWN per monitor");
+            assert_eq!(down.reason, StopReason::NodeDown("w5".into()));
+        }
+        assert!(
+            rx.recv_timeout(Duration::from_millis(100)).is_err(),
+            "round {round}: one DOWN each"
+        );
+        match events.recv_timeout(T).expect("the node goes down") {
+            NodeEvent::Down { name, incarnation, .. } => {
+                assert_eq!((name.as_str(), incarnation), ("w5", up))
+            }
+            other => panic!("round {round}: unexpected {other:?}"),
+        }
+        assert!(matches!(seq.tell(Seq { from: round, n: 1 }), Err(TellError::Stopped(_))));
+    }
+    assert_eq!(incarnations.len(), 20);
+    system.shutdown();
+}
