@@ -27,9 +27,10 @@ pub struct Sink {
 }
 impl Actor for Sink {}
 
-/// A payload.
+/// A payload (`serde_bytes`: one length and the bytes, not a sequence of
+/// one-byte elements).
 #[derive(Serialize, Deserialize)]
-pub struct Blob(Vec<u8>);
+pub struct Blob(#[serde(with = "serde_bytes")] Vec<u8>);
 impl Message for Blob {
     type Reply = ();
 }
