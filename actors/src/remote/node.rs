@@ -364,6 +364,16 @@ impl NodeActor {
         if matches!(l.state, State::Closed) {
             return;
         }
+        // What this turn already framed still leaves, ahead of the FIN:
+        // the peer reads it before it sees the connection end.
+        if let State::Up { sealer, .. } = &mut l.state {
+            if !l.pending.is_empty() {
+                let mut seg = Vec::with_capacity(l.pending.len() + frame::SEGMENT_OVERHEAD);
+                sealer.seal(&l.pending, &mut seg);
+                l.pending.clear();
+                self.conns.write(l.conn, &seg);
+            }
+        }
         l.state = State::Closed;
         let conn = l.conn;
         if let Some(addr) = l.dialled {
