@@ -1,7 +1,10 @@
 //! `throughput`: one-way messages, 1 sender -> 1 receiver and 4 senders ->
 //! 1 receiver, each on its own thread. Figure: messages per second from the
 //! start barrier until the receiver has them all; rings and channels are new
-//! every round, and each system has one uncounted warm-up run.
+//! every round, and each system has one uncounted warm-up run. The first
+//! rows are the transport (`Ring::send`) and channels; `ringmail-actors`,
+//! `actix` and `ractor` are actor to actor (tells to one sink actor), the
+//! comparison the actor frameworks belong in.
 
 use std::sync::{Arc, Barrier};
 use std::thread;
@@ -167,6 +170,171 @@ pub fn tokio_mpsc(senders: usize, per: u64) -> f64 {
     r
 }
 
+/// The actor-level systems: a sink actor counts messages and reports when
+/// it has them all; `senders` threads tell it `per` messages each.
+mod actors {
+    use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    use std::sync::mpsc;
+
+    /// Ringmail actors: the sink on its own shard, tells from sender
+    /// threads (batched, as a client thread should).
+    pub fn ringmail(senders: usize, per: u64) -> f64 {
+        use ringmail::{Actor, Context, Handler, Message};
+        struct Sink(u64, u64, Option<mpsc::Sender<()>>);
+        impl Actor for Sink {}
+        struct N;
+        impl Message for N {
+            type Reply = ();
+        }
+        impl Handler<N> for Sink {
+            fn handle(&mut self, _: N, _: &mut Context<Self>) {
+                self.0 += 1;
+                if self.0 == self.1 {
+                    let _ = self.2.take().map(|t| t.send(()));
+                }
+            }
+        }
+        let cfg = ringmail::SystemConfig::default().mailbox_capacity(1 << 16);
+        let system = ringmail::System::with_config(cfg);
+        let (tx, rx) = mpsc::channel();
+        let sink = system.spawn(Sink(0, senders as u64 * per, Some(tx))).expect("spawn");
+        let go = Arc::new(Barrier::new(senders + 1));
+        let hs: Vec<_> = (0..senders)
+            .map(|_| {
+                let (sink, go) = (sink.clone(), go.clone());
+                thread::spawn(move || {
+                    go.wait();
+                    ringmail::batched(|| {
+                        for _ in 0..per {
+                            sink.tell(N).expect("tell");
+                        }
+                    });
+                })
+            })
+            .collect();
+        go.wait();
+        let t = Instant::now();
+        rx.recv().expect("all arrived");
+        let r = rate(senders as u64 * per, t);
+        hs.into_iter().for_each(|h| h.join().unwrap());
+        system.shutdown();
+        r
+    }
+
+    /// actix: the sink on its own actix system thread; `do_send` from the
+    /// sender threads.
+    pub fn actix(senders: usize, per: u64) -> f64 {
+        use actix::prelude::*;
+        struct Sink(Arc<AtomicU64>, u64, Option<mpsc::Sender<()>>);
+        impl Actor for Sink {
+            type Context = Context<Self>;
+        }
+        #[derive(actix::Message)]
+        #[rtype(result = "()")]
+        struct N;
+        impl Handler<N> for Sink {
+            type Result = ();
+            fn handle(&mut self, _: N, _: &mut Context<Self>) {
+                if self.0.fetch_add(1, Relaxed) + 1 == self.1 {
+                    let _ = self.2.take().map(|t| t.send(()));
+                }
+            }
+        }
+        let (atx, arx) = mpsc::channel();
+        let (tx, rx) = mpsc::channel();
+        let total = senders as u64 * per;
+        let sys_thread = thread::spawn(move || {
+            let sys = actix::System::new();
+            sys.block_on(async move {
+                let addr = Sink(Arc::new(AtomicU64::new(0)), total, Some(tx)).start();
+                atx.send((addr, actix::System::current())).unwrap();
+            });
+            sys.run().unwrap();
+        });
+        let (addr, sys) = arx.recv().unwrap();
+        let go = Arc::new(Barrier::new(senders + 1));
+        let hs: Vec<_> = (0..senders)
+            .map(|_| {
+                let (addr, go) = (addr.clone(), go.clone());
+                thread::spawn(move || {
+                    go.wait();
+                    for _ in 0..per {
+                        addr.do_send(N);
+                    }
+                })
+            })
+            .collect();
+        go.wait();
+        let t = Instant::now();
+        rx.recv().expect("all arrived");
+        let r = rate(total, t);
+        hs.into_iter().for_each(|h| h.join().unwrap());
+        sys.stop();
+        sys_thread.join().unwrap();
+        r
+    }
+
+    /// ractor: the sink on a 2-worker tokio runtime; `cast` from the sender
+    /// threads.
+    pub fn ractor(senders: usize, per: u64) -> f64 {
+        use ractor::{Actor, ActorProcessingErr, ActorRef};
+        struct Sink;
+        impl Actor for Sink {
+            type Msg = ();
+            type State = (u64, u64, Option<mpsc::Sender<()>>);
+            type Arguments = (u64, mpsc::Sender<()>);
+            async fn pre_start(
+                &self,
+                _me: ActorRef<()>,
+                (total, tx): (u64, mpsc::Sender<()>),
+            ) -> Result<Self::State, ActorProcessingErr> {
+                Ok((0, total, Some(tx)))
+            }
+            async fn handle(
+                &self,
+                _me: ActorRef<()>,
+                _m: (),
+                st: &mut Self::State,
+            ) -> Result<(), ActorProcessingErr> {
+                st.0 += 1;
+                if st.0 == st.1 {
+                    let _ = st.2.take().map(|t| t.send(()));
+                }
+                Ok(())
+            }
+        }
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let total = senders as u64 * per;
+        let (tx, rx) = mpsc::channel();
+        let (sink, handle) = rt.block_on(Actor::spawn(None, Sink, (total, tx))).expect("spawn");
+        let go = Arc::new(Barrier::new(senders + 1));
+        let hs: Vec<_> = (0..senders)
+            .map(|_| {
+                let (sink, go) = (sink.clone(), go.clone());
+                thread::spawn(move || {
+                    go.wait();
+                    for _ in 0..per {
+                        sink.cast(()).expect("cast");
+                    }
+                })
+            })
+            .collect();
+        go.wait();
+        let t = Instant::now();
+        rx.recv().expect("all arrived");
+        let r = rate(total, t);
+        hs.into_iter().for_each(|h| h.join().unwrap());
+        sink.stop(None);
+        let _ = rt.block_on(handle);
+        r
+    }
+}
+
 /// Runs the case.
 pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
     let total: u64 = if quick { 400_000 } else { 4_000_000 };
@@ -191,6 +359,12 @@ pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
                     run: Box::new(move || channel::<StdMpsc>(senders, per)),
                 },
                 System { name: "tokio-mpsc", run: Box::new(move || tokio_mpsc(senders, per)) },
+                System {
+                    name: "ringmail-actors",
+                    run: Box::new(move || actors::ringmail(senders, per)),
+                },
+                System { name: "actix", run: Box::new(move || actors::actix(senders, per)) },
+                System { name: "ractor", run: Box::new(move || actors::ractor(senders, per)) },
             ],
         );
         c.print();
