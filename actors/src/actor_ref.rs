@@ -227,7 +227,7 @@ impl<A: Actor> ActorRef<A> {
         M: Message,
     {
         let deadline = Instant::now().checked_add(patience); // None: no limit
-        let mut backoff = Duration::from_micros(10);
+        let mut waits = 0u32;
         loop {
             match self.try_tell(msg) {
                 Err(TellError::Full(m)) if deadline.is_none_or(|d| Instant::now() < d) => {
@@ -235,8 +235,17 @@ impl<A: Actor> ActorRef<A> {
                     // Our own batch may hold the messages that fill the
                     // mailbox: let it leave before waiting for room.
                     local::flush_if_present();
-                    std::thread::sleep(backoff);
-                    backoff = (backoff * 2).min(Duration::from_millis(1));
+                    // Room usually comes back within microseconds (the
+                    // receiver drains a batch at a time): yield first, then
+                    // sleep briefly; never long enough for the receiver to
+                    // run dry.
+                    if waits < 16 {
+                        std::thread::yield_now();
+                    } else {
+                        let us = 10u64 << (waits - 16).min(3); // 10..80 µs
+                        std::thread::sleep(Duration::from_micros(us));
+                    }
+                    waits = waits.saturating_add(1);
                 }
                 other => return other,
             }

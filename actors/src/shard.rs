@@ -42,6 +42,26 @@ use crate::registry::Registry;
 
 static NEXT_ACTOR: AtomicU64 = AtomicU64::new(1);
 
+/// A hasher for actor ids: one multiply (Fibonacci hashing) instead of SipHash.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+pub(crate) type IdHash = std::hash::BuildHasherDefault<IdHasher>;
+
 /// The shared side of a shard: what references and spawners hold.
 pub(crate) struct ShardHandle {
     pub(crate) id: u64,
@@ -119,7 +139,9 @@ fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
 /// The shard's thread state.
 pub(crate) struct Shard {
     handle: Arc<ShardHandle>,
-    actors: HashMap<u64, Box<dyn Hosted>>,
+    /// Looked up once per message: keyed by actor id with a cheap hasher
+    /// (ids are process-unique counters, not attacker-chosen).
+    actors: HashMap<u64, Box<dyn Hosted>, IdHash>,
     early: HashMap<u64, Vec<Envelope>>,
     dedicated: bool,
     hosted_any: bool,
@@ -134,7 +156,7 @@ impl Shard {
     ) -> Self {
         Shard {
             handle,
-            actors: HashMap::new(),
+            actors: HashMap::default(),
             early: HashMap::new(),
             dedicated,
             hosted_any: false,
