@@ -273,6 +273,27 @@ impl std::fmt::Display for PushError {
 }
 impl std::error::Error for PushError {}
 
+/// A hasher for ring ids (process-unique counters, looked up once per
+/// message): one multiply instead of SipHash.
+#[derive(Default, Clone, Copy)]
+struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+type IdHash = std::hash::BuildHasherDefault<IdHasher>;
+
 struct OutLane<T> {
     target: Arc<Inbox<T>>,
     next_seq: u64,
@@ -289,14 +310,14 @@ pub struct Ring<T: Send + 'static> {
     fds: Rc<FdTable>,
     cfg: RingConfig,
     credit_cap: usize,
-    out: HashMap<u64, OutLane<T>>,
+    out: HashMap<u64, OutLane<T>, IdHash>,
     dirty: Vec<u64>,
     parked: usize,
     fd_inflight: usize,
     silent: HashMap<u32, SlotTicket>,
     fd_seqs: HashMap<u32, (u64, u64)>,
     bells: Vec<Arc<Inbox<T>>>,
-    lanes: HashMap<u64, Reorder<Box<Parcel<T>>>>,
+    lanes: HashMap<u64, Reorder<Box<Parcel<T>>>, IdHash>,
     in_order: Vec<Box<Parcel<T>>>,
     ready: VecDeque<(u64, Event<T>)>,
     scratch: VecDeque<Box<Parcel<T>>>,
@@ -358,14 +379,14 @@ impl<T: Send + 'static> Ring<T> {
             fds: Rc::new(FdTable::new(raw, user_slots, kernel_free)),
             cfg,
             credit_cap,
-            out: HashMap::new(),
+            out: HashMap::default(),
             dirty: Vec::new(),
             parked: 0,
             fd_inflight: 0,
             silent: HashMap::new(),
             fd_seqs: HashMap::new(),
             bells: Vec::new(),
-            lanes: HashMap::new(),
+            lanes: HashMap::default(),
             in_order: Vec::new(),
             ready: VecDeque::new(),
             scratch: VecDeque::new(),
