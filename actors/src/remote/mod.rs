@@ -566,8 +566,8 @@ impl Hosted for Proxy {
     fn forward(&mut self, m: Box<dyn Erased>) -> Result<(), Box<dyn Erased>> {
         self.node.deliver_forced(node::Outbound {
             proxy: self.shared.id,
-            stand_in: self.shared.clone(),
-            msg: m,
+            stand_in: Some(self.shared.clone()),
+            msg: Some(m),
         });
         Ok(())
     }

@@ -30,9 +30,18 @@ const MAX_HANDSHAKE_FRAME: usize = 1024;
 /// A message for a remote actor, from its stand-in.
 pub(crate) struct Outbound {
     pub(crate) proxy: u64,
-    /// The stand-in's shared state: its capacity slot is released here.
-    pub(crate) stand_in: Arc<crate::actor_ref::ActorShared>,
-    pub(crate) msg: Box<dyn Erased>,
+    /// The stand-in's shared state: its capacity slot is released by the
+    /// handler, or by `Drop` if the node's actor never handles this.
+    pub(crate) stand_in: Option<Arc<crate::actor_ref::ActorShared>>,
+    pub(crate) msg: Option<Box<dyn Erased>>,
+}
+
+impl Drop for Outbound {
+    fn drop(&mut self) {
+        if let Some(s) = self.stand_in.take() {
+            s.unreserve(); // never handled (the node's actor is gone)
+        }
+    }
 }
 impl Message for Outbound {
     type Reply = ();
@@ -975,8 +984,9 @@ impl Handler<NetEvent> for NodeActor {
 }
 
 impl Handler<Outbound> for NodeActor {
-    fn handle(&mut self, o: Outbound, ctx: &mut Context<Self>) {
-        let shared = o.stand_in.clone();
+    fn handle(&mut self, mut o: Outbound, ctx: &mut Context<Self>) {
+        let shared = o.stand_in.take().expect("an Outbound is handled once");
+        let msg = o.msg.take().expect("an Outbound is handled once");
         let Some(p) = self.proxies.get(&o.proxy) else {
             // Its node went down (an ask gets NoReply).
             shared.unreserve();
@@ -995,7 +1005,7 @@ impl Handler<Outbound> for NodeActor {
             return;
         }
         let remote_id = p.remote_id;
-        let Some(codec) = self.shared.codecs.for_msg(o.msg.msg_type()) else {
+        let Some(codec) = self.shared.codecs.for_msg(msg.msg_type()) else {
             shared.unreserve();
             eprintln!(
                 "ringmail node {}: a message type is not registered (Node::register): dead letter",
@@ -1004,7 +1014,7 @@ impl Handler<Outbound> for NodeActor {
             crate::dead_letter();
             return;
         };
-        let (msg, reply) = o.msg.split();
+        let (msg, reply) = msg.split();
         let payload = match (codec.encode)(&*msg) {
             Ok(p) => p,
             Err(e) => {
@@ -1121,10 +1131,12 @@ impl Handler<Rearm> for NodeActor {
     fn handle(&mut self, Rearm(errno): Rearm, ctx: &mut Context<Self>) {
         match errno {
             9 | 22 => ctx.stop_with(StopReason::Failed("the listening socket is unusable".into())),
-            23 | 24 | 16 => {
+            0 => self.arm_accept(ctx),
+            // Out of slots or fds, SQ full, or anything else: go on after a
+            // pause, never in a busy loop.
+            _ => {
                 ctx.send_after(Duration::from_millis(5), Rearm(0));
             }
-            _ => self.arm_accept(ctx),
         }
     }
 }

@@ -53,6 +53,9 @@ fn main() {
         addr.port()
     );
     let sig = server::wait_for_shutdown_signal();
+    if aof.is_some() {
+        srv.stop_serving(std::time::Duration::from_secs(5));
+    }
     if aof.is_some() && !srv.sync_aof(std::time::Duration::from_secs(10)) {
         eprintln!("kv: the append-only files could not be synced within 10 s");
     }

@@ -1,7 +1,7 @@
 //! Append-only persistence for the KV service (`--aof PATH`).
 //!
 //! Each keyspace shard appends the writes it executed, as RESP requests,
-//! to its own file `PATH.<shard>` through its ring's own file I/O (one
+//! to its own file `PATH.<gen>.<shard>` through its ring's own file I/O (one
 //! write in flight at a time, so the file keeps the shard's order), and
 //! asks for an `fsync` once a second when something was written (Redis'
 //! `appendfsync everysec`: a crash loses at most about a second of
@@ -9,10 +9,13 @@
 //! [`super::server::KvServer::sync_aof`]).
 //!
 //! Relative expiries are logged as absolute ones (`PEXPIREAT`), so a replay
-//! later does not extend them. At start, every `PATH.<n>` file is replayed
-//! (each command routed by its key, so the number of shards may change
-//! between runs), then the files are rewritten as a compact snapshot, one
-//! per current shard.
+//! later does not extend them; counters and appends are logged as their
+//! result (with the key's deadline). The logs of one generation are
+//! `PATH.<gen>.<shard>`; `PATH.gen` names the current generation. At start,
+//! every log of the current generation is replayed (each into a keyspace of
+//! its own, then routed by key, so the number of shards may change between
+//! runs), then a new generation is written as a compact snapshot and made
+//! current atomically (see [`load_and_rewrite`]).
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
@@ -26,13 +29,6 @@ use ringmail::{Context, Handler, Message};
 use super::engine::Keyspace;
 use super::resp::{self, encode_request, Limits, Parsed, Reply};
 use super::server::shard_of;
-
-/// The file of shard `i`.
-pub fn shard_file(path: &Path, i: usize) -> PathBuf {
-    let mut p = path.as_os_str().to_owned();
-    p.push(format!(".{i}"));
-    PathBuf::from(p)
-}
 
 /// A completion of the log's file I/O, for its shard actor.
 #[derive(Debug)]
@@ -98,12 +94,19 @@ impl Aof {
                 }
             }
             b"del" if matches!(reply, Reply::Int(n) if *n > 0) => self.raw(args),
-            b"incr" | b"decr" | b"incrby" | b"decrby" | b"append" | b"mset" | b"flushall"
-            | b"flushdb"
-                if ok =>
-            {
-                self.raw(args)
+            // Counters and appends are logged as their result (with the
+            // key's deadline, which they keep): a replay then cannot bring
+            // back an expired key as a new one.
+            b"incr" | b"decr" | b"incrby" | b"decrby" | b"append" if ok => {
+                let k = &args[1];
+                if let Some(v) = ks.value(k, now) {
+                    push(&mut self.pending, &[b"SET", k, &v]);
+                    if let Some(at) = ks.expires_at_unix_ms(k, now) {
+                        push(&mut self.pending, &[b"PEXPIREAT", k, at.to_string().as_bytes()]);
+                    }
+                }
             }
+            b"mset" | b"flushall" | b"flushdb" if ok => self.raw(args),
             _ => {}
         }
     }
@@ -141,9 +144,17 @@ impl Aof {
                 let mut buf = d.buf.unwrap_or_default();
                 if d.result < 0 {
                     if !self.failed {
-                        eprintln!("kv: AOF append failed (errno {}); retrying", -d.result);
+                        eprintln!(
+                            "kv: AOF append failed (errno {}); retrying each second",
+                            -d.result
+                        );
                         self.failed = true;
                     }
+                    // Back in front of what came since; the once-a-second
+                    // tick tries again (no busy loop on ENOSPC).
+                    buf.append(&mut self.pending);
+                    self.pending = buf;
+                    return;
                 } else {
                     self.failed = false;
                     self.dirty = true;
@@ -164,34 +175,108 @@ impl Aof {
         }
     }
 
+    /// At shutdown: writes what is pending with a plain blocking write and
+    /// syncs, unless a ring write is still in flight (then the rest would
+    /// land before it; it is reported instead).
+    pub fn finish(&mut self) {
+        if self.pending.is_empty() && !self.dirty {
+            return;
+        }
+        if self.writing {
+            eprintln!(
+                "kv: AOF: {} bytes not written at shutdown (a write was still in flight)",
+                self.pending.len()
+            );
+            return;
+        }
+        let r = self.file.write_all(&self.pending).and_then(|()| self.file.sync_data());
+        match r {
+            Ok(()) => {
+                self.pending.clear();
+                self.dirty = false;
+            }
+            Err(e) => eprintln!("kv: AOF: final write failed: {e}"),
+        }
+    }
+
     /// Nothing pending, nothing in flight, everything written was synced.
     pub fn idle(&self) -> bool {
         !self.writing && !self.syncing && self.pending.is_empty() && !self.dirty
     }
 }
 
-/// Replays every `PATH.<n>` file into `shards` (routing each command by
-/// key), then rewrites the files as a snapshot of the result. Returns how
-/// many commands were replayed.
+/// The current generation's number, from `PATH.gen` (0 when absent).
+fn current_generation(path: &Path) -> io::Result<u64> {
+    match std::fs::read_to_string(gen_file(path)) {
+        Ok(s) => s.trim().parse().map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{}: not a number", gen_file(path).display()),
+            )
+        }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(0),
+        Err(e) => Err(e),
+    }
+}
+
+fn gen_file(path: &Path) -> PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push(".gen");
+    PathBuf::from(p)
+}
+
+/// The log of shard `i` in generation `g`: `PATH.<g>.<i>`.
+fn gen_shard_file(path: &Path, g: u64, i: usize) -> PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push(format!(".{g}.{i}"));
+    PathBuf::from(p)
+}
+
+/// The file shard `i` appends to after [`load_and_rewrite`] (the current
+/// generation's).
+pub fn shard_file(path: &Path, i: usize) -> PathBuf {
+    gen_shard_file(path, current_generation(path).unwrap_or(0), i)
+}
+
+fn sync_dir(path: &Path) -> io::Result<()> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    File::open(dir)?.sync_all()
+}
+
+/// Rebuilds the keyspace from the current generation's logs, then writes a
+/// new generation holding a snapshot of it, one file per shard in
+/// `shards`, and makes it current. Returns how many commands were replayed.
+///
+/// Each old file holds the writes of one old shard, so it is replayed into
+/// a keyspace of its own (a `FLUSHALL` in it clears that shard's keys, as
+/// it did when it ran); the results are then routed by key to `shards`
+/// (whose count may differ). The switch is atomic: the new files are
+/// written and synced first, then `PATH.gen` is replaced by a rename (and
+/// the directory synced); a crash before that leaves the old generation
+/// current, after it the old files are only garbage, removed at the next
+/// start.
 pub fn load_and_rewrite(path: &Path, shards: &mut [Keyspace]) -> io::Result<u64> {
     let now = Instant::now();
     let n = shards.len();
+    let g = current_generation(path)?;
     let mut replayed = 0;
-    let mut old = Vec::new();
     for i in 0.. {
-        let f = shard_file(path, i);
+        let f = gen_shard_file(path, g, i);
         if !f.exists() {
             break;
         }
         let bytes = std::fs::read(&f)?;
+        let mut old = Keyspace::default();
         let mut at = 0;
         let limits = Limits::default();
         while at < bytes.len() {
             match resp::parse(&bytes[at..], &limits) {
                 Ok(Parsed::Request(args, used)) => {
                     at += used;
-                    replay(shards, &args, now);
-                    replayed += 1;
+                    if !args.is_empty() {
+                        old.execute(&args, now);
+                        replayed += 1;
+                    }
                 }
                 // A torn last write (a crash mid-append): ignore the tail.
                 Ok(Parsed::Incomplete) => break,
@@ -203,53 +288,40 @@ pub fn load_and_rewrite(path: &Path, shards: &mut [Keyspace]) -> io::Result<u64>
                 }
             }
         }
-        old.push(f);
+        for cmd in old.dump(now) {
+            shards[shard_of(&cmd[1], n)].execute(&cmd, now);
+        }
     }
+    let next = g + 1;
     for (i, ks) in shards.iter_mut().enumerate() {
-        let f = shard_file(path, i);
-        let tmp = f.with_extension("rewrite");
         let mut out = Vec::new();
         for cmd in ks.dump(now) {
             let a: Vec<&[u8]> = cmd.iter().map(|x| x.as_slice()).collect();
             encode_request(&a, &mut out);
         }
-        let mut file = File::create(&tmp)?;
+        let mut file = File::create(gen_shard_file(path, next, i))?;
         file.write_all(&out)?;
         file.sync_all()?;
-        std::fs::rename(&tmp, &f)?;
     }
-    for f in old.iter().skip(n) {
-        std::fs::remove_file(f)?;
+    sync_dir(path)?;
+    let tmp = gen_file(path).with_extension("gen.tmp");
+    let mut file = File::create(&tmp)?;
+    file.write_all(next.to_string().as_bytes())?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, gen_file(path))?;
+    sync_dir(path)?;
+    // Everything of other generations is garbage now.
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let base = path.file_name().map(|b| b.to_string_lossy().into_owned()).unwrap_or_default();
+    for e in std::fs::read_dir(dir)?.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix(&format!("{base}.")) else { continue };
+        let Some((gen, _shard)) = rest.split_once('.') else { continue };
+        if gen.parse::<u64>().is_ok_and(|x| x != next) {
+            std::fs::remove_file(e.path())?;
+        }
     }
     Ok(replayed)
-}
-
-fn replay(shards: &mut [Keyspace], args: &[Vec<u8>], now: Instant) {
-    let n = shards.len();
-    let cmd = args[0].to_ascii_lowercase();
-    match cmd.as_slice() {
-        b"flushall" | b"flushdb" => {
-            for s in shards.iter_mut() {
-                s.execute(args, now);
-            }
-        }
-        b"del" => {
-            for k in &args[1..] {
-                shards[shard_of(k, n)].execute(&[args[0].clone(), k.clone()], now);
-            }
-        }
-        b"mset" => {
-            for kv in args[1..].chunks(2) {
-                if let [k, v] = kv {
-                    shards[shard_of(k, n)].execute(&[b"SET".to_vec(), k.clone(), v.clone()], now);
-                }
-            }
-        }
-        _ if args.len() >= 2 => {
-            shards[shard_of(&args[1], n)].execute(args, now);
-        }
-        _ => {}
-    }
 }
 
 #[cfg(test)]
@@ -265,7 +337,7 @@ mod tests {
         encode_request(&[b"SET", b"a", b"1"], &mut bytes);
         encode_request(&[b"INCR", b"a"], &mut bytes);
         bytes.extend_from_slice(b"*3\r\n$3\r\nSET\r\n$1\r\nb"); // cut mid-append
-        std::fs::write(shard_file(&path, 0), &bytes).unwrap();
+        std::fs::write(gen_shard_file(&path, 0, 0), &bytes).unwrap();
         let mut shards = vec![Keyspace::default()];
         assert_eq!(load_and_rewrite(&path, &mut shards).unwrap(), 2);
         let now = Instant::now();
@@ -277,5 +349,77 @@ mod tests {
         std::fs::write(shard_file(&path, 0), b"*1\r\n:nope\r\n").unwrap();
         assert!(load_and_rewrite(&path, &mut [Keyspace::default()]).is_err());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn get(ks: &mut Keyspace, k: &str) -> Option<Reply> {
+        ks.execute(&[b"GET".to_vec(), k.as_bytes().to_vec()], Instant::now())
+    }
+
+    fn dir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("ringmail-aof-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn a_flushall_in_one_shard_log_clears_only_that_shards_keys() {
+        let d = dir("flush");
+        let path = d.join("kv.aof");
+        let mut f0 = Vec::new();
+        encode_request(&[b"FLUSHALL"], &mut f0);
+        encode_request(&[b"SET", b"a", b"1"], &mut f0);
+        let mut f1 = Vec::new();
+        encode_request(&[b"FLUSHALL"], &mut f1);
+        encode_request(&[b"SET", b"b", b"2"], &mut f1);
+        std::fs::write(gen_shard_file(&path, 0, 0), f0).unwrap();
+        std::fs::write(gen_shard_file(&path, 0, 1), f1).unwrap();
+        let mut shards = vec![Keyspace::default(), Keyspace::default()];
+        load_and_rewrite(&path, &mut shards).unwrap();
+        let n = shards.len();
+        assert_eq!(get(&mut shards[shard_of(b"a", n)], "a"), Some(Reply::Bulk(b"1".to_vec())));
+        assert_eq!(get(&mut shards[shard_of(b"b", n)], "b"), Some(Reply::Bulk(b"2".to_vec())));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn counters_on_expiring_keys_do_not_come_back_after_their_deadline() {
+        let d = dir("incr");
+        let path = d.join("kv.aof");
+        let mut aof = Aof::open(&gen_shard_file(&path, 0, 0)).unwrap();
+        let mut ks = Keyspace::default();
+        let now = Instant::now();
+        for cmd in [&["SET", "k", "5", "PX", "50"][..], &["INCR", "k"], &["APPEND", "k", "0"]] {
+            let args: Vec<Vec<u8>> = cmd.iter().map(|a| a.as_bytes().to_vec()).collect();
+            let reply = ks.execute(&args, now).unwrap();
+            aof.record(&mut ks, &args, &reply, now);
+        }
+        std::fs::write(gen_shard_file(&path, 0, 0), &aof.pending).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(120));
+        let mut shards = vec![Keyspace::default()];
+        load_and_rewrite(&path, &mut shards).unwrap();
+        assert_eq!(get(&mut shards[0], "k"), Some(Reply::Nil), "expired, not reborn");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn files_of_other_generations_are_never_replayed() {
+        let d = dir("gen");
+        let path = d.join("kv.aof");
+        let mut f = Vec::new();
+        encode_request(&[b"INCR", b"n"], &mut f);
+        std::fs::write(gen_shard_file(&path, 0, 0), &f).unwrap();
+        let mut shards = vec![Keyspace::default()];
+        load_and_rewrite(&path, &mut shards).unwrap(); // gen 1: n = 1
+                                                       // A crash left an old file behind, and one of a generation that
+                                                       // never became current.
+        std::fs::write(gen_shard_file(&path, 0, 0), &f).unwrap();
+        std::fs::write(gen_shard_file(&path, 7, 0), &f).unwrap();
+        let mut again = vec![Keyspace::default()];
+        load_and_rewrite(&path, &mut again).unwrap(); // gen 2
+        assert_eq!(get(&mut again[0], "n"), Some(Reply::Bulk(b"1".to_vec())), "applied once");
+        assert!(!gen_shard_file(&path, 0, 0).exists() && !gen_shard_file(&path, 7, 0).exists());
+        assert!(gen_shard_file(&path, 2, 0).exists());
+        std::fs::remove_dir_all(&d).unwrap();
     }
 }

@@ -70,6 +70,11 @@ impl Keyspace {
         Some(unix_ms() + t.saturating_duration_since(now).as_millis() as u64)
     }
 
+    /// The value of `key` now, if it exists.
+    pub fn value(&mut self, key: &[u8], now: Instant) -> Option<Vec<u8>> {
+        self.live(key, now).map(|e| e.value.clone())
+    }
+
     /// Whether `key` exists now.
     pub fn contains(&mut self, key: &[u8], now: Instant) -> bool {
         self.live(key, now).is_some()

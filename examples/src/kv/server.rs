@@ -78,6 +78,12 @@ impl Actor for KeyShard {
             ctx.send_interval(std::time::Duration::from_secs(1), || AofTick);
         }
     }
+
+    fn stopped(&mut self, _ctx: &mut Context<Self>) {
+        if let Some(aof) = self.aof.as_mut() {
+            aof.finish();
+        }
+    }
 }
 
 impl Handler<AofIo> for KeyShard {
@@ -368,7 +374,7 @@ impl KvWorker {
         };
         match cmd.as_slice() {
             b"get" | b"set" | b"incr" | b"decr" | b"incrby" | b"decrby" | b"append" | b"strlen"
-            | b"expire" | b"ttl"
+            | b"expire" | b"pexpireat" | b"ttl"
                 if args.len() >= 2 =>
             {
                 single(args, &mut self.outgoing)
@@ -514,12 +520,15 @@ pub struct KvServer {
 }
 
 impl KvServer {
-    /// Waits until every shard's log is written and synced (before a clean
-    /// shutdown); false if that took longer than `timeout`.
+    /// Waits until every shard's log is written and synced; false if that
+    /// took longer than `timeout` (or a shard did not answer). Call it
+    /// after [`KvServer::stop_serving`], or writes acknowledged meanwhile
+    /// may still be on their way.
     pub fn sync_aof(&self, timeout: std::time::Duration) -> bool {
         let deadline = Instant::now() + timeout;
         loop {
-            let idle = self.shards.iter().all(|s| s.ask(AofIdle, timeout).unwrap_or(true));
+            let left = deadline.saturating_duration_since(Instant::now());
+            let idle = self.shards.iter().all(|s| s.ask(AofIdle, left).unwrap_or(false));
             if idle {
                 return true;
             }
@@ -527,6 +536,20 @@ impl KvServer {
                 return false;
             }
             std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+
+    /// Stops taking connections and closes the open ones (the acceptor and
+    /// the workers stop); the keyspace shards stay, so the logs can be
+    /// synced before shutdown.
+    pub fn stop_serving(&self, timeout: std::time::Duration) {
+        self.acceptor.stop();
+        self.acceptor.wait_stopped(timeout);
+        for w in &self.workers {
+            w.stop();
+        }
+        for w in &self.workers {
+            w.wait_stopped(timeout);
         }
     }
 }
