@@ -867,6 +867,11 @@ pub(crate) fn complete(list: Vec<Done>, out: &mut VecDeque<Envelope>) {
     }
 }
 
+/// I/O operations this thread may still start before its limit.
+pub(crate) fn io_free() -> usize {
+    with(|t| t.io_limit.saturating_sub(t.timers.len() + t.io.len() + t.multi.len())).unwrap_or(0)
+}
+
 /// Starts an I/O op for an actor; if it cannot be submitted, it completes
 /// at once with `-EBUSY` and its envelope goes on this shard's queue.
 pub(crate) fn start_io(pending: PendingIo) {

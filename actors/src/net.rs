@@ -315,8 +315,8 @@ pub enum NetEvent {
     Recv(ConnId, Recv),
     /// A send completion.
     Sent(ConnId, IoDone),
-    /// A shutdown completion.
-    Shut(ConnId),
+    /// A shutdown completion, with its result.
+    Shut(ConnId, i32),
 }
 
 impl Message for NetEvent {
@@ -405,6 +405,11 @@ impl Connections {
         fd: FixedFd,
         ctx: &Context<A>,
     ) -> io::Result<ConnId> {
+        // Room for its receive, a send and a shutdown, or it is refused now
+        // rather than starved later.
+        if crate::local::io_free() < 3 {
+            return Err(io::Error::from_raw_os_error(16)); // EBUSY; fd closed
+        }
         let id = self.next;
         self.next += 1;
         let fd = ctx.keep_fd(fd);
@@ -435,7 +440,7 @@ impl Connections {
         ctx: &Context<A>,
     ) -> Option<Input> {
         let id = match &ev {
-            NetEvent::Recv(id, _) | NetEvent::Sent(id, _) | NetEvent::Shut(id) => *id,
+            NetEvent::Recv(id, _) | NetEvent::Sent(id, _) | NetEvent::Shut(id, _) => *id,
         };
         match ev {
             NetEvent::Recv(id, r) => {
@@ -462,6 +467,15 @@ impl Connections {
                 c.sending = false;
                 c.in_flight = 0;
                 let mut buf = done.buf.unwrap_or_default();
+                const EBUSY: i32 = 16;
+                if done.result == -EBUSY && !c.abort {
+                    // Not submitted (the shard's I/O limit): nothing was
+                    // sent; it goes first at the next flush.
+                    buf.append(&mut c.out);
+                    c.out = buf;
+                    self.dirty.push(id.0);
+                    return self.settle(id, ctx, true);
+                }
                 if done.result < 0 || c.abort {
                     // The peer is gone (EPIPE, ECONNRESET), or we gave up on it.
                     c.closing = true;
@@ -480,9 +494,13 @@ impl Connections {
                     self.flush(ctx);
                 }
             }
-            NetEvent::Shut(id) => {
+            NetEvent::Shut(id, result) => {
                 let c = self.conns.get_mut(&id.0)?;
                 c.shut_pending = false;
+                const ENOTCONN: i32 = 107;
+                if result < 0 && result != -ENOTCONN {
+                    c.shut = false; // not submitted (I/O limit): try again
+                }
             }
         }
         self.settle(id, ctx, true)
@@ -556,7 +574,9 @@ impl Connections {
         if c.receiving && !c.shut && (drained || c.abort) {
             c.shut = true;
             c.shut_pending = true;
-            ctx.io(IoOp::ShutdownFixed { fd: c.fd.as_fixed() }, move |_| NetEvent::Shut(id));
+            ctx.io(IoOp::ShutdownFixed { fd: c.fd.as_fixed() }, move |d| {
+                NetEvent::Shut(id, d.result)
+            });
         }
         if may_drop && !c.receiving && !c.sending && !c.shut_pending {
             self.conns.remove(&id.0); // drops the FixedFd: the socket closes
