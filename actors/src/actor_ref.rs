@@ -287,8 +287,9 @@ impl<A: Actor> ActorRef<A> {
     /// # Ok::<(), ringmail::SpawnError>(())
     /// ```
     ///
-    /// Blocks the calling thread (and, inside a handler, its shard); asking
-    /// an actor of one's own shard would deadlock and is refused.
+    /// Blocks the calling thread (and, inside a handler, its shard), also
+    /// while the actor's mailbox is full (up to `timeout`); asking an actor
+    /// of one's own shard would deadlock and is refused.
     pub fn ask<M>(&self, msg: M, timeout: Duration) -> Result<M::Reply, AskError<M>>
     where
         A: Handler<M>,
@@ -302,15 +303,33 @@ impl<A: Actor> ActorRef<A> {
         if local::expect_reply(ask).is_err() {
             return Err(AskError::Unavailable(msg));
         }
-        let reply = ReplyTo::ring(addr, ask);
-        if let Err((m, e)) = self.send_typed(msg, Some(reply)) {
-            return Err(match e.with(m) {
-                TellError::Full(m) => AskError::Full(m),
-                TellError::Stopped(m) => AskError::Stopped(m),
-                TellError::Unavailable(m) => AskError::Unavailable(m),
-            });
-        }
         let deadline = Instant::now().checked_add(timeout).unwrap_or_else(far_future);
+        // A full mailbox is waited out (within the timeout), as `tell` does.
+        let mut msg = msg;
+        let mut waits = 0u32;
+        loop {
+            let reply = ReplyTo::ring(addr.clone(), ask);
+            match self.send_typed(msg, Some(reply)) {
+                Ok(()) => break,
+                Err((m, TellFail::Full)) if Instant::now() < deadline => {
+                    msg = m;
+                    local::flush_if_present();
+                    if waits < 16 {
+                        std::thread::yield_now();
+                    } else {
+                        std::thread::sleep(Duration::from_micros(10u64 << (waits - 16).min(3)));
+                    }
+                    waits = waits.saturating_add(1);
+                }
+                Err((m, e)) => {
+                    return Err(match e.with(m) {
+                        TellError::Full(m) => AskError::Full(m),
+                        TellError::Stopped(m) => AskError::Stopped(m),
+                        TellError::Unavailable(m) => AskError::Unavailable(m),
+                    })
+                }
+            }
+        }
         match local::wait_reply(ask, deadline) {
             None => Err(AskError::Timeout),
             Some(None) => Err(AskError::NoReply),

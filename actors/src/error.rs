@@ -18,7 +18,8 @@ pub enum TellError<M> {
 /// An `ask` that got no reply.
 #[non_exhaustive]
 pub enum AskError<M> {
-    /// The actor's mailbox is at capacity; the message is handed back.
+    /// The actor's mailbox stayed at capacity for the whole timeout; the
+    /// message is handed back.
     Full(M),
     /// The actor has stopped; the message is handed back.
     Stopped(M),
