@@ -111,9 +111,11 @@ pub struct NodeConfig {
     pub handshake_timeout: Duration,
     /// Inbound connections still in handshake at most (default 64).
     pub max_pending_handshakes: usize,
-    /// Ping interval (default 200 ms).
+    /// Ping interval (default 250 ms).
     pub heartbeat: Duration,
-    /// A connection silent this long is dead (default 1 s).
+    /// A connection silent this long is dead (default 3 s: a peer busy
+    /// working through a large backlog can be silent for a second; a
+    /// killed process is seen at once anyway, by its socket closing).
     pub down_after: Duration,
     /// First and largest delay between redials of a lost peer (default 50 ms, 2 s).
     pub redial: (Duration, Duration),
@@ -141,8 +143,8 @@ impl NodeConfig {
             max_frame: ringmail_transport::wire::frame::DEFAULT_MAX_FRAME,
             handshake_timeout: Duration::from_secs(2),
             max_pending_handshakes: 64,
-            heartbeat: Duration::from_millis(200),
-            down_after: Duration::from_secs(1),
+            heartbeat: Duration::from_millis(250),
+            down_after: Duration::from_secs(3),
             redial: (Duration::from_millis(50), Duration::from_secs(2)),
         }
     }
