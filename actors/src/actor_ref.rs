@@ -447,11 +447,21 @@ impl<A: Actor> ActorRef<A> {
         A: Handler<M>,
         M: Message,
     {
+        // Refused before sending: the caller gets the error, so the reply
+        // slot must not answer "no reply" (a retried ask would take that
+        // stale answer as its own).
+        let refuse = |reply: Option<ReplyTo>| {
+            if let Some(mut r) = reply {
+                r.sent = true;
+            }
+        };
         if !self.shared.is_alive() {
             crate::dead_letter();
+            refuse(reply);
             return Err((msg, TellFail::Stopped));
         }
         if !self.shared.reserve() {
+            refuse(reply);
             return Err((msg, TellFail::Full));
         }
         let typed: Typed<A, M> = Typed { msg, reply, _a: PhantomData };
