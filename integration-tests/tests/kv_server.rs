@@ -25,6 +25,36 @@ fn client(srv: &KvServer) -> Connection {
     con
 }
 
+/// Waits until the server holds no client connection and none of its
+/// sockets is left half-closed (CLOSE_WAIT) on its port: every socket the
+/// test opened was closed on both sides.
+fn all_closed(srv: &KvServer) {
+    use ringmail_examples::kv::server::Clients;
+    let port = srv.addr.port();
+    let close_wait = || {
+        std::fs::read_to_string("/proc/net/tcp")
+            .unwrap()
+            .lines()
+            .skip(1)
+            .filter(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                let p = u16::from_str_radix(f[1].rsplit(':').next().unwrap(), 16).unwrap();
+                p == port && f[3] == "08"
+            })
+            .count()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let open: usize =
+            srv.workers.iter().map(|w| w.ask(Clients, Duration::from_secs(5)).unwrap()).sum();
+        if open == 0 && close_wait() == 0 {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{open} connections still open");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 fn err_text<T: std::fmt::Debug>(r: RedisResult<T>) -> String {
     let e = r.expect_err("an error reply");
     format!("{} {}", e.code().unwrap_or(""), e.detail().unwrap_or(""))
@@ -105,6 +135,8 @@ fn every_command_answers_like_redis() {
     );
     // still fine after the errors
     assert_eq!(cmd("PING").query::<String>(&mut c).unwrap(), "PONG");
+    drop(c);
+    all_closed(&srv);
     system.shutdown();
 }
 
@@ -130,6 +162,8 @@ fn a_thousand_pipelined_commands_are_answered_in_order() {
             assert!(matches!(r, Value::BulkString(b) if b == want.as_bytes()), "{i}: {r:?}");
         }
     }
+    drop(c);
+    all_closed(&srv);
     system.shutdown();
 }
 
@@ -155,6 +189,8 @@ fn two_hundred_clients_at_once() {
     let mut c = client(&srv);
     assert_eq!(cmd("DBSIZE").query::<i64>(&mut c).unwrap(), 200 * 50);
     drop(conns);
+    drop(c);
+    all_closed(&srv);
     system.shutdown();
 }
 
@@ -175,6 +211,8 @@ fn binary_values_up_to_one_mebibyte_and_expiry() {
     std::thread::sleep(Duration::from_millis(250));
     assert_eq!(c.get::<_, Option<String>>("short").unwrap(), None);
     assert_eq!(c.ttl::<_, i64>("short").unwrap(), -2);
+    drop(c);
+    all_closed(&srv);
     system.shutdown();
 }
 
@@ -206,6 +244,8 @@ fn malformed_input_closes_only_its_own_connection() {
     s.write_all(&[0xff; 10_000]).unwrap();
     drop(s);
     assert_eq!(good.get::<_, String>("keep").unwrap(), "me");
+    drop(good);
+    all_closed(&srv);
     system.shutdown();
 }
 

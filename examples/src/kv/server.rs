@@ -279,6 +279,18 @@ impl Handler<NetEvent> for KvWorker {
     }
 }
 
+/// Asks a worker how many client connections it serves.
+pub struct Clients;
+impl Message for Clients {
+    type Reply = usize;
+}
+
+impl Handler<Clients> for KvWorker {
+    fn handle(&mut self, _: Clients, _ctx: &mut Context<Self>) -> usize {
+        self.conns.len()
+    }
+}
+
 impl Handler<Replies> for KvWorker {
     fn handle(&mut self, Replies(items): Replies, ctx: &mut Context<Self>) {
         let mut touched = Vec::new();
