@@ -31,6 +31,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use ringmail_transport::hash::IdHash;
 use ringmail_transport::Addr;
 
 use crate::actor::Actor;
@@ -41,26 +42,6 @@ use crate::local;
 use crate::registry::Registry;
 
 static NEXT_ACTOR: AtomicU64 = AtomicU64::new(1);
-
-/// A hasher for actor ids: one multiply (Fibonacci hashing) instead of SipHash.
-#[derive(Default, Clone, Copy)]
-pub(crate) struct IdHasher(u64);
-
-impl std::hash::Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        }
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-}
-
-pub(crate) type IdHash = std::hash::BuildHasherDefault<IdHasher>;
 
 /// The shared side of a shard: what references and spawners hold.
 pub(crate) struct ShardHandle {
@@ -252,15 +233,8 @@ impl Shard {
                     Err(m) => m,
                 };
                 slot.shared().unreserve();
-                match catch_unwind(AssertUnwindSafe(|| m.handle(slot.as_any()))) {
-                    Ok(None) => {}
-                    Ok(Some(reason)) => self.stop_actor(to, reason),
-                    Err(p) => {
-                        self.stats.panics.fetch_add(1, Ordering::Relaxed);
-                        let slot = self.actors.remove(&to).expect("present");
-                        self.finished(slot.shared(), StopReason::Panicked(panic_message(p)));
-                    }
-                }
+                let outcome = catch_unwind(AssertUnwindSafe(|| m.handle(slot.as_any())));
+                self.handled(to, outcome);
             }
             Body::FdMsg { key, msg } => {
                 let Some(slot) = self.actors.get_mut(&to) else {
@@ -283,15 +257,8 @@ impl Shard {
                     crate::dead_letter(); // its fd is gone (cannot happen)
                     return true;
                 };
-                match catch_unwind(AssertUnwindSafe(|| msg.handle(slot.as_any(), fd))) {
-                    Ok(None) => {}
-                    Ok(Some(reason)) => self.stop_actor(to, reason),
-                    Err(p) => {
-                        self.stats.panics.fetch_add(1, Ordering::Relaxed);
-                        let slot = self.actors.remove(&to).expect("present");
-                        self.finished(slot.shared(), StopReason::Panicked(panic_message(p)));
-                    }
-                }
+                let outcome = catch_unwind(AssertUnwindSafe(|| msg.handle(slot.as_any(), fd)));
+                self.handled(to, outcome);
             }
             Body::Stop(reason) => {
                 if self.actors.contains_key(&to) {
@@ -307,6 +274,20 @@ impl Shard {
             Body::Shutdown => return false,
         }
         true
+    }
+
+    /// What a handler's run means for its actor: it goes on, asked to stop,
+    /// or panicked (then it stops, and the panic is counted).
+    fn handled(&mut self, to: u64, outcome: std::thread::Result<Option<StopReason>>) {
+        match outcome {
+            Ok(None) => {}
+            Ok(Some(reason)) => self.stop_actor(to, reason),
+            Err(p) => {
+                self.stats.panics.fetch_add(1, Ordering::Relaxed);
+                let slot = self.actors.remove(&to).expect("present");
+                self.finished(slot.shared(), StopReason::Panicked(panic_message(p)));
+            }
+        }
     }
 
     fn stop_actor(&mut self, id: u64, reason: StopReason) {

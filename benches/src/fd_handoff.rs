@@ -11,11 +11,7 @@ use std::time::{Duration, Instant};
 
 use ringmail::transport::{Event, Ring, RingConfig};
 
-use crate::harness::{compare, Better, Comparison, System};
-
-fn open_fds() -> usize {
-    std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0)
-}
+use crate::harness::{compare, open_fds, Better, Comparison, System};
 
 fn sockets(n: usize) -> Vec<OwnedFd> {
     (0..n)

@@ -5,6 +5,23 @@
 
 use serde::Serialize;
 
+/// Resident memory of this process, in KiB (`VmRSS`).
+pub fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Open fds of this process (entries of `/proc/self/fd`).
+pub fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0)
+}
+
 /// Whether a bigger figure is better (throughput) or worse (latency).
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
 pub enum Better {

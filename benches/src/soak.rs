@@ -27,6 +27,8 @@ use ringmail::remote::{Node, NodeConfig, NodeEvent};
 use ringmail::{ActorRef, System, TellError};
 use ringmail_examples::cluster::{self, Seq, SeqCheck, SeqReport};
 
+use crate::harness::{open_fds, rss_kib};
+
 const SECRET: &str = "soak-secret";
 
 /// A small deterministic generator (xorshift), seeded per thread.
@@ -43,10 +45,6 @@ impl Rng {
     }
 }
 
-fn open_fds() -> usize {
-    std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0)
-}
-
 /// What the open fds are (for the drift line).
 fn fd_kinds() -> String {
     let mut kinds: std::collections::BTreeMap<String, usize> = Default::default();
@@ -59,17 +57,6 @@ fn fd_kinds() -> String {
         }
     }
     format!("{kinds:?}")
-}
-
-fn rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
 }
 
 #[derive(Default)]

@@ -10,18 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::harness::{from_figures, Better, Comparison};
-
-fn rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
-}
+use crate::harness::{from_figures, rss_kib, Better, Comparison};
 
 fn wait_for(count: &AtomicU64, n: u64) {
     let deadline = Instant::now() + Duration::from_secs(120);

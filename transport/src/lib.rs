@@ -66,6 +66,7 @@
 mod bufring;
 mod error;
 pub mod fd;
+pub mod hash;
 pub mod mailbox;
 mod ring;
 mod setup;

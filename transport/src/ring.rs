@@ -37,6 +37,7 @@ use io_uring::{squeue, types, IoUring};
 use crate::bufring::BufRing;
 use crate::error::{ReturnReason, RingError, SendError, SetupError};
 use crate::fd::{self, FdTable, FixedFd, ReservedSlot, SlotTicket};
+use crate::hash::IdHash;
 use crate::mailbox::core::{Credit, Refused};
 use crate::mailbox::handle::{self, Internal, Tag};
 use crate::mailbox::reorder::Reorder;
@@ -273,27 +274,6 @@ impl std::fmt::Display for PushError {
 }
 impl std::error::Error for PushError {}
 
-/// A hasher for ring ids (process-unique counters, looked up once per
-/// message): one multiply instead of SipHash.
-#[derive(Default, Clone, Copy)]
-struct IdHasher(u64);
-
-impl std::hash::Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        }
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-}
-
-type IdHash = std::hash::BuildHasherDefault<IdHasher>;
-
 struct OutLane<T> {
     target: Arc<Inbox<T>>,
     next_seq: u64,
@@ -329,10 +309,10 @@ pub struct Ring<T: Send + 'static> {
     /// Receive buffers of `recv_multi`, set up on first use.
     bufs: Option<BufRing>,
     /// Tokens of armed `accept_multi` operations.
-    accepts: HashSet<u64>,
+    accepts: HashSet<u64, IdHash>,
     /// Tokens of armed `recv_multi` operations: only their completions may
     /// hand a receive buffer to the owner.
-    recvs: HashSet<u64>,
+    recvs: HashSet<u64, IdHash>,
     _not_send: PhantomData<Rc<()>>,
 }
 
@@ -396,8 +376,8 @@ impl<T: Send + 'static> Ring<T> {
             close_epoch: CLOSE_EPOCH.load(Ordering::Relaxed),
             close_started: None,
             bufs: None,
-            accepts: HashSet::new(),
-            recvs: HashSet::new(),
+            accepts: HashSet::default(),
+            recvs: HashSet::default(),
             _not_send: PhantomData,
         };
         ring.self_test()?;
@@ -639,9 +619,19 @@ impl<T: Send + 'static> Ring<T> {
     pub unsafe fn push_io(&mut self, entry: squeue::Entry, token: u64) -> Result<(), PushError> {
         assert!(token < 1 << 61, "push_io token must be below 2^61");
         let e = entry.user_data((token << 3) | Tag::Io as u64);
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.push_retry(&e) }
+    }
+
+    /// Queues `e`, submitting once to make room if the SQ is full.
+    ///
+    /// # Safety
+    /// The contract of `sys::push_user`: every memory the entry references
+    /// stays valid until its final completion, and it carries no link flags.
+    unsafe fn push_retry(&mut self, e: &squeue::Entry) -> Result<(), PushError> {
         for attempt in 0..2 {
             // SAFETY: forwarded from this function's contract.
-            if unsafe { sys::push_user(&mut self.uring, &e) }.is_ok() {
+            if unsafe { sys::push_user(&mut self.uring, e) }.is_ok() {
                 return Ok(());
             }
             if attempt == 0 {
@@ -672,18 +662,11 @@ impl<T: Send + 'static> Ring<T> {
             .allocate_file_index(true)
             .build()
             .user_data((token << 3) | Tag::Io as u64);
-        for attempt in 0..2 {
-            // SAFETY: the entry references no memory (null address
-            // pointers); `listener` is only named. No link flags.
-            if unsafe { sys::push_user(&mut self.uring, &e) }.is_ok() {
-                self.accepts.insert(token);
-                return Ok(());
-            }
-            if attempt == 0 {
-                let _ = self.submit_now();
-            }
-        }
-        Err(PushError)
+        // SAFETY: the entry references no memory (null address pointers);
+        // `listener` is only named. No link flags.
+        unsafe { self.push_retry(&e) }?;
+        self.accepts.insert(token);
+        Ok(())
     }
 
     /// Arms a multishot receive on `fd` into this ring's receive buffers
@@ -708,19 +691,12 @@ impl<T: Send + 'static> Ring<T> {
         let e = io_uring::opcode::RecvMulti::new(fd.as_fixed(), crate::bufring::GROUP)
             .build()
             .user_data((token << 3) | Tag::Io as u64);
-        for attempt in 0..2 {
-            // SAFETY: the entry references only the registered buffer
-            // group, owned by this ring until it is unregistered (at drop);
-            // the fd is a slot of our table. No link flags.
-            if unsafe { sys::push_user(&mut self.uring, &e) }.is_ok() {
-                self.recvs.insert(token);
-                return Ok(());
-            }
-            if attempt == 0 {
-                let _ = self.submit_now();
-            }
-        }
-        Err(io::Error::new(io::ErrorKind::WouldBlock, PushError))
+        // SAFETY: the entry references only the registered buffer group,
+        // owned by this ring until it is unregistered (at drop); the fd is a
+        // slot of our table. No link flags.
+        unsafe { self.push_retry(&e) }.map_err(|e| io::Error::new(io::ErrorKind::WouldBlock, e))?;
+        self.recvs.insert(token);
+        Ok(())
     }
 
     /// Asks the kernel to cancel this ring's pending operation `token` (a
@@ -731,17 +707,9 @@ impl<T: Send + 'static> Ring<T> {
         let e = io_uring::opcode::AsyncCancel2::new(types::CancelBuilder::user_data(target))
             .build()
             .user_data(Internal::Ignore.user_data());
-        for attempt in 0..2 {
-            // SAFETY: a cancel references no memory; its own completion is
-            // tagged to be ignored. No link flags.
-            if unsafe { sys::push_user(&mut self.uring, &e) }.is_ok() {
-                return Ok(());
-            }
-            if attempt == 0 {
-                let _ = self.submit_now();
-            }
-        }
-        Err(PushError)
+        // SAFETY: a cancel references no memory; its own completion is
+        // tagged to be ignored. No link flags.
+        unsafe { self.push_retry(&e) }
     }
 
     /// Runs `f` on the `len` received bytes of the buffer named by a
