@@ -28,8 +28,18 @@ fn free_addr() -> SocketAddr {
 }
 
 fn worker(name: &str, listen: SocketAddr, secret: &str) -> Proc {
+    worker_joining(name, listen, secret, &[])
+}
+
+fn worker_joining(name: &str, listen: SocketAddr, secret: &str, join: &[SocketAddr]) -> Proc {
+    let mut args = vec!["--name".to_string(), name.into(), "--listen".into(), listen.to_string()];
+    if !join.is_empty() {
+        let join: Vec<String> = join.iter().map(|a| a.to_string()).collect();
+        args.extend(["--join".into(), join.join(",")]);
+    }
+    args.extend(["--role".into(), "worker".into()]);
     let child = Command::new(env!("CARGO_BIN_EXE_cluster"))
-        .args(["--name", name, "--listen", &listen.to_string(), "--role", "worker"])
+        .args(&args)
         .env("RINGMAIL_SECRET", secret)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -138,7 +148,7 @@ fn kill_9_fires_monitors_in_bound_and_a_restart_is_a_new_incarnation() {
     let killed = Instant::now();
     w.0.kill().unwrap(); // SIGKILL
     w.0.wait().unwrap();
-    let bound = NodeConfig::new("x", addr, "s").detection_bound();
+    let bound = NodeConfig::new("x", addr, "s").detection_bound(3);
     for _ in 0..2 {
         let (down, at) = rx.recv_timeout(T).expect("a DOWN per monitored actor");
         assert_eq!(down.reason, StopReason::NodeDown("w2".into()));
@@ -268,5 +278,66 @@ fn twenty_kill_9_restarts_give_exactly_one_down_per_monitor_per_incarnation() {
         assert!(matches!(seq.tell(Seq { from: round, n: 1 }), Err(TellError::Stopped(_))));
     }
     assert_eq!(incarnations.len(), 20);
+    system.shutdown();
+}
+
+fn signal(p: &Proc, sig: &str) {
+    let ok = Command::new("kill").args([sig, &p.0.id().to_string()]).status().unwrap();
+    assert!(ok.success(), "kill {sig}");
+}
+
+/// A frozen process (SIGSTOP) keeps its sockets open and the kernel keeps
+/// acknowledging its bytes, so only membership can tell it is gone: SWIM
+/// declares it down within the bound (the member that could probe it
+/// indirectly cannot reach it either), every monitor fires once, and when
+/// it thaws it rejoins (same process incarnation, renewed membership
+/// identity). The tester knows only one seed; it finds the other worker
+/// through membership.
+#[test]
+fn a_frozen_node_is_declared_down_by_membership_and_rejoins_when_it_thaws() {
+    let (a1, a2) = (free_addr(), free_addr());
+    let _w1 = worker("f1", a1, SECRET);
+    let w2 = worker_joining("f2", a2, SECRET, &[a1]);
+    let system = System::new();
+    let node = me(&system, &[a1]);
+    let events = node.events();
+    assert!(node.wait_for_peers(2, T), "f2 is found through f1: {:?}", node.peers());
+    let pong = lookup::<Pong>(&node, "f2", "pong");
+    assert_eq!(pong.ask(Ping(1), T).unwrap(), 1);
+    let (tx, rx) = mpsc::channel();
+    let watcher = system.spawn(Watcher(tx)).unwrap();
+    pong.monitor(&watcher);
+    // Quiet for a moment so that no message is in flight when it freezes.
+    std::thread::sleep(Duration::from_millis(200));
+
+    let frozen = Instant::now();
+    signal(&w2, "-STOP");
+    let bound = NodeConfig::new("x", a1, "s").detection_bound(3);
+    let (down, at) = rx.recv_timeout(T).expect("a DOWN for the frozen node's actor");
+    assert_eq!(down.reason, StopReason::NodeDown("f2".into()));
+    let took = at - frozen;
+    println!("frozen node declared down after {took:?} (bound {bound:?})");
+    assert!(took <= bound, "DOWN after {took:?}, bound {bound:?}");
+    assert!(rx.recv_timeout(Duration::from_millis(300)).is_err(), "exactly one DOWN");
+    let down = loop {
+        match events.recv_timeout(T).expect("a Down event for f2") {
+            NodeEvent::Down { name, reason, .. } if name == "f2" => break reason,
+            _ => continue,
+        }
+    };
+    assert!(down.contains("membership"), "the reason names membership: {down}");
+    assert!(matches!(pong.tell(Ping(2)), Err(TellError::Stopped(_))));
+
+    signal(&w2, "-CONT");
+    let deadline = Instant::now() + T;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match events.recv_timeout(left).expect("f2 comes back after it thaws") {
+            NodeEvent::Up { name, .. } if name == "f2" => break,
+            _ => continue,
+        }
+    }
+    let pong = lookup::<Pong>(&node, "f2", "pong");
+    assert_eq!(pong.ask(Ping(3), T).unwrap(), 3, "a new reference works");
     system.shutdown();
 }

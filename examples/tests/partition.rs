@@ -143,7 +143,7 @@ fn a_partition_is_detected_within_the_bound_and_healed() {
     net.link(false);
     let down = wait_line(&rx, "na: DOWN NodeDown(\"nb\")", Duration::from_secs(10));
     // The default detection bound, plus time for the line to reach us.
-    let bound = NodeConfig::new("x", "127.0.0.1:0".parse().unwrap(), "s").detection_bound();
+    let bound = NodeConfig::new("x", "127.0.0.1:0".parse().unwrap(), "s").detection_bound(2);
     let took = down - cut;
     println!("partition detected after {took:?} (bound {bound:?})");
     assert!(took <= bound + Duration::from_millis(500), "DOWN after {took:?}, bound {bound:?}");

@@ -347,7 +347,7 @@ fn connection_resets_during_a_million_message_stream_leave_only_reported_gaps() 
                 n += 1;
             }
         });
-        if n % 100_000 == 0 && n < N {
+        if n.is_multiple_of(100_000) && n < N {
             b.disconnect("a");
             resets += 1;
         }

@@ -38,21 +38,33 @@
 //!
 //! # Membership and failure detection
 //!
-//! A node dials its seeds; once connected, peers tell each other their
-//! listen addresses and those of the nodes they know, so every node
-//! connects to every other (one connection per pair: when two nodes dial
-//! each other at once, both keep the connection dialled by the node with
-//! the smaller name). A connection is considered dead when nothing arrived
-//! on it for [`NodeConfig::down_after`] (each side sends a ping every
-//! [`NodeConfig::heartbeat`]), or at once when the peer's socket closes or
-//! resets (a killed process). Then the peer is *down*: [`NodeEvent::Down`]
-//! is published, every reference to its actors stops with
+//! Membership is SWIM, by the [`foca`] crate, carried over the
+//! authenticated connections (see `remote::swim`). A node dials its seeds;
+//! once a connection is up, each side announces itself to the other and
+//! learns the members it knows; every member that comes up is dialled, so
+//! every node connects to every other (one connection per pair: when two
+//! nodes dial each other at once, both keep the connection dialled by the
+//! node with the smaller name).
+//!
+//! A peer is *down* when either of two things happens:
+//!
+//! * its connection is lost: the socket closes or resets (a killed
+//!   process is seen at once), or the kernel gives up on unacknowledged
+//!   data (`TCP_USER_TIMEOUT`, see [`NodeConfig::link_timeout`]);
+//! * SWIM declares the member down: it did not answer a probe every
+//!   [`NodeConfig::probe_period`], nor through the members asked to probe
+//!   it indirectly, and did not refute the suspicion within
+//!   [`NodeConfig::suspect_to_down`]. Its connection is then closed.
+//!   [`NodeConfig::detection_bound`] gives the longest this takes.
+//!
+//! Then [`NodeEvent::Down`] is published (once per connection, with the
+//! reason), every reference to its actors stops with
 //! [`StopReason::NodeDown`] (so monitors and links fire), and the node
 //! dials it again with exponential backoff. A restarted peer is a new
 //! incarnation: references to the old one stay stopped and nothing meant
-//! for it reaches the new one. (Not yet here: gossip-based membership with
-//! indirect probes; failure detection is per connection.)
-//!
+//! for it reaches the new one. A node that learns it was declared down
+//! (a partition healed) renews its membership identity and rejoins.
+
 //! # Delivery
 //!
 //! * FIFO per sender and receiver over one connection, as locally (not
@@ -74,9 +86,11 @@
 
 mod codec;
 mod node;
+mod swim;
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener};
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex, Weak};
 use std::time::Duration;
@@ -111,12 +125,14 @@ pub struct NodeConfig {
     pub handshake_timeout: Duration,
     /// Inbound connections still in handshake at most (default 64).
     pub max_pending_handshakes: usize,
-    /// Ping interval (default 250 ms).
-    pub heartbeat: Duration,
-    /// A connection silent this long is dead (default 3 s: a peer busy
-    /// working through a large backlog can be silent for a second; a
-    /// killed process is seen at once anyway, by its socket closing).
-    pub down_after: Duration,
+    /// SWIM: how often a member is probed (default 500 ms).
+    pub probe_period: Duration,
+    /// SWIM: how long to wait for a direct answer before asking other
+    /// members to probe (default 200 ms; less than `probe_period`).
+    pub probe_rtt: Duration,
+    /// SWIM: how long a suspected member has to refute the suspicion before
+    /// it is declared down (default 1.5 s).
+    pub suspect_to_down: Duration,
     /// First and largest delay between redials of a lost peer (default 50 ms, 2 s).
     pub redial: (Duration, Duration),
 }
@@ -143,8 +159,9 @@ impl NodeConfig {
             max_frame: ringmail_transport::wire::frame::DEFAULT_MAX_FRAME,
             handshake_timeout: Duration::from_secs(2),
             max_pending_handshakes: 64,
-            heartbeat: Duration::from_millis(250),
-            down_after: Duration::from_secs(3),
+            probe_period: Duration::from_millis(500),
+            probe_rtt: Duration::from_millis(200),
+            suspect_to_down: Duration::from_millis(1500),
             redial: (Duration::from_millis(50), Duration::from_secs(2)),
         }
     }
@@ -162,10 +179,12 @@ impl NodeConfig {
         self
     }
 
-    /// Sets the ping interval and the silence after which a peer is down.
-    pub fn failure_detection(mut self, heartbeat: Duration, down_after: Duration) -> Self {
-        self.heartbeat = heartbeat;
-        self.down_after = down_after;
+    /// Sets the SWIM probe period (the direct-probe timeout becomes 2/5 of
+    /// it) and how long a suspected member has to refute before it is down.
+    pub fn failure_detection(mut self, probe_period: Duration, suspect_to_down: Duration) -> Self {
+        self.probe_period = probe_period.max(Duration::from_millis(10));
+        self.probe_rtt = self.probe_period * 2 / 5;
+        self.suspect_to_down = suspect_to_down.max(Duration::from_millis(1));
         self
     }
 
@@ -177,9 +196,29 @@ impl NodeConfig {
     }
 
     /// The longest a peer's death goes unnoticed when its socket does not
-    /// close (a partition): `down_after` plus one tick of the node's timer.
-    pub fn detection_bound(&self) -> Duration {
-        self.down_after + node::TICK
+    /// close (a partition), in a cluster of `members` nodes: SWIM probes
+    /// members in a shuffled round, so a member is probed again within
+    /// `2 (members - 1) - 1` periods, its probe fails one period later, and
+    /// the suspicion lasts `suspect_to_down`; plus two ticks of the node's
+    /// timer as slack for timers firing late.
+    pub fn detection_bound(&self, members: usize) -> Duration {
+        let periods = 2 * members.max(2) as u32 - 2;
+        self.probe_period * periods + self.suspect_to_down + node::TICK * 2
+    }
+
+    /// The kernel's limit on unacknowledged data on a peer connection
+    /// (`TCP_USER_TIMEOUT`): a connection that stops making progress is
+    /// lost even while the member still answers through others.
+    pub fn link_timeout(&self) -> Duration {
+        self.suspect_to_down + self.probe_period * 4
+    }
+
+    pub(crate) fn swim_timing(&self) -> swim::Timing {
+        swim::Timing {
+            probe_period: self.probe_period,
+            probe_rtt: self.probe_rtt.min(self.probe_period / 2),
+            suspect_to_down: self.suspect_to_down,
+        }
     }
 }
 
@@ -356,6 +395,9 @@ impl Node {
             }
         };
         let listen = listener.local_addr().map_err(NodeError::Listen)?;
+        // Accepted connections inherit it.
+        ringmail_transport::set_tcp_user_timeout(listener.as_fd(), cfg.link_timeout())
+            .map_err(NodeError::Listen)?;
         let incarnation = ringmail_transport::wire::handshake::random_u64()
             .map_err(|e| NodeError::Random(e.to_string()))?;
         let shared = Arc::new(NodeShared {

@@ -4,7 +4,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
@@ -15,6 +15,7 @@ use ringmail_transport::wire::WireError;
 use ringmail_transport::FixedFd;
 
 use super::codec::MsgCodec;
+use super::swim::{Effect, Member, OwnedNotification, Swim, Timer};
 use super::{LookupError, NodeEvent, NodeShared};
 use crate::actor::{Actor, Context, FdHandler, Handler, Message};
 use crate::envelope::{Erased, ReplyTo};
@@ -22,7 +23,8 @@ use crate::error::StopReason;
 use crate::io::Accept;
 use crate::net::{ConnId, Connections, Input, NetEvent};
 
-/// How often the node checks heartbeats, handshake deadlines and redials.
+/// How often the node sends acknowledgements and checks handshake
+/// deadlines and redials.
 pub(crate) const TICK: Duration = Duration::from_millis(50);
 /// Largest frame read before a connection is authenticated.
 const MAX_HANDSHAKE_FRAME: usize = 1024;
@@ -112,6 +114,12 @@ impl Message for Disconnect {
     type Reply = ();
 }
 
+/// A membership (SWIM) timer came due.
+struct SwimTimer(Timer<Member>);
+impl Message for SwimTimer {
+    type Reply = ();
+}
+
 /// The node's timer.
 struct Tick;
 impl Message for Tick {
@@ -154,14 +162,14 @@ struct Link {
     /// Encoded frames for the next sealed segment.
     pending: Vec<u8>,
     since: Instant,
-    last_rx: Instant,
-    last_ping: Instant,
     peer: Option<(String, u64)>,
-    /// The peer's listen address (from its `Members`).
+    /// The peer's listen address (from its `Listening`).
     peer_listen: Option<SocketAddr>,
     sent: u64,
     acked: u64,
     received: u64,
+    /// The `received` count last acknowledged to the peer.
+    acked_out: u64,
     /// Capacity slots of stand-ins whose messages are queued on this link,
     /// released once the link's unsent bytes are under `HIGH_WATER`.
     owed: HashMap<u64, (Arc<crate::actor_ref::ActorShared>, usize)>,
@@ -202,6 +210,8 @@ pub struct NodeActor {
     next_req: u64,
     flush_queued: bool,
     me: Option<crate::ActorRef<NodeActor>>,
+    /// Membership (SWIM).
+    swim: Swim,
 }
 
 impl NodeActor {
@@ -215,6 +225,18 @@ impl NodeActor {
                 );
             }
         }
+        let started_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let me = Member {
+            name: shared.cfg.name.clone(),
+            listen: shared.listen,
+            incarnation: shared.incarnation,
+            started_ms,
+            bump: 0,
+        };
+        // The incarnation is random: a fine seed for the choice of members.
+        let swim = Swim::new(me, shared.cfg.swim_timing(), shared.incarnation);
         NodeActor {
             shared,
             listener,
@@ -234,6 +256,7 @@ impl NodeActor {
             next_req: 1,
             flush_queued: false,
             me: None,
+            swim,
         }
     }
 
@@ -282,13 +305,12 @@ impl NodeActor {
                 inbuf: Vec::new(),
                 pending: Vec::new(),
                 since: now,
-                last_rx: now,
-                last_ping: now,
                 peer: None,
                 peer_listen: None,
                 sent: 0,
                 acked: 0,
                 received: 0,
+                acked_out: 0,
                 owed: HashMap::new(),
             },
         );
@@ -467,7 +489,6 @@ impl NodeActor {
         if matches!(l.state, State::Closed) {
             return;
         }
-        l.last_rx = Instant::now();
         l.inbuf.extend_from_slice(bytes);
         let mut used = 0;
         let result = loop {
@@ -585,6 +606,8 @@ impl NodeActor {
                     return;
                 }
                 self.send_members(link);
+                self.swim.announce(&name);
+                self.apply_swim(ctx);
                 return;
             }
             // An old incarnation's link (or a redial of ours): the newest wins.
@@ -592,8 +615,10 @@ impl NodeActor {
         }
         self.up.insert(name.clone(), link);
         crate::sync_lock(&self.shared.peers).insert(name.clone(), inc);
-        self.shared.publish(NodeEvent::Up { name, incarnation: inc });
+        self.shared.publish(NodeEvent::Up { name: name.clone(), incarnation: inc });
         self.send_members(link);
+        self.swim.announce(&name);
+        self.apply_swim(ctx);
     }
 
     /// Retires a duplicate link: nothing new is sent on it (replies to asks
@@ -610,15 +635,83 @@ impl NodeActor {
     }
 
     fn send_members(&mut self, link: u64) {
-        let known: Vec<String> = self
-            .up
-            .values()
-            .filter(|&&l| l != link)
-            .filter_map(|l| self.links.get(l).and_then(|l| l.peer_listen))
-            .map(|a| a.to_string())
-            .collect();
-        let f = Frame::Members { listen: self.shared.listen.to_string(), known };
+        let f = Frame::Listening { addr: self.shared.listen.to_string() };
         self.queue(link, &f);
+    }
+
+    /// Dials `addr` (with backoff) unless it is ours or already known.
+    fn want_dial(&mut self, addr: SocketAddr) {
+        if addr == self.shared.listen {
+            return;
+        }
+        let min = self.shared.cfg.redial.0;
+        self.dials.entry(addr).or_insert(Dial { next: Instant::now(), backoff: min, busy: false });
+    }
+
+    /// Carries out what membership asked for: packets to members (over
+    /// their connections), timers, and reactions to members coming up and
+    /// going down.
+    fn apply_swim(&mut self, ctx: &Context<Self>) {
+        loop {
+            let effects = self.swim.effects();
+            if effects.is_empty() {
+                return;
+            }
+            for e in effects {
+                match e {
+                    Effect::Send(to, data) => {
+                        // By name: a packet names its destination identity,
+                        // and a newer incarnation's foca ignores one meant
+                        // for an older one.
+                        match self.up.get(&to.name).copied() {
+                            Some(link) => {
+                                self.queue(link, &Frame::Swim(data));
+                            }
+                            None => {
+                                // Lost, to SWIM; the member gets dialled.
+                                self.swim.unroutable += 1;
+                                self.want_dial(to.listen);
+                            }
+                        }
+                    }
+                    Effect::Schedule(after, t) => {
+                        ctx.send_after(after, SwimTimer(t));
+                    }
+                    Effect::Notify(OwnedNotification::MemberUp(m)) => {
+                        if !self.up.contains_key(&m.name) {
+                            self.want_dial(m.listen);
+                        }
+                    }
+                    Effect::Notify(OwnedNotification::MemberDown(m)) => {
+                        if self.swim.is_active(&m.name) {
+                            continue; // an older identity of a live member
+                        }
+                        let link = self.up.get(&m.name).copied();
+                        let same = link
+                            .and_then(|l| self.links.get(&l))
+                            .and_then(|l| l.peer.as_ref())
+                            .is_some_and(|p| p.1 == m.incarnation);
+                        if let (Some(link), true) = (link, same) {
+                            self.close(
+                                link,
+                                "node down: it stopped answering membership probes",
+                                ctx,
+                            );
+                        }
+                    }
+                    Effect::Notify(OwnedNotification::Rejoin(_)) => {
+                        // Declared down while alive (a partition that
+                        // healed): tell everyone connected about the new
+                        // identity.
+                        let names: Vec<String> = self.up.keys().cloned().collect();
+                        for n in names {
+                            self.swim.announce(&n);
+                        }
+                    }
+                    Effect::Notify(_) => {}
+                }
+            }
+        }
     }
 
     /// Handles the frames of one authenticated segment.
@@ -702,38 +795,23 @@ impl NodeActor {
                 }
                 Ok(())
             }
-            Frame::Members { listen, known } => {
-                let listen: SocketAddr = listen.parse().map_err(|_| "bad listen address")?;
+            Frame::Listening { addr } => {
+                let listen: SocketAddr = addr.parse().map_err(|_| "bad listen address")?;
                 if let Some(l) = self.links.get_mut(&link) {
                     l.peer_listen = Some(listen);
                 }
-                let mine = self.shared.listen;
-                for a in known.iter().filter_map(|a| a.parse::<SocketAddr>().ok()).chain([listen]) {
-                    if a == mine {
-                        continue;
-                    }
-                    let min = self.shared.cfg.redial.0;
-                    self.dials.entry(a).or_insert(Dial {
-                        next: Instant::now(),
-                        backoff: min,
-                        busy: false,
-                    });
-                }
-                let _ = ctx;
+                self.want_dial(listen);
                 Ok(())
             }
-            Frame::Ping(n) => {
-                if let Some(l) = self.links.get_mut(&link) {
-                    l.acked = l.acked.max(n);
-                    let r = l.received;
-                    self.queue(link, &Frame::Pong(r));
-                }
-                Ok(())
-            }
-            Frame::Pong(n) => {
+            Frame::Ping(n) | Frame::Pong(n) => {
                 if let Some(l) = self.links.get_mut(&link) {
                     l.acked = l.acked.max(n);
                 }
+                Ok(())
+            }
+            Frame::Swim(data) => {
+                self.swim.handle_data(&data);
+                self.apply_swim(ctx);
                 Ok(())
             }
             _ => Err(WireError::Unexpected(
@@ -784,17 +862,17 @@ impl NodeActor {
         let now = Instant::now();
         let cfg = self.shared.cfg.clone();
         let mut to_close = Vec::new();
-        let mut to_ping = Vec::new();
+        let mut to_ack = Vec::new();
         let mut pending_in = 0u64;
         for l in self.links.values() {
             match l.state {
                 State::Closed => {}
                 State::Up { .. } => {
-                    let current = l.peer.as_ref().is_some_and(|p| self.up.get(&p.0) == Some(&l.id));
-                    if now.duration_since(l.last_rx) > cfg.down_after {
-                        to_close.push((l.id, format!("no traffic for {:?}", cfg.down_after)));
-                    } else if current && now.duration_since(l.last_ping) >= cfg.heartbeat {
-                        to_ping.push(l.id);
+                    // Liveness is membership's business (and the kernel's,
+                    // TCP_USER_TIMEOUT); a tick only acknowledges what
+                    // arrived, so the peer knows what is no longer in doubt.
+                    if l.received != l.acked_out {
+                        to_ack.push(l.id);
                     }
                 }
                 _ => {
@@ -815,9 +893,9 @@ impl NodeActor {
             }
             self.close(id, &why, ctx);
         }
-        for id in to_ping {
+        for id in to_ack {
             if let Some(l) = self.links.get_mut(&id) {
-                l.last_ping = now;
+                l.acked_out = l.received;
                 let r = l.received;
                 self.queue(id, &Frame::Ping(r));
             }
@@ -841,12 +919,14 @@ impl NodeActor {
             d.backoff = (d.backoff * 2).min(max);
             let addr = *addr;
             let me = me.clone();
+            let user_timeout = cfg.link_timeout();
             let spawned =
                 std::thread::Builder::new().name("ringmail-dial".into()).spawn(move || {
-                    let result =
-                        TcpStream::connect_timeout(&addr, Duration::from_secs(1)).map(|s| {
-                            let _ = s.set_nodelay(true);
-                            OwnedFd::from(s)
+                    let result = TcpStream::connect_timeout(&addr, Duration::from_secs(1))
+                        .and_then(|s| {
+                            s.set_nodelay(true)?;
+                            ringmail_transport::set_tcp_user_timeout(s.as_fd(), user_timeout)?;
+                            Ok(OwnedFd::from(s))
                         });
                     me.deliver_forced(Dialed { addr, result });
                 });
@@ -890,6 +970,10 @@ impl Actor for NodeActor {
     }
 
     fn stopped(&mut self, ctx: &mut Context<Self>) {
+        // Members learn at once that this node left (queued ahead of the
+        // FIN of each connection), instead of suspecting it.
+        self.swim.leave();
+        self.apply_swim(ctx);
         let ids: Vec<u64> = self.links.keys().copied().collect();
         for id in ids {
             self.close(id, "node shut down", ctx);
@@ -1112,6 +1196,13 @@ impl Handler<Disconnect> for NodeActor {
         if let Some(&link) = self.up.get(&peer) {
             self.close(link, "disconnected on request", ctx);
         }
+    }
+}
+
+impl Handler<SwimTimer> for NodeActor {
+    fn handle(&mut self, SwimTimer(t): SwimTimer, ctx: &mut Context<Self>) {
+        self.swim.handle_timer(t);
+        self.apply_swim(ctx);
     }
 }
 

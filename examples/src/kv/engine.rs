@@ -169,7 +169,7 @@ impl Keyspace {
                     .collect(),
             ),
             "mset" => {
-                if a.is_empty() || a.len() % 2 != 0 {
+                if a.is_empty() || !a.len().is_multiple_of(2) {
                     return arity(&cmd);
                 }
                 for kv in a.chunks(2) {

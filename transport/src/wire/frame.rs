@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use super::WireError;
 
 /// The protocol version this build speaks.
-pub const PROTOCOL_VERSION: u16 = 1;
+pub const PROTOCOL_VERSION: u16 = 2;
 
 /// Default largest frame (16 MiB).
 pub const DEFAULT_MAX_FRAME: usize = 16 << 20;
@@ -89,18 +89,19 @@ pub enum Frame {
         /// Why, in words.
         reason: String,
     },
-    /// Where the sender listens, and the listen addresses of the nodes it
-    /// is connected to (how a node finds the rest of the cluster).
-    Members {
+    /// Where the sender listens (dialled again if the connection drops;
+    /// the rest of the cluster is found through membership, `Swim`).
+    Listening {
         /// The sender's listen address.
-        listen: String,
-        /// Listen addresses of its peers.
-        known: Vec<String>,
+        addr: String,
     },
-    /// Liveness probe and its answer.
+    /// Acknowledgement: how many actor messages the sender has received on
+    /// this connection (the peer learns what is no longer in doubt).
     Ping(u64),
-    /// Answer to a `Ping`.
+    /// The same acknowledgement, as an answer to a `Ping`.
     Pong(u64),
+    /// A membership (SWIM) packet, opaque to the wire layer.
+    Swim(Vec<u8>),
 }
 
 /// Seals batches of frames after the handshake: each *segment* is a 4-byte
