@@ -385,3 +385,44 @@ fn connection_resets_during_a_million_message_stream_leave_only_reported_gaps() 
     assert!(sent - received <= in_doubt + dead, "nothing lost silently");
     system.shutdown();
 }
+
+/// Established connections accepted on either of these local ports
+/// (`/proc/net/tcp`): one per connection between the two nodes.
+fn accepted_on(ports: [u16; 2]) -> usize {
+    let tcp = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    tcp.lines()
+        .skip(1)
+        .filter(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let local = u16::from_str_radix(f[1].rsplit(':').next().unwrap(), 16).unwrap();
+            f[3] == "01" && ports.contains(&local)
+        })
+        .count()
+}
+
+/// Two nodes that dial each other at the same moment keep one connection:
+/// the duplicate is retired and then closed.
+#[test]
+fn nodes_that_dial_each_other_at_once_end_with_one_connection() {
+    let free = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let (pa, pb) = (free(), free());
+    let sa = System::new();
+    let sb = System::new();
+    let a = Node::start(&sa, NodeConfig::new("dup-a", pa, "k").seeds([pb])).unwrap();
+    let b = Node::start(&sb, NodeConfig::new("dup-b", pb, "k").seeds([pa])).unwrap();
+    assert!(a.wait_for_peers(1, Duration::from_secs(10)));
+    assert!(b.wait_for_peers(1, Duration::from_secs(10)));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while accepted_on([pa.port(), pb.port()]) != 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still {} connections",
+            accepted_on([pa.port(), pb.port()])
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(a.peers().len(), 1);
+    assert_eq!(b.peers().len(), 1);
+    sa.shutdown();
+    sb.shutdown();
+}

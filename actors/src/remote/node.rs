@@ -26,6 +26,8 @@ use crate::net::{ConnId, Connections, Input, NetEvent};
 /// How often the node sends acknowledgements and checks handshake
 /// deadlines and redials.
 pub(crate) const TICK: Duration = Duration::from_millis(50);
+/// A retired duplicate connection closes after this long without input.
+const RETIRE_AFTER: Duration = Duration::from_secs(1);
 /// Largest frame read before a connection is authenticated.
 const MAX_HANDSHAKE_FRAME: usize = 1024;
 
@@ -162,6 +164,8 @@ struct Link {
     /// Encoded frames for the next sealed segment.
     pending: Vec<u8>,
     since: Instant,
+    /// When bytes last arrived.
+    last_rx: Instant,
     peer: Option<(String, u64)>,
     /// The peer's listen address (from its `Listening`).
     peer_listen: Option<SocketAddr>,
@@ -305,6 +309,7 @@ impl NodeActor {
                 inbuf: Vec::new(),
                 pending: Vec::new(),
                 since: now,
+                last_rx: now,
                 peer: None,
                 peer_listen: None,
                 sent: 0,
@@ -412,7 +417,8 @@ impl NodeActor {
                 d.busy = false;
             }
         }
-        if l.peer.is_some() && !reason.is_empty() && reason != "node shut down" {
+        let quiet = ["", "node shut down", "duplicate connection retired"];
+        if l.peer.is_some() && !quiet.contains(&reason) {
             eprintln!("ringmail node {}: connection closed: {reason}", self.shared.cfg.name);
         }
         self.conns.close(conn, ctx);
@@ -489,6 +495,7 @@ impl NodeActor {
         if matches!(l.state, State::Closed) {
             return;
         }
+        l.last_rx = Instant::now();
         l.inbuf.extend_from_slice(bytes);
         let mut used = 0;
         let result = loop {
@@ -622,8 +629,8 @@ impl NodeActor {
     }
 
     /// Retires a duplicate link: nothing new is sent on it (replies to asks
-    /// that came on it still are), it is still read, and it closes once
-    /// both sides have gone quiet on it (`down_after`).
+    /// that came on it still are), it is still read, and the tick closes it
+    /// once nothing has arrived on it for [`RETIRE_AFTER`].
     fn close_duplicate(&mut self, link: u64, _ctx: &Context<Self>) {
         if let Some(l) = self.links.get_mut(&link) {
             if let Some(addr) = l.dialled {
@@ -871,7 +878,10 @@ impl NodeActor {
                     // Liveness is membership's business (and the kernel's,
                     // TCP_USER_TIMEOUT); a tick only acknowledges what
                     // arrived, so the peer knows what is no longer in doubt.
-                    if l.received != l.acked_out {
+                    let current = l.peer.as_ref().is_some_and(|p| self.up.get(&p.0) == Some(&l.id));
+                    if !current && now.duration_since(l.last_rx) > RETIRE_AFTER {
+                        to_close.push((l.id, "duplicate connection retired".to_string()));
+                    } else if l.received != l.acked_out {
                         to_ack.push(l.id);
                     }
                 }
