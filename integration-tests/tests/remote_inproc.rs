@@ -426,3 +426,38 @@ fn nodes_that_dial_each_other_at_once_end_with_one_connection() {
     sa.shutdown();
     sb.shutdown();
 }
+
+/// `Node::find` looks a name up across the cluster: on this node first,
+/// then on every peer; the answer says where the actor lives.
+#[test]
+fn find_looks_a_name_up_across_the_cluster() {
+    let system = System::new();
+    let a = Node::start(&system, NodeConfig::new("fa", loopback(), "secret")).unwrap();
+    assert_eq!(a.find::<Counter>("counter", T).unwrap_err(), LookupError::NotConnected);
+    let b =
+        Node::start(&system, NodeConfig::new("fb", loopback(), "secret").seeds([a.local_addr()]))
+            .unwrap();
+    let c =
+        Node::start(&system, NodeConfig::new("fc", loopback(), "secret").seeds([a.local_addr()]))
+            .unwrap();
+    for n in [&a, &b, &c] {
+        register(n);
+    }
+    // c knows only a's address; it finds b through membership.
+    assert!(c.wait_for_peers(2, T), "c sees both: {:?}", c.peers());
+    let counter = system.spawn(Counter::default()).unwrap();
+    b.export("counter", &counter);
+    let watcher = system.spawn(Watcher(std::sync::mpsc::channel().0)).unwrap();
+    b.export("watcher", &watcher);
+
+    let (at, remote) = c.find::<Counter>("counter", T).unwrap();
+    assert_eq!(at, "fb", "it lives on fb");
+    remote.tell(Add(5)).unwrap();
+    assert_eq!(remote.ask(Get, T).unwrap(), vec![5]);
+    let (at, local) = b.find::<Counter>("counter", T).unwrap();
+    assert_eq!(at, "fb");
+    assert_eq!(local.id(), counter.id(), "on its own node, the actor itself");
+    assert_eq!(c.find::<Counter>("nope", T).unwrap_err(), LookupError::NotFound);
+    assert!(matches!(c.find::<Counter>("watcher", T), Err(LookupError::WrongType(_))));
+    system.shutdown();
+}

@@ -341,6 +341,8 @@ pub(crate) struct Export {
     pub(crate) type_name: &'static str,
     pub(crate) actor_type: std::any::TypeId,
     pub(crate) deliver: Box<dyn Fn(Box<dyn Erased>) + Send + Sync>,
+    /// The `ActorRef<A>` itself (for [`Node::find`] on this node).
+    pub(crate) local: Box<dyn std::any::Any + Send + Sync>,
     pub(crate) watch: WatchFn,
     pub(crate) watched: AtomicBool,
 }
@@ -453,6 +455,7 @@ impl Node {
             type_name: std::any::type_name::<A>(),
             actor_type: std::any::TypeId::of::<A>(),
             deliver: Box::new(move |m| deliver_to.deliver_erased(m)),
+            local: Box::new(actor.clone()),
             watch: Box::new(move |w| watch_on.shared.watch(w)),
             watched: AtomicBool::new(false),
         });
@@ -491,6 +494,68 @@ impl Node {
             return Err(LookupError::WrongType(found.type_name));
         }
         Ok(self.proxy(node, found.incarnation, found.id))
+    }
+
+    /// The actor exported as `name` anywhere in the cluster, and the node
+    /// it lives on: this node first, then every connected peer at once
+    /// (waiting up to `timeout` in all). Names are not made unique across
+    /// the cluster: when several nodes export one, the first answer wins;
+    /// [`Node::lookup`] picks the node.
+    ///
+    /// Errors: [`LookupError::NotConnected`] when no peer is connected (and
+    /// this node does not export it), [`LookupError::WrongType`] when only
+    /// actors of another type carry the name, [`LookupError::Timeout`]
+    /// when a peer that did not answer in time (or whose connection
+    /// dropped) might have it, and [`LookupError::NotFound`] otherwise.
+    pub fn find<A: Actor>(
+        &self,
+        name: &str,
+        timeout: Duration,
+    ) -> Result<(String, ActorRef<A>), LookupError> {
+        let mut wrong = None;
+        if let Some(e) = self.shared.exports.get(name).map(|e| e.clone()) {
+            match e.local.downcast_ref::<ActorRef<A>>() {
+                Some(r) if r.is_alive() => return Ok((self.name().to_string(), r.clone())),
+                Some(_) => {}
+                None => wrong = Some(e.type_name.to_string()),
+            }
+        }
+        let peers = self.peers();
+        if peers.is_empty() {
+            return Err(wrong.map_or(LookupError::NotConnected, LookupError::WrongType));
+        }
+        let deadline = std::time::Instant::now() + timeout;
+        let (tx, rx) = mpsc::channel();
+        for (peer, _) in &peers {
+            self.actor.deliver_forced(node::LookupReq {
+                peer: peer.clone(),
+                name: name.to_string(),
+                tx: tx.clone(),
+            });
+        }
+        drop(tx);
+        let mut unsure = false;
+        for _ in 0..peers.len() {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(Ok(found)) if found.type_name == std::any::type_name::<A>() => {
+                    let r = self.proxy(&found.peer, found.incarnation, found.id);
+                    return Ok((found.peer, r));
+                }
+                Ok(Ok(found)) => wrong = Some(found.type_name),
+                Ok(Err(LookupError::Timeout)) => unsure = true,
+                Ok(Err(_)) => {} // not there, or that peer just left
+                Err(_) => {
+                    unsure = true;
+                    break;
+                }
+            }
+        }
+        Err(match (wrong, unsure) {
+            (Some(t), _) => LookupError::WrongType(t),
+            (None, true) => LookupError::Timeout,
+            (None, false) => LookupError::NotFound,
+        })
     }
 
     /// The stand-in for remote actor `remote_id` of `peer`/`incarnation`

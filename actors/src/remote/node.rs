@@ -64,6 +64,8 @@ impl Message for RegisterProxy {
 
 /// What a lookup found.
 pub(crate) struct Found {
+    /// The node it lives on.
+    pub(crate) peer: String,
     pub(crate) id: u64,
     pub(crate) type_name: String,
     pub(crate) incarnation: u64,
@@ -777,10 +779,15 @@ impl NodeActor {
                     return Err("an answer to a lookup of another connection".into());
                 }
                 if let Some((_, tx)) = self.lookups.remove(&req) {
-                    let inc =
-                        self.links.get(&link).and_then(|l| l.peer.as_ref()).map_or(0, |p| p.1);
+                    let (peer, inc) = self
+                        .links
+                        .get(&link)
+                        .and_then(|l| l.peer.clone())
+                        .unwrap_or_else(|| (String::new(), 0));
                     let _ = tx.send(match actor {
-                        Some((id, type_name)) => Ok(Found { id, type_name, incarnation: inc }),
+                        Some((id, type_name)) => {
+                            Ok(Found { peer, id, type_name, incarnation: inc })
+                        }
                         None => Err(LookupError::NotFound),
                     });
                 }
