@@ -142,9 +142,10 @@ impl Comparison {
             "\n{} ({}, {hint}; ratio = system / ringmail, median of per-round ratios)",
             self.name, self.unit
         );
-        println!("  {:<18} {:>16} {:>10}", "system", "median", "ratio");
+        let w = self.rows.iter().map(|r| r.system.len()).max().unwrap_or(0).max(18);
+        println!("  {:<w$} {:>16} {:>10}", "system", "median", "ratio");
         for r in &self.rows {
-            println!("  {:<18} {:>16.1} {:>10.3}", r.system, r.median, r.ratio_to_ringmail);
+            println!("  {:<w$} {:>16.1} {:>10.3}", r.system, r.median, r.ratio_to_ringmail);
         }
     }
 }

@@ -14,6 +14,7 @@
 mod chan;
 mod echo;
 mod fd_handoff;
+mod frameworks;
 mod harness;
 mod kv;
 mod msg_lat;

@@ -4,6 +4,11 @@
 //! `send` + `flush`, which submits; bare MSG_RING: its own CQE; channels: the
 //! `send` call); "Receiver" latency is post until the receiving code runs.
 //! The receiver sleeps in its wait (no busy-poll) in every system.
+//!
+//! `ringmail` is ring to ring (the transport); `ringmail-actors` and the
+//! actor frameworks (actix, ractor, kameo) are a plain sender thread telling
+//! one actor, whose handler records the receiver latency; their sender
+//! latency is the `tell` call.
 
 use std::sync::{mpsc, Arc, Barrier, OnceLock};
 use std::thread;
@@ -12,6 +17,7 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use ringmail::transport::{Event, Ring};
 
+use crate::frameworks::{Framework, Handle};
 use crate::harness::{from_figures, Better, Comparison};
 use crate::raw::RawRing;
 
@@ -175,6 +181,29 @@ fn tokio_mpsc(rate: u64, dur: Duration) -> Lat {
     Lat { sender, receiver: recv.join().unwrap() }
 }
 
+/// An actor framework: a plain sender thread tells the receiving actor,
+/// whose handler records the latency.
+fn framework(fw: Framework, rate: u64, dur: Duration) -> Lat {
+    let (tx, rx) = mpsc::channel();
+    let mut h = Some(hist());
+    let handler: Handle = Box::new(move |ts| {
+        if ts == STOP {
+            if let Some(h) = h.take() {
+                let _ = tx.send(h);
+            }
+        } else if let Some(h) = h.as_mut() {
+            h.record((now_ns() - ts).max(1)).ok();
+        }
+    });
+    let actors = fw.start(vec![handler]);
+    let tell = actors.tells[0].clone();
+    let sender = paced_sender(rate, dur, |t| tell(t));
+    tell(STOP);
+    let receiver = rx.recv().expect("the receiver reports");
+    actors.stop();
+    Lat { sender, receiver }
+}
+
 fn print_percentiles(system: &str, lat: &Lat) {
     for (title, h) in [("Sender", &lat.sender), ("Receiver", &lat.receiver)] {
         println!("  {system} {title} percentiles (nsec), {} messages:", h.len());
@@ -187,13 +216,16 @@ fn print_percentiles(system: &str, lat: &Lat) {
 /// Runs the case.
 pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
     let dur = if quick { Duration::from_millis(300) } else { Duration::from_secs(3) };
-    type Sys = (&'static str, fn(u64, Duration) -> Lat);
-    let systems: [Sys; 4] = [
-        ("ringmail", ringmail),
-        ("raw-msg-ring", raw),
-        ("crossbeam", crossbeam),
-        ("tokio-mpsc", tokio_mpsc),
+    type Sys = (&'static str, Box<dyn Fn(u64, Duration) -> Lat>);
+    let mut systems: Vec<Sys> = vec![
+        ("ringmail", Box::new(ringmail)),
+        ("raw-msg-ring", Box::new(raw)),
+        ("crossbeam", Box::new(crossbeam)),
+        ("tokio-mpsc", Box::new(tokio_mpsc)),
     ];
+    for fw in Framework::ALL {
+        systems.push((fw.name(), Box::new(move |rate, dur| framework(fw, rate, dur))));
+    }
     let names: Vec<&'static str> = systems.iter().map(|s| s.0).collect();
     let mut out = Vec::new();
     for rate in [13_000u64, 33_000, 100_000] {

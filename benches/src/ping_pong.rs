@@ -1,14 +1,19 @@
 //! `ping-pong`: round trips between two threads, each side waiting for the
 //! other's reply before sending the next. Figure: median round trip (ns) of
 //! a round. Ringmail runs with the sleeping wait and with a busy-poll budget.
+//! `ringmail` is ring to ring (the transport); `ringmail-actors` and the
+//! actor frameworks are two actors telling each other (an ask's round trip
+//! without the reply slot), each on its own thread where the framework
+//! allows.
 
-use std::sync::{mpsc, Arc, Barrier};
+use std::sync::{mpsc, Arc, Barrier, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use ringmail::transport::{Event, Ring, RingConfig};
 
 use crate::chan::{Chan, Crossbeam, StdMpsc};
+use crate::frameworks::{Framework, Handle, Tell};
 use crate::harness::{compare, Better, Comparison, System};
 use crate::raw::RawRing;
 
@@ -162,6 +167,39 @@ pub fn tokio_mpsc(n: usize) -> f64 {
     p50(samples)
 }
 
+/// Two actors of a framework, each on its own thread where the framework
+/// allows: the pinger tells the echo the time it sent, the echo tells it
+/// back, and the pinger records the round trip and sends the next.
+pub fn framework(fw: Framework, n: usize) -> f64 {
+    let pinger: Arc<OnceLock<Tell>> = Arc::new(OnceLock::new());
+    let echo: Arc<OnceLock<Tell>> = Arc::new(OnceLock::new());
+    let (tx, rx) = mpsc::channel();
+    let mut samples = Vec::with_capacity(n);
+    let to_echo = echo.clone();
+    let ping: Handle = Box::new(move |sent| {
+        samples.push(now_ns() - sent);
+        if samples.len() == n {
+            let _ = tx.send(std::mem::take(&mut samples));
+        } else if samples.len() < n {
+            (to_echo.get().expect("set before the first"))(now_ns());
+        }
+    });
+    let to_pinger = pinger.clone();
+    let pong: Handle = Box::new(move |x| (to_pinger.get().expect("set before the first"))(x));
+    let actors = fw.start(vec![ping, pong]);
+    let _ = pinger.set(actors.tells[0].clone());
+    let _ = echo.set(actors.tells[1].clone());
+    (actors.tells[1])(now_ns());
+    let samples = rx.recv().expect("the pinger finishes");
+    actors.stop();
+    p50(samples)
+}
+
+fn now_ns() -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
+
 /// Runs the case.
 pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
     let n = if quick { 3_000 } else { 30_000 };
@@ -181,6 +219,26 @@ pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
             System { name: "crossbeam", run: Box::new(move || channel::<Crossbeam>(n)) },
             System { name: "std-mpsc", run: Box::new(move || channel::<StdMpsc>(n)) },
             System { name: "tokio-mpsc", run: Box::new(move || tokio_mpsc(n)) },
+            System {
+                name: Framework::Ringmail.name(),
+                run: Box::new(move || framework(Framework::Ringmail, n)),
+            },
+            System {
+                name: Framework::RingmailPoll.name(),
+                run: Box::new(move || framework(Framework::RingmailPoll, n)),
+            },
+            System {
+                name: Framework::Actix.name(),
+                run: Box::new(move || framework(Framework::Actix, n)),
+            },
+            System {
+                name: Framework::Ractor.name(),
+                run: Box::new(move || framework(Framework::Ractor, n)),
+            },
+            System {
+                name: Framework::Kameo.name(),
+                run: Box::new(move || framework(Framework::Kameo, n)),
+            },
         ],
     );
     c.print();

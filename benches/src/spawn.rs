@@ -3,8 +3,8 @@
 //! its message) and resident memory per idle actor (RSS growth over the
 //! actors, divided by their number). Each system runs in a child process of
 //! its own, so one system's freed memory never hides another's.
-//! Peers: actix (one arbiter: co-located on one thread), ractor (tokio,
-//! current-thread runtime).
+//! Peers: actix (one arbiter: co-located on one thread), ractor and kameo
+//! (tokio, current-thread runtime; kameo with its default bounded mailbox).
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -154,12 +154,61 @@ mod rc {
     }
 }
 
+mod km {
+    use super::*;
+    use kameo::actor::{ActorRef, Spawn};
+    use kameo::error::Infallible;
+    use kameo::message::{Context, Message};
+
+    pub struct Idle(pub Arc<AtomicU64>);
+    impl kameo::Actor for Idle {
+        type Args = Self;
+        type Error = Infallible;
+        async fn on_start(me: Self, _: ActorRef<Self>) -> Result<Self, Infallible> {
+            Ok(me)
+        }
+    }
+    pub struct Poke;
+    impl Message<Poke> for Idle {
+        type Reply = ();
+        async fn handle(&mut self, _: Poke, _: &mut Context<Self, ()>) {
+            self.0.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// On a current-thread runtime, like ractor: co-located on one thread.
+    pub fn run(n: u64) -> (f64, f64) {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async move {
+            let count = Arc::new(AtomicU64::new(0));
+            let rss0 = rss_kib();
+            let t0 = Instant::now();
+            let mut refs = Vec::with_capacity(n as usize);
+            for _ in 0..n {
+                let r = Idle::spawn(Idle(count.clone()));
+                r.tell(Poke).try_send().expect("tell");
+                refs.push(r);
+            }
+            while count.load(Relaxed) < n {
+                tokio::task::yield_now().await;
+            }
+            let secs = t0.elapsed().as_secs_f64();
+            let rss1 = rss_kib();
+            for r in &refs {
+                r.kill();
+            }
+            (n as f64 / secs, (rss1.saturating_sub(rss0) * 1024) as f64 / n as f64)
+        })
+    }
+}
+
 /// Child process entry: `--spawn-one SYSTEM N` prints "rate bytes".
 pub fn one(system: &str, n: u64) -> ! {
     let (rate, bytes) = match system {
         "ringmail" => rm::run(n),
         "actix" => ax::run(n),
         "ractor" => rc::run(n),
+        "kameo" => km::run(n),
         _ => panic!("unknown system {system}"),
     };
     println!("{rate} {bytes}");
@@ -183,9 +232,9 @@ fn child(system: &str, n: u64) -> (f64, f64) {
 pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
     let n = if quick { 50_000 } else { 100_000 };
     println!("spawn: {n} co-located actors spawned, messaged once, stopped; one process per run");
-    let names = ["ringmail", "actix", "ractor"];
-    let mut rate = vec![Vec::new(); 3];
-    let mut mem = vec![Vec::new(); 3];
+    let names = ["ringmail", "actix", "ractor", "kameo"];
+    let mut rate = vec![Vec::new(); names.len()];
+    let mut mem = vec![Vec::new(); names.len()];
     for round in 0..=rounds {
         for (i, s) in names.iter().enumerate() {
             let (r, b) = child(s, n);

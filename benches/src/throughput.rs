@@ -333,6 +333,40 @@ mod actors {
         let _ = rt.block_on(handle);
         r
     }
+
+    /// Any framework of [`crate::frameworks`]: the sink counts in its
+    /// handler; sender threads tell.
+    pub fn framework(fw: crate::frameworks::Framework, senders: usize, per: u64) -> f64 {
+        let total = senders as u64 * per;
+        let (tx, rx) = mpsc::channel();
+        let mut seen = 0u64;
+        let sink: crate::frameworks::Handle = Box::new(move |_| {
+            seen += 1;
+            if seen == total {
+                let _ = tx.send(());
+            }
+        });
+        let actors = fw.start(vec![sink]);
+        let go = Arc::new(Barrier::new(senders + 1));
+        let hs: Vec<_> = (0..senders)
+            .map(|_| {
+                let (tell, go) = (actors.tells[0].clone(), go.clone());
+                thread::spawn(move || {
+                    go.wait();
+                    for _ in 0..per {
+                        tell(1);
+                    }
+                })
+            })
+            .collect();
+        go.wait();
+        let t = Instant::now();
+        rx.recv().expect("all arrived");
+        let r = rate(total, t);
+        hs.into_iter().for_each(|h| h.join().unwrap());
+        actors.stop();
+        r
+    }
 }
 
 /// Runs the case.
@@ -365,6 +399,12 @@ pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
                 },
                 System { name: "actix", run: Box::new(move || actors::actix(senders, per)) },
                 System { name: "ractor", run: Box::new(move || actors::ractor(senders, per)) },
+                System {
+                    name: "kameo",
+                    run: Box::new(move || {
+                        actors::framework(crate::frameworks::Framework::Kameo, senders, per)
+                    }),
+                },
             ],
         );
         c.print();
