@@ -68,6 +68,18 @@ pub enum IoOp {
         /// The bytes to send.
         buf: Vec<u8>,
     },
+    /// `IORING_OP_SEND_ZC` of `buf` on a fixed-file socket, with
+    /// `MSG_NOSIGNAL`: the kernel sends from `buf` itself instead of
+    /// copying it. The completion (with the first CQE's result) comes once
+    /// the kernel's notification says it no longer reads the buffer. Kernels
+    /// or sockets without zero-copy send answer `-EOPNOTSUPP` or `-EINVAL`
+    /// with nothing sent.
+    SendZcFixed {
+        /// The socket's slot.
+        fd: types::Fixed,
+        /// The bytes to send.
+        buf: Vec<u8>,
+    },
     /// `shutdown(SHUT_RDWR)` of a fixed-file socket: its receives end.
     ShutdownFixed {
         /// The socket's slot.
@@ -113,7 +125,10 @@ pub enum Accept {
     Ended(i32),
 }
 
-/// A completed operation: the CQE's result and the buffer, back.
+/// A completed operation: the CQE's result and the buffer, back. For a
+/// zero-copy send ([`IoOp::SendZcFixed`]) that was submitted, `buf` holds
+/// only the bytes not sent (a copy): the buffer itself stays the
+/// framework's until the kernel's notification, then it is freed.
 #[derive(Debug)]
 pub struct IoDone {
     /// Bytes transferred, a new fd (accept), or a negative errno.
@@ -130,21 +145,41 @@ pub(crate) struct PendingIo {
     /// Read by the kernel for timeouts; boxed so it never moves.
     _ts: Option<Box<types::Timespec>>,
     truncate: bool,
-    pub(crate) deliver: Box<dyn FnOnce(IoDone) -> Option<crate::envelope::Envelope>>,
+    /// A zero-copy send: the buffer is the kernel's until the notification.
+    zc: bool,
+    /// A zero-copy send's result, kept until its notification arrives.
+    zc_result: Option<i32>,
+    /// Taken when the completion is delivered (a zero-copy send delivers
+    /// its result before its notification: then this is gone early).
+    deliver: Option<Deliver>,
+}
+
+type Deliver = Box<dyn FnOnce(IoDone) -> Option<crate::envelope::Envelope>>;
+
+/// What one CQE of an operation means.
+pub(crate) enum Step {
+    /// The operation's last CQE: complete it with this result.
+    Final(i32),
+    /// A zero-copy send's result, ahead of its notification: deliver
+    /// `IoDone` now (its buffer holds the bytes not sent); the op's own
+    /// buffer stays the kernel's until the notification.
+    Early(IoDone, Deliver),
+    /// A zero-copy send's notification after its result was delivered:
+    /// the buffer is free.
+    Released,
 }
 
 impl PendingIo {
     /// Builds the SQE for `op` with the state that must outlive it.
-    pub(crate) fn prepare(
-        op: IoOp,
-        deliver: Box<dyn FnOnce(IoDone) -> Option<crate::envelope::Envelope>>,
-    ) -> PendingIo {
+    pub(crate) fn prepare(op: IoOp, deliver: Deliver) -> PendingIo {
         let mut p = PendingIo {
             entry: opcode::Nop::new().build(),
             buf: None,
             _ts: None,
             truncate: false,
-            deliver,
+            zc: false,
+            zc_result: None,
+            deliver: Some(deliver),
         };
         let entry = match op {
             IoOp::Read { fd, mut buf, offset } => {
@@ -182,6 +217,15 @@ impl PendingIo {
                 p.buf = Some(buf);
                 e
             }
+            IoOp::SendZcFixed { fd, buf } => {
+                const MSG_NOSIGNAL: i32 = 0x4000;
+                let e = opcode::SendZc::new(fd, buf.as_ptr(), buf.len() as u32)
+                    .flags(MSG_NOSIGNAL)
+                    .build();
+                p.buf = Some(buf);
+                p.zc = true;
+                e
+            }
             IoOp::ShutdownFixed { fd } => {
                 const SHUT_RDWR: i32 = 2;
                 opcode::Shutdown::new(fd, SHUT_RDWR).build()
@@ -209,22 +253,115 @@ impl PendingIo {
         self.buf.is_some() || self._ts.is_some()
     }
 
+    /// True for a zero-copy send (two completions: the result, then the
+    /// notification that frees the buffer).
+    pub(crate) fn is_zero_copy(&self) -> bool {
+        self.zc
+    }
+
+    /// Takes one CQE of this op. A zero-copy send has two: its result
+    /// (with `IORING_CQE_F_MORE`), delivered at once so that the connection
+    /// can go on (with a copy of the bytes not sent), and the notification
+    /// that the kernel no longer reads the buffer, which frees it.
+    pub(crate) fn on_cqe(&mut self, result: i32, flags: u32) -> Step {
+        const IORING_CQE_F_NOTIF: u32 = 1 << 3;
+        if !self.zc {
+            return Step::Final(result);
+        }
+        if flags & IORING_CQE_F_NOTIF != 0 {
+            return match self.deliver {
+                Some(_) => Step::Final(self.zc_result.take().unwrap_or(result)),
+                None => Step::Released,
+            };
+        }
+        if !ringmail_transport::io_uring::cqueue::more(flags) {
+            return Step::Final(result); // refused: no notification follows
+        }
+        let Some(deliver) = self.deliver.take() else {
+            self.zc_result = Some(result);
+            return Step::Released; // cannot happen: one result per send
+        };
+        let buf = self.buf.as_deref().unwrap_or_default();
+        let sent = usize::try_from(result).unwrap_or(0).min(buf.len());
+        // Only read while the kernel may read too: no aliasing write.
+        let unsent = buf[sent..].to_vec();
+        Step::Early(IoDone { result, buf: Some(unsent) }, deliver)
+    }
+
     /// The SQE; its pointers are into `self`'s buffer or timespec.
     pub(crate) fn entry(&self) -> squeue::Entry {
         self.entry.clone()
     }
 
-    /// The completion: hands the buffer back through `deliver`.
+    /// The completion: hands the buffer back through `deliver` (for a
+    /// zero-copy send completed early, nothing is left to deliver).
     pub(crate) fn complete(mut self, result: i32) -> Option<crate::envelope::Envelope> {
         if self.truncate && result >= 0 {
             if let Some(b) = self.buf.as_mut() {
                 b.truncate(result as usize);
             }
         }
-        (self.deliver)(IoDone { result, buf: self.buf.take() })
+        let deliver = self.deliver.take()?;
+        deliver(IoDone { result, buf: self.buf.take() })
     }
 }
 
 fn libc_cloexec() -> i32 {
     0o2000000 // O_CLOEXEC / SOCK_CLOEXEC on Linux
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn zc(buf: Vec<u8>) -> PendingIo {
+        PendingIo::prepare(IoOp::SendZcFixed { fd: types::Fixed(0), buf }, Box::new(|_| None))
+    }
+
+    const MORE: u32 = 1 << 1;
+    const NOTIF: u32 = 1 << 3;
+
+    #[test]
+    fn a_zero_copy_send_delivers_its_result_early_and_frees_at_the_notification() {
+        let mut p = zc(vec![1, 2, 3, 4, 5]);
+        assert!(p.is_zero_copy() && p.holds_memory());
+        match p.on_cqe(3, MORE) {
+            Step::Early(done, _) => {
+                assert_eq!(done.result, 3);
+                assert_eq!(done.buf.as_deref(), Some(&[4u8, 5][..]), "only the unsent bytes");
+            }
+            _ => panic!("the result comes early"),
+        }
+        assert!(p.holds_memory(), "the buffer stays until the notification");
+        assert!(matches!(p.on_cqe(0, NOTIF), Step::Released));
+        assert!(p.complete(0).is_none(), "delivered once, early");
+    }
+
+    #[test]
+    fn a_refused_zero_copy_send_completes_with_its_whole_buffer() {
+        let mut p = zc(vec![9; 8]);
+        match p.on_cqe(-95, 0) {
+            Step::Final(r) => assert_eq!(r, -95),
+            _ => panic!("no notification follows a refusal"),
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let p = PendingIo::prepare(
+            IoOp::SendZcFixed { fd: types::Fixed(0), buf: vec![9; 8] },
+            Box::new(move |d| {
+                tx.send(d.buf).unwrap();
+                None
+            }),
+        );
+        p.complete(-95);
+        assert_eq!(rx.recv().unwrap(), Some(vec![9; 8]));
+    }
+
+    #[test]
+    fn other_ops_complete_on_their_only_cqe() {
+        let mut p = PendingIo::prepare(
+            IoOp::SendFixed { fd: types::Fixed(0), buf: vec![0; 4] },
+            Box::new(|_| None),
+        );
+        assert!(matches!(p.on_cqe(4, 0), Step::Final(4)));
+    }
 }

@@ -23,7 +23,7 @@ use ringmail_transport::io_uring::{opcode, types};
 use ringmail_transport::{Addr, Event, FixedFd, Ring, RingConfig, SendError};
 
 use crate::envelope::{Body, Envelope};
-use crate::io::{Accept, PendingIo, Recv};
+use crate::io::{Accept, IoDone, PendingIo, Recv, Step};
 
 /// A timer armed on this thread's ring.
 struct Timer {
@@ -62,6 +62,8 @@ pub(crate) struct ThreadCtx {
     timers: HashMap<u64, Timer>,
     /// Actor I/O in flight: buffers owned here until the completion.
     io: HashMap<u64, PendingIo>,
+    /// How many of `io` are zero-copy sends.
+    io_zc: usize,
     next_token: u64,
     /// Timers plus I/O ops outstanding at most: their completions must fit
     /// the ring's I/O share of the CQ (`io_reserve / 2`).
@@ -84,13 +86,20 @@ impl ThreadCtx {
             early_reply: None,
             timers: HashMap::new(),
             io: HashMap::new(),
+            io_zc: 0,
             next_token: 1,
             io_limit,
         }
     }
 
+    /// Completions outstanding at most: timers, multishot ops, and I/O ops
+    /// (zero-copy sends count twice: a result and a notification).
+    fn io_outstanding(&self) -> usize {
+        self.timers.len() + self.io.len() + self.io_zc + self.multi.len()
+    }
+
     fn at_io_limit(&self) -> bool {
-        self.timers.len() + self.io.len() + self.multi.len() >= self.io_limit
+        self.io_outstanding() >= self.io_limit
     }
 
     /// Keeps `fd` until its envelope is dispatched; returns its key.
@@ -192,20 +201,23 @@ impl ThreadCtx {
 
     /// Starts an actor's I/O op. When it cannot be submitted (outstanding
     /// limit, SQ full) the op comes back, to be completed with `-EBUSY`.
-    pub(crate) fn start_io(&mut self, pending: PendingIo) -> Result<(), PendingIo> {
+    pub(crate) fn start_io(&mut self, pending: PendingIo) -> Result<(), Box<PendingIo>> {
         if self.at_io_limit() {
-            return Err(pending);
+            return Err(Box::new(pending));
         }
         let token = self.token();
         // SAFETY: every pointer in the entry is into `pending` (its buffer's
         // heap allocation or its boxed timespec), which is stored under
         // `token` right below and leaves the table only when that token's
-        // completion is taken (`take_completion`), or is leaked at teardown
-        // if the op may still be running (`teardown`). No link flags are set.
+        // final completion is taken (`take_completion`; for a zero-copy send
+        // that is its notification, `PendingIo::on_cqe`), or is leaked at
+        // teardown if the op may still be running (`teardown`). No link
+        // flags are set.
         let pushed = unsafe { self.ring.push_io(pending.entry(), token) };
         if pushed.is_err() {
-            return Err(pending);
+            return Err(Box::new(pending));
         }
+        self.io_zc += usize::from(pending.is_zero_copy());
         self.io.insert(token, pending);
         Ok(())
     }
@@ -229,8 +241,23 @@ impl ThreadCtx {
             }
             Done::Io { token, result, flags, data } => (token, result, flags, data),
         };
-        if let Some(p) = self.io.remove(&token) {
-            return Completion::Io(p, result);
+        if let Some(mut p) = self.io.remove(&token) {
+            return match p.on_cqe(result, flags) {
+                Step::Final(result) => {
+                    self.io_zc -= usize::from(p.is_zero_copy());
+                    Completion::Io(p, result)
+                }
+                Step::Early(done, deliver) => {
+                    // A zero-copy send's result: the buffer stays here, the
+                    // kernel's, until the notification.
+                    self.io.insert(token, p);
+                    Completion::IoEarly(deliver, done)
+                }
+                Step::Released => {
+                    self.io_zc -= 1;
+                    Completion::None
+                }
+            };
         }
         if let Some(m) = self.multi.remove(&token) {
             let more = ringmail_transport::io_uring::cqueue::more(flags);
@@ -275,6 +302,7 @@ enum Multi {
 enum Completion {
     None,
     Io(PendingIo, i32),
+    IoEarly(Box<dyn FnOnce(IoDone) -> Option<Envelope>>, IoDone),
     Timer(u64, Box<dyn FnMut() -> Option<Envelope>>, Option<Duration>),
     Recv(u64, Box<dyn FnMut(Recv) -> Option<Envelope>>, Recv, bool),
     Accept(u64, Box<dyn FnMut(Accept)>, Accept, bool),
@@ -317,8 +345,8 @@ pub(crate) fn teardown() {
         // too: they would keep sockets open) and take in the completions,
         // so what each op owned can be freed (bounded wait).
         for d in std::mem::take(&mut ctx.completions) {
-            if let Done::Io { token, flags, .. } = d {
-                forget_completed(&mut ctx, token, flags);
+            if let Done::Io { token, result, flags, .. } = d {
+                forget_completed(&mut ctx, token, result, flags);
             }
         }
         if !ctx.io.is_empty() || !ctx.multi.is_empty() {
@@ -339,7 +367,7 @@ pub(crate) fn teardown() {
                                 // Give a received buffer back before the ring goes.
                                 let _ = ctx.ring.with_recv_buffer(flags, 0, |_| ());
                             }
-                            forget_completed(&mut ctx, token, flags);
+                            forget_completed(&mut ctx, token, result, flags);
                         }
                         Event::Accepted { fd, .. } => drop(fd),
                         Event::Message(env) | Event::Returned { msg: env, .. } => {
@@ -372,8 +400,15 @@ pub(crate) fn teardown() {
 }
 
 /// A completion seen at teardown: the op is over, drop what it owned.
-fn forget_completed(ctx: &mut ThreadCtx, token: u64, flags: u32) {
-    drop(ctx.io.remove(&token));
+fn forget_completed(ctx: &mut ThreadCtx, token: u64, result: i32, flags: u32) {
+    if let Some(mut p) = ctx.io.remove(&token) {
+        match p.on_cqe(result, flags) {
+            Step::Final(_) | Step::Released => ctx.io_zc -= usize::from(p.is_zero_copy()),
+            Step::Early(..) => {
+                ctx.io.insert(token, p); // its notification is still to come
+            }
+        }
+    }
     if !ringmail_transport::io_uring::cqueue::more(flags) {
         ctx.multi.remove(&token);
     }
@@ -813,6 +848,13 @@ pub(crate) fn complete(list: Vec<Done>, out: &mut VecDeque<Envelope>) {
                     Err(_) => crate::dead_letter(), // the completion closure panicked
                 }
             }
+            Completion::IoEarly(deliver, done) => {
+                match catch_unwind(AssertUnwindSafe(|| deliver(done))) {
+                    Ok(Some(env)) => out.push_back(env),
+                    Ok(None) => {}
+                    Err(_) => crate::dead_letter(),
+                }
+            }
             Completion::Recv(token, mut f, ev, more) => {
                 // A last completion that still carries data (the kernel
                 // ends a multishot op whose completion found the CQ full)
@@ -869,7 +911,7 @@ pub(crate) fn complete(list: Vec<Done>, out: &mut VecDeque<Envelope>) {
 
 /// I/O operations this thread may still start before its limit.
 pub(crate) fn io_free() -> usize {
-    with(|t| t.io_limit.saturating_sub(t.timers.len() + t.io.len() + t.multi.len())).unwrap_or(0)
+    with(|t| t.io_limit.saturating_sub(t.io_outstanding())).unwrap_or(0)
 }
 
 /// Starts an I/O op for an actor; if it cannot be submitted, it completes
@@ -878,7 +920,7 @@ pub(crate) fn start_io(pending: PendingIo) {
     let failed = with(|t| t.start_io(pending).err());
     if let Ok(Some(p)) = failed {
         const EBUSY: i32 = 16;
-        if let Ok(Some(env)) = catch_unwind(AssertUnwindSafe(|| p.complete(-EBUSY))) {
+        if let Ok(Some(env)) = catch_unwind(AssertUnwindSafe(|| (*p).complete(-EBUSY))) {
             let _ = with(|t| t.queue.push_back(env));
         }
     }

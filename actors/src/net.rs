@@ -340,6 +340,8 @@ struct Conn {
     /// The in-flight send's buffer comes back here for reuse.
     spare: Vec<u8>,
     sending: bool,
+    /// The send in flight is a zero-copy one.
+    sending_zc: bool,
     /// Bytes of the send in flight.
     in_flight: usize,
     receiving: bool,
@@ -362,6 +364,9 @@ pub struct Connections {
     dirty: Vec<u64>,
     next: u64,
     limit: usize,
+    /// Sends of at least this many bytes use `SEND_ZC` (`None`: never, or
+    /// no longer: the kernel refused it once).
+    zero_copy_above: Option<usize>,
 }
 
 impl Default for Connections {
@@ -379,7 +384,25 @@ impl Connections {
     /// An empty set whose connections are disconnected when more than
     /// `limit` bytes of output wait for a slow client.
     pub fn with_output_limit(limit: usize) -> Self {
-        Connections { conns: HashMap::new(), dirty: Vec::new(), next: 1, limit }
+        Connections {
+            conns: HashMap::new(),
+            dirty: Vec::new(),
+            next: 1,
+            limit,
+            zero_copy_above: None,
+        }
+    }
+
+    /// Sends of at least `bytes` go out with `IORING_OP_SEND_ZC`: the
+    /// kernel transmits from the buffer itself instead of copying it into
+    /// the socket, and the buffer stays the framework's until the kernel's
+    /// notification. It pays off for large sends over a real network card;
+    /// on loopback the kernel copies anyway. `None` turns it off. A kernel
+    /// or socket that refuses it turns it off for this set, and the send
+    /// goes again as a plain one.
+    pub fn zero_copy_above(mut self, bytes: Option<usize>) -> Self {
+        self.zero_copy_above = bytes;
+        self
     }
 
     /// Bytes written to `conn` that the kernel has not taken yet (queued
@@ -421,6 +444,7 @@ impl Connections {
                 out: Vec::new(),
                 spare: Vec::new(),
                 sending: false,
+                sending_zc: false,
                 in_flight: 0,
                 receiving: true,
                 closing: false,
@@ -466,9 +490,18 @@ impl Connections {
                 let c = self.conns.get_mut(&id.0)?;
                 c.sending = false;
                 c.in_flight = 0;
+                let was_zc = std::mem::take(&mut c.sending_zc);
                 let mut buf = done.buf.unwrap_or_default();
                 const EBUSY: i32 = 16;
-                if done.result == -EBUSY && !c.abort {
+                const EINVAL: i32 = 22;
+                const EOPNOTSUPP: i32 = 95;
+                let no_zc = was_zc && (done.result == -EOPNOTSUPP || done.result == -EINVAL);
+                if no_zc {
+                    // This kernel or socket has no zero-copy send: nothing
+                    // was sent; plain sends from now on.
+                    self.zero_copy_above = None;
+                }
+                if (done.result == -EBUSY || no_zc) && !c.abort {
                     // Not submitted (the shard's I/O limit): nothing was
                     // sent; it goes first at the next flush.
                     buf.append(&mut c.out);
@@ -481,6 +514,13 @@ impl Connections {
                     c.closing = true;
                     c.abort = true;
                     c.out.clear();
+                } else if was_zc {
+                    // A zero-copy send hands back only what it did not send
+                    // (its buffer is the kernel's until the notification).
+                    if !buf.is_empty() {
+                        buf.append(&mut c.out);
+                        std::mem::swap(&mut c.out, &mut buf);
+                    }
                 } else if (done.result as usize) < buf.len() {
                     // A partial send: the rest goes first next time.
                     buf.drain(..done.result as usize);
@@ -537,9 +577,14 @@ impl Connections {
                 let buf = std::mem::replace(&mut c.out, std::mem::take(&mut c.spare));
                 c.sending = true;
                 c.in_flight = buf.len();
-                ctx.io(IoOp::SendFixed { fd: c.fd.as_fixed(), buf }, move |d| {
-                    NetEvent::Sent(ConnId(id), d)
-                });
+                let fd = c.fd.as_fixed();
+                c.sending_zc = self.zero_copy_above.is_some_and(|n| buf.len() >= n);
+                let op = if c.sending_zc {
+                    IoOp::SendZcFixed { fd, buf }
+                } else {
+                    IoOp::SendFixed { fd, buf }
+                };
+                ctx.io(op, move |d| NetEvent::Sent(ConnId(id), d));
             }
             let _ = self.settle(ConnId(id), ctx, false);
         }

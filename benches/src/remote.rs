@@ -137,6 +137,9 @@ fn tcp_count(w: &mut BufWriter<TcpStream>, r: &mut TcpStream) -> u64 {
 }
 
 /// Runs the case.
+/// Sends of at least this size use SEND_ZC in the `ringmail-zc` rows.
+const ZC_ABOVE: usize = 32 << 10;
+
 pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
     let (n_small, n_big, n_rtt) =
         if quick { (200_000, 2_000, 2_000) } else { (1_000_000, 10_000, 10_000) };
@@ -155,9 +158,15 @@ pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
         .seeds([SocketAddr::from(([127, 0, 0, 1], np))]);
     let node = Node::start(&system, cfg).unwrap();
     register(&node);
+    // The same, with zero-copy sends of 32 KiB and more.
+    let cfg = NodeConfig::new("near-zc", "127.0.0.1:0".parse().unwrap(), SECRET)
+        .seeds([SocketAddr::from(([127, 0, 0, 1], np))])
+        .zero_copy_above(Some(ZC_ABOVE));
+    let node_zc = Node::start(&system, cfg).unwrap();
+    register(&node_zc);
     assert!(node.wait_for_peers(1, Duration::from_secs(20)), "the far node joins");
     let t = Duration::from_secs(30);
-    let sink = {
+    let find_sink = |node: &Node| {
         let deadline = Instant::now() + t;
         loop {
             match node.lookup::<Sink>("far", "sink", t) {
@@ -169,6 +178,8 @@ pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
             }
         }
     };
+    let sink = find_sink(&node);
+    let sink_zc = find_sink(&node_zc);
     let tcp = loop {
         if let Ok(s) = TcpStream::connect(("127.0.0.1", tp)) {
             break s;
@@ -179,7 +190,7 @@ pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
     let mut tr = tcp.try_clone().unwrap();
     let mut tw = BufWriter::with_capacity(1 << 16, tcp);
 
-    let ring_tells = |n: u64, size: usize| -> f64 {
+    let ring_tells = |sink: &ringmail::ActorRef<Sink>, n: u64, size: usize| -> f64 {
         let (m0, _) = sink.ask(Count, t).unwrap();
         let t0 = Instant::now();
         ringmail::batched(|| {
@@ -203,15 +214,18 @@ pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
             while tcp_count(tw, tr) < m0 + n {}
             n as f64 / t0.elapsed().as_secs_f64()
         };
-    let names = ["ringmail", "tcp-stream"];
-    let mut small = vec![Vec::new(); 2];
-    let mut big = vec![Vec::new(); 2];
+    let names = ["ringmail", "plain-tcp"];
+    let names_zc = ["ringmail", "ringmail-zc", "plain-tcp"];
+    let mut small = vec![Vec::new(); 3];
+    let mut big = vec![Vec::new(); 3];
     let mut rtt = vec![Vec::new(); 2];
     for round in 0..=rounds {
         let warm = round == 0;
-        let r_small = ring_tells(n_small, 64);
+        let r_small = ring_tells(&sink, n_small, 64);
+        let z_small = ring_tells(&sink_zc, n_small, 64);
         let t_small = tcp_tells(&mut tw, &mut tr, n_small, 64);
-        let r_big = ring_tells(n_big, 64 << 10) * 65536.0 / 1e6;
+        let r_big = ring_tells(&sink, n_big, 64 << 10) * 65536.0 / 1e6;
+        let z_big = ring_tells(&sink_zc, n_big, 64 << 10) * 65536.0 / 1e6;
         let t_big = tcp_tells(&mut tw, &mut tr, n_big, 64 << 10) * 65536.0 / 1e6;
         let mut rs = Vec::new();
         for i in 0..n_rtt {
@@ -232,23 +246,27 @@ pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
         let (r_rtt, t_rtt) = (crate::harness::median(&rs), crate::harness::median(&ts));
         let label = if warm { "warm-up".to_string() } else { format!("round {round}/{rounds}") };
         eprintln!(
-            "  [remote] {label}: 64 B tells/s ringmail {r_small:.0} tcp {t_small:.0}; \
-             64 KiB MB/s ringmail {r_big:.0} tcp {t_big:.0}; ask us ringmail {r_rtt:.1} tcp {t_rtt:.1}"
+            "  [remote] {label}: 64 B tells/s ringmail {r_small:.0} zc {z_small:.0} tcp {t_small:.0}; \
+             64 KiB MB/s ringmail {r_big:.0} zc {z_big:.0} tcp {t_big:.0}; \
+             ask us ringmail {r_rtt:.1} tcp {t_rtt:.1}"
         );
         if !warm {
             small[0].push(r_small);
-            small[1].push(t_small);
+            small[1].push(z_small);
+            small[2].push(t_small);
             big[0].push(r_big);
-            big[1].push(t_big);
+            big[1].push(z_big);
+            big[2].push(t_big);
             rtt[0].push(r_rtt);
             rtt[1].push(t_rtt);
         }
     }
     node.shutdown();
+    node_zc.shutdown();
     system.shutdown();
     let out = vec![
-        from_figures("remote tells 64 B", "msgs/s", Better::Higher, &names, small),
-        from_figures("remote 64 KiB payloads", "MB/s", Better::Higher, &names, big),
+        from_figures("remote tells 64 B", "msgs/s", Better::Higher, &names_zc, small),
+        from_figures("remote 64 KiB payloads", "MB/s", Better::Higher, &names_zc, big),
         from_figures("remote ask round trip", "us", Better::Lower, &names, rtt),
     ];
     out.iter().for_each(Comparison::print);

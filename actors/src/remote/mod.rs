@@ -135,6 +135,9 @@ pub struct NodeConfig {
     pub suspect_to_down: Duration,
     /// First and largest delay between redials of a lost peer (default 50 ms, 2 s).
     pub redial: (Duration, Duration),
+    /// Sends to peers of at least this many bytes use zero-copy send
+    /// (`SEND_ZC`; default `None`: off, see [`NodeConfig::zero_copy_above`]).
+    pub zero_copy_above: Option<usize>,
 }
 
 impl std::fmt::Debug for NodeConfig {
@@ -163,6 +166,7 @@ impl NodeConfig {
             probe_rtt: Duration::from_millis(200),
             suspect_to_down: Duration::from_millis(1500),
             redial: (Duration::from_millis(50), Duration::from_secs(2)),
+            zero_copy_above: None,
         }
     }
 
@@ -185,6 +189,16 @@ impl NodeConfig {
         self.probe_period = probe_period.max(Duration::from_millis(10));
         self.probe_rtt = self.probe_period * 2 / 5;
         self.suspect_to_down = suspect_to_down.max(Duration::from_millis(1));
+        self
+    }
+
+    /// Sends of at least `bytes` to peers go out with `IORING_OP_SEND_ZC`
+    /// (see [`crate::net::Connections::zero_copy_above`]). Off by default:
+    /// the `remote` benchmark measures no gain on loopback, where the
+    /// kernel copies anyway; turn it on for large payloads over a real
+    /// network card and measure there.
+    pub fn zero_copy_above(mut self, bytes: Option<usize>) -> Self {
+        self.zero_copy_above = bytes;
         self
     }
 

@@ -243,13 +243,14 @@ impl NodeActor {
         };
         // The incarnation is random: a fine seed for the choice of members.
         let swim = Swim::new(me, shared.cfg.swim_timing(), shared.incarnation);
+        let zero_copy_above = shared.cfg.zero_copy_above;
         NodeActor {
             shared,
             listener,
             // Senders are held back at HIGH_WATER (stand-ins keep their
             // capacity slots); the limit only catches a peer that stops
             // reading while replies and control frames pile up.
-            conns: Connections::with_output_limit(1 << 30),
+            conns: Connections::with_output_limit(1 << 30).zero_copy_above(zero_copy_above),
             links: HashMap::new(),
             by_conn: HashMap::new(),
             up: HashMap::new(),
