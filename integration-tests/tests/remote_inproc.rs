@@ -502,3 +502,38 @@ fn zero_copy_sends_arrive_intact() {
     assert_eq!(b.stats().in_doubt, 0);
     system.shutdown();
 }
+
+/// A peer that left for good is dialled for a while (it may come back on
+/// its address), then forgotten; a seed is dialled for as long as the node
+/// runs.
+#[test]
+fn a_peer_that_left_is_forgotten_after_failed_redials_but_a_seed_is_not() {
+    let system = System::new();
+    let fast = |c: NodeConfig| c.redial(Duration::from_millis(5), Duration::from_millis(50));
+    let a = Node::start(&system, fast(NodeConfig::new("gone-a", loopback(), "k"))).unwrap();
+    let b = Node::start(&system, fast(NodeConfig::new("gone-b", loopback(), "k")))
+        .map(|b| (b.local_addr(), b))
+        .unwrap();
+    let c = Node::start(
+        &system,
+        fast(NodeConfig::new("gone-c", loopback(), "k")).seeds([a.local_addr(), b.0]),
+    )
+    .unwrap();
+    assert!(c.wait_for_peers(2, T));
+    assert!(a.wait_for_peers(2, T), "a finds b through membership: {:?}", a.peers());
+    let wait_dialling = |n: &Node, want: u64| {
+        let deadline = std::time::Instant::now() + T;
+        while n.stats().dialling != want {
+            let now = n.stats().dialling;
+            assert!(std::time::Instant::now() < deadline, "{} dials {now}, not {want}", n.name());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    wait_dialling(&a, 2); // both peers' addresses
+    b.1.shutdown();
+    wait_dialling(&a, 1);
+    // c still dials b: it is one of c's seeds.
+    assert_eq!(c.stats().dialling, 2);
+    assert_eq!(a.peers().len(), 1);
+    system.shutdown();
+}

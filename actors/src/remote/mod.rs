@@ -202,6 +202,13 @@ impl NodeConfig {
         self
     }
 
+    /// Sets the first and the largest delay between redials (the delay
+    /// doubles after each failed dial).
+    pub fn redial(mut self, first: Duration, max: Duration) -> Self {
+        self.redial = (first, max.max(first));
+        self
+    }
+
     /// Sets the handshake timeout and the cap on pending inbound handshakes.
     pub fn handshakes(mut self, timeout: Duration, max_pending: usize) -> Self {
         self.handshake_timeout = timeout;
@@ -332,6 +339,10 @@ pub struct NodeStats {
     /// Inbound connections in handshake right now (at most
     /// [`NodeConfig::max_pending_handshakes`]).
     pub pending_handshakes: u64,
+    /// Addresses this node dials or keeps ready to dial again: its seeds,
+    /// the active members, and for a while (10 failed dials) a member that
+    /// went away.
+    pub dialling: u64,
 }
 
 #[derive(Default)]
@@ -344,6 +355,7 @@ pub(crate) struct Counters {
     pub(crate) protocol_errors: AtomicU64,
     pub(crate) unknown_target: AtomicU64,
     pub(crate) pending_handshakes: AtomicU64,
+    pub(crate) dialling: AtomicU64,
 }
 
 /// Installs a stop watcher on an exported actor.
@@ -644,6 +656,7 @@ impl Node {
             protocol_errors: r(&c.protocol_errors),
             unknown_target: r(&c.unknown_target),
             pending_handshakes: r(&c.pending_handshakes),
+            dialling: r(&c.dialling),
         }
     }
 

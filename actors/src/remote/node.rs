@@ -195,7 +195,22 @@ struct Dial {
     next: Instant,
     backoff: Duration,
     busy: bool,
+    /// Dials in a row that did not end in an authenticated peer.
+    failures: u32,
+    /// A configured seed: dialled for as long as the node runs.
+    seed: bool,
 }
+
+impl Dial {
+    fn new(backoff: Duration, seed: bool) -> Dial {
+        Dial { next: Instant::now(), backoff, busy: false, failures: 0, seed }
+    }
+}
+
+/// An address that is neither a seed nor an active member's is forgotten
+/// after this many failed dials in a row (about 11 s with the default
+/// backoff).
+const DIAL_GIVE_UP: u32 = 10;
 
 /// The node's actor (one per [`super::Node`], on its own shard).
 pub struct NodeActor {
@@ -225,10 +240,7 @@ impl NodeActor {
         let mut dials = HashMap::new();
         for s in &shared.cfg.seeds {
             if *s != shared.listen {
-                dials.insert(
-                    *s,
-                    Dial { next: Instant::now(), backoff: shared.cfg.redial.0, busy: false },
-                );
+                dials.insert(*s, Dial::new(shared.cfg.redial.0, true));
             }
         }
         let started_ms = std::time::SystemTime::now()
@@ -418,6 +430,7 @@ impl NodeActor {
         if let Some(addr) = l.dialled {
             if let Some(d) = self.dials.get_mut(&addr) {
                 d.busy = false;
+                d.failures += u32::from(l.peer.is_none());
             }
         }
         let quiet = ["", "node shut down", "duplicate connection retired"];
@@ -461,11 +474,7 @@ impl NodeActor {
         // Redial where it listened (a restart comes back there).
         if let Some(addr) = redial {
             let min = self.shared.cfg.redial.0;
-            let d = self.dials.entry(addr).or_insert(Dial {
-                next: Instant::now(),
-                backoff: min,
-                busy: false,
-            });
+            let d = self.dials.entry(addr).or_insert(Dial::new(min, false));
             d.next = Instant::now() + d.backoff;
         }
         let gone: Vec<u64> = self
@@ -594,6 +603,7 @@ impl NodeActor {
         if let Some(addr) = l.dialled {
             if let Some(d) = self.dials.get_mut(&addr) {
                 d.backoff = self.shared.cfg.redial.0;
+                d.failures = 0;
             }
         }
         if let Some(&other) = self.up.get(&name) {
@@ -655,7 +665,7 @@ impl NodeActor {
             return;
         }
         let min = self.shared.cfg.redial.0;
-        self.dials.entry(addr).or_insert(Dial { next: Instant::now(), backoff: min, busy: false });
+        self.dials.entry(addr).or_insert(Dial::new(min, false));
     }
 
     /// Carries out what membership asked for: packets to members (over
@@ -926,6 +936,18 @@ impl NodeActor {
             .flat_map(|l| [l.peer_listen, l.dialled])
             .flatten()
             .collect();
+        // Forget addresses nobody answers at that are neither seeds nor
+        // active members (a node that left for good).
+        let members = self.swim.active_listens();
+        let name = &self.shared.cfg.name;
+        self.dials.retain(|addr, d| {
+            let keep = d.seed || d.busy || d.failures < DIAL_GIVE_UP || members.contains(addr);
+            if !keep {
+                eprintln!("ringmail node {name}: {addr} stopped answering; no longer dialled");
+            }
+            keep
+        });
+        self.shared.counters.dialling.store(self.dials.len() as u64, Ordering::Relaxed);
         let max = cfg.redial.1;
         let me = self.me();
         for (addr, d) in self.dials.iter_mut() {
@@ -1024,6 +1046,7 @@ impl Handler<Dialed> for NodeActor {
             Err(_) => {
                 if let Some(x) = self.dials.get_mut(&d.addr) {
                     x.busy = false;
+                    x.failures += 1;
                 }
                 return;
             }

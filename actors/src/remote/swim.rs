@@ -174,6 +174,11 @@ impl Swim {
         self.foca.iter_members().any(|m| m.id().name == name)
     }
 
+    /// Where the active members listen.
+    pub(crate) fn active_listens(&self) -> Vec<SocketAddr> {
+        self.foca.iter_members().map(|m| m.id().listen).collect()
+    }
+
     /// Leaves the cluster (on shutdown): the members learn it at once
     /// instead of suspecting this node.
     pub(crate) fn leave(&mut self) {
