@@ -193,9 +193,12 @@ pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
     system.shutdown();
     drop(rt);
     let out = vec![
-        from_figures("echo 1000 conns x 16 B", "req/s", Better::Higher, &names, rps),
-        from_figures("echo latency p50", "us", Better::Lower, &names, p50),
-        from_figures("echo latency p99", "us", Better::Lower, &names, p99),
+        from_figures("echo 1000 conns x 16 B", "req/s", Better::Higher, &names, rps)
+            .tagged("requests_per_s", serde_json::json!({"connections": 1000, "size": 16})),
+        from_figures("echo latency p50", "us", Better::Lower, &names, p50)
+            .tagged("latency_p50_us", serde_json::json!({"connections": 1000, "size": 16})),
+        from_figures("echo latency p99", "us", Better::Lower, &names, p99)
+            .tagged("latency_p99_us", serde_json::json!({"connections": 1000, "size": 16})),
     ];
     out.iter().for_each(Comparison::print);
     out

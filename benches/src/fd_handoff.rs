@@ -136,7 +136,8 @@ pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
             System { name: "ringmail", run: Box::new(move || ringmail(n)) },
             System { name: "crossbeam", run: Box::new(move || crossbeam(n)) },
         ],
-    );
+    )
+    .tagged("fds_per_s", serde_json::json!({"sockets": n}));
     c.print();
     vec![c]
 }

@@ -64,6 +64,12 @@ pub struct Comparison {
     pub better: Better,
     /// One row per system, Ringmail first.
     pub rows: Vec<Row>,
+    /// The figure's name in the JSON records (e.g. `receiver_p50_ns`).
+    #[serde(skip)]
+    pub metric: String,
+    /// What the figure depends on (e.g. `{"rate": 33000}`).
+    #[serde(skip)]
+    pub params: serde_json::Value,
 }
 
 /// Median of `v` (the mean of the two middle values for an even count).
@@ -128,10 +134,64 @@ pub fn from_figures(
             }
         })
         .collect();
-    Comparison { name: name.into(), unit, better, rows }
+    let name: String = name.into();
+    let metric = name.to_lowercase().replace(|c: char| !c.is_ascii_alphanumeric(), "_");
+    Comparison { name, unit, better, rows, metric, params: serde_json::json!({}) }
+}
+
+/// One figure in the JSON output: `{"case", "system", "metric", "value",
+/// "unit", "params"}`, so ratios can be computed by any script.
+#[derive(Debug, Clone, Serialize)]
+pub struct Record {
+    /// The bench case (`msg-lat`, `throughput`, ...).
+    pub case: String,
+    /// The system measured.
+    pub system: String,
+    /// Which figure.
+    pub metric: String,
+    /// The figure (the median over rounds, unless the metric says otherwise).
+    pub value: f64,
+    /// Its unit.
+    pub unit: String,
+    /// What it depends on.
+    pub params: serde_json::Value,
+}
+
+static EXTRA: std::sync::Mutex<Vec<Record>> = std::sync::Mutex::new(Vec::new());
+
+/// Adds a figure that is not a comparison's median (e.g. a percentile).
+pub fn record(r: Record) {
+    EXTRA.lock().unwrap_or_else(|p| p.into_inner()).push(r);
+}
+
+/// Takes the figures added with [`record`].
+pub fn take_records() -> Vec<Record> {
+    std::mem::take(&mut *EXTRA.lock().unwrap_or_else(|p| p.into_inner()))
 }
 
 impl Comparison {
+    /// Names the figure for the JSON records.
+    pub fn tagged(mut self, metric: &str, params: serde_json::Value) -> Self {
+        self.metric = metric.to_string();
+        self.params = params;
+        self
+    }
+
+    /// One record per system (its median), for the JSON output.
+    pub fn records(&self, case: &str) -> Vec<Record> {
+        self.rows
+            .iter()
+            .map(|r| Record {
+                case: case.to_string(),
+                system: r.system.to_string(),
+                metric: self.metric.clone(),
+                value: r.median,
+                unit: self.unit.to_string(),
+                params: self.params.clone(),
+            })
+            .collect()
+    }
+
     /// The table printed on stdout.
     pub fn print(&self) {
         let hint = match self.better {

@@ -118,20 +118,20 @@ pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
                 get[i].push(g);
             }
         }
-        out.push(from_figures(
-            format!("kv SET -P {pipeline}"),
-            "req/s",
-            Better::Higher,
-            &names,
-            set,
-        ));
-        out.push(from_figures(
-            format!("kv GET -P {pipeline}"),
-            "req/s",
-            Better::Higher,
-            &names,
-            get,
-        ));
+        out.push(
+            from_figures(format!("kv SET -P {pipeline}"), "req/s", Better::Higher, &names, set)
+                .tagged(
+                    "set_requests_per_s",
+                    serde_json::json!({"pipeline": pipeline, "clients": 50}),
+                ),
+        );
+        out.push(
+            from_figures(format!("kv GET -P {pipeline}"), "req/s", Better::Higher, &names, get)
+                .tagged(
+                    "get_requests_per_s",
+                    serde_json::json!({"pipeline": pipeline, "clients": 50}),
+                ),
+        );
     }
     // SAFETY: plain kill(2) on our own child.
     unsafe { libc::kill(ringmail.id() as i32, libc::SIGTERM) };

@@ -21,6 +21,7 @@ mod msg_lat;
 mod ping_pong;
 mod raw;
 mod remote;
+mod report;
 mod soak;
 mod spawn;
 mod throughput;
@@ -52,6 +53,7 @@ fn usage() -> ! {
          --quick     a few seconds per case (to reproduce a row quickly)\n\
          --rounds N  interleaved rounds per comparison (default 3 quick, 5 full)\n\
          --json PATH write every comparison as JSON\n\
+         report BENCH.json DIR  draw the charts of a run's JSON into DIR (SVG)\n\
          soak [--secs N]  KV + 3-node cluster under random faults for N s (default 60),\n\
          \x20                ending with `lost: N`; exit code 1 when anything was lost",
         CASES.join(", ")
@@ -71,6 +73,14 @@ fn main() {
             .map(|v| v.parse().unwrap_or_else(|_| usage()))
             .unwrap_or(60);
         std::process::exit(soak::run(secs));
+    }
+    if case == "report" {
+        let (Some(json), Some(dir)) = (args.get(1), args.get(2)) else { usage() };
+        if let Err(e) = report::run(json, dir) {
+            eprintln!("report: {e}");
+            std::process::exit(1);
+        }
+        return;
     }
     if case == "--spawn-one" {
         let n = args.get(2).and_then(|p| p.parse().ok()).unwrap_or_else(|| usage());
@@ -110,9 +120,10 @@ fn main() {
     println!("{machine}");
     println!("mode: {}, rounds: {rounds}", if quick { "quick" } else { "full" });
     let mut results: Vec<Comparison> = Vec::new();
+    let mut records = Vec::new();
     for c in cases {
         println!("\n=== {c}");
-        results.extend(match c {
+        let got = match c {
             "ping-pong" => ping_pong::run(quick, rounds),
             "throughput" => throughput::run(quick, rounds),
             "msg-lat" => msg_lat::run(quick, rounds),
@@ -122,14 +133,27 @@ fn main() {
             "kv" => kv::run(quick, rounds),
             "remote" => remote::run(quick, rounds),
             _ => unreachable!(),
-        });
+        };
+        for comparison in &got {
+            records.extend(comparison.records(c));
+        }
+        records.extend(harness::take_records());
+        results.extend(got);
     }
     if let Some(path) = json {
+        // When it was measured (UTC), for the book's results page.
+        let date = std::process::Command::new("date")
+            .args(["-u", "+%Y-%m-%d %H:%M UTC"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default();
         let doc = serde_json::json!({
             "machine": machine,
+            "date": date,
             "quick": quick,
             "rounds": rounds,
             "comparisons": results,
+            "records": records,
         });
         std::fs::write(&path, serde_json::to_string_pretty(&doc).expect("json"))
             .expect("write json");

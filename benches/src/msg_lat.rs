@@ -248,6 +248,19 @@ pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
         }
         for (i, name) in names.iter().enumerate() {
             print_percentiles(name, &merged[i]);
+            // Every percentile of the merged histograms, for the charts.
+            for (what, h) in [("sender", &merged[i].sender), ("receiver", &merged[i].receiver)] {
+                for p in PCTS {
+                    crate::harness::record(crate::harness::Record {
+                        case: "msg-lat".into(),
+                        system: name.to_string(),
+                        metric: format!("{what}_ns_at_percentile"),
+                        value: h.value_at_quantile(p / 100.0) as f64,
+                        unit: "ns".into(),
+                        params: serde_json::json!({"rate": rate, "percentile": p}),
+                    });
+                }
+            }
         }
         for (what, fig) in [("sender", s50), ("receiver", r50)] {
             let c = from_figures(
@@ -256,7 +269,8 @@ pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
                 Better::Lower,
                 &names,
                 fig,
-            );
+            )
+            .tagged(&format!("{what}_p50_ns"), serde_json::json!({"rate": rate}));
             c.print();
             out.push(c);
         }

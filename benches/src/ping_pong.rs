@@ -240,7 +240,8 @@ pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
                 run: Box::new(move || framework(Framework::Kameo, n)),
             },
         ],
-    );
+    )
+    .tagged("rtt_p50_ns", serde_json::json!({"round_trips": n}));
     c.print();
     vec![c]
 }

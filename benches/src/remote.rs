@@ -265,9 +265,12 @@ pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
     node_zc.shutdown();
     system.shutdown();
     let out = vec![
-        from_figures("remote tells 64 B", "msgs/s", Better::Higher, &names_zc, small),
-        from_figures("remote 64 KiB payloads", "MB/s", Better::Higher, &names_zc, big),
-        from_figures("remote ask round trip", "us", Better::Lower, &names, rtt),
+        from_figures("remote tells 64 B", "msgs/s", Better::Higher, &names_zc, small)
+            .tagged("tells_per_s", serde_json::json!({"size": 64})),
+        from_figures("remote 64 KiB payloads", "MB/s", Better::Higher, &names_zc, big)
+            .tagged("payload_mb_per_s", serde_json::json!({"size": 65536})),
+        from_figures("remote ask round trip", "us", Better::Lower, &names, rtt)
+            .tagged("ask_rtt_us", serde_json::json!({})),
     ];
     out.iter().for_each(Comparison::print);
     out

@@ -248,8 +248,10 @@ pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
         }
     }
     let out = vec![
-        from_figures("spawn + 1 message", "actors/s", Better::Higher, &names, rate),
-        from_figures("memory per idle actor", "bytes", Better::Lower, &names, mem),
+        from_figures("spawn + 1 message", "actors/s", Better::Higher, &names, rate)
+            .tagged("actors_per_s", serde_json::json!({"actors": n})),
+        from_figures("memory per idle actor", "bytes", Better::Lower, &names, mem)
+            .tagged("bytes_per_idle_actor", serde_json::json!({"actors": n})),
     ];
     out.iter().for_each(Comparison::print);
     out

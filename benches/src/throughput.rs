@@ -406,7 +406,8 @@ pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
                     }),
                 },
             ],
-        );
+        )
+        .tagged("msgs_per_s", serde_json::json!({"senders": senders, "messages": total}));
         c.print();
         out.push(c);
     }
