@@ -70,10 +70,12 @@ pub enum IoOp {
     },
     /// `IORING_OP_SEND_ZC` of `buf` on a fixed-file socket, with
     /// `MSG_NOSIGNAL`: the kernel sends from `buf` itself instead of
-    /// copying it. The completion (with the first CQE's result) comes once
-    /// the kernel's notification says it no longer reads the buffer. Kernels
-    /// or sockets without zero-copy send answer `-EOPNOTSUPP` or `-EINVAL`
-    /// with nothing sent.
+    /// copying it. The completion comes with the send's result, and its
+    /// [`IoDone::buf`] holds a copy of the bytes not sent; `buf` itself
+    /// stays the framework's until the kernel's notification says it no
+    /// longer reads it, then it is freed. Kernels or sockets without
+    /// zero-copy send answer `-EOPNOTSUPP` or `-EINVAL` with nothing sent
+    /// (and the whole buffer back).
     SendZcFixed {
         /// The socket's slot.
         fd: types::Fixed,
@@ -167,6 +169,9 @@ pub(crate) enum Step {
     /// A zero-copy send's notification after its result was delivered:
     /// the buffer is free.
     Released,
+    /// A CQE that changes nothing: the op stays as it is (still the
+    /// kernel's).
+    Keep,
 }
 
 impl PendingIo {
@@ -278,8 +283,7 @@ impl PendingIo {
             return Step::Final(result); // refused: no notification follows
         }
         let Some(deliver) = self.deliver.take() else {
-            self.zc_result = Some(result);
-            return Step::Released; // cannot happen: one result per send
+            return Step::Keep; // a second result cannot happen: wait for the notification
         };
         let buf = self.buf.as_deref().unwrap_or_default();
         let sent = usize::try_from(result).unwrap_or(0).min(buf.len());

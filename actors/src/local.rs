@@ -202,7 +202,8 @@ impl ThreadCtx {
     /// Starts an actor's I/O op. When it cannot be submitted (outstanding
     /// limit, SQ full) the op comes back, to be completed with `-EBUSY`.
     pub(crate) fn start_io(&mut self, pending: PendingIo) -> Result<(), Box<PendingIo>> {
-        if self.at_io_limit() {
+        let cost = 1 + usize::from(pending.is_zero_copy());
+        if self.io_outstanding() + cost > self.io_limit {
             return Err(Box::new(pending));
         }
         let token = self.token();
@@ -255,6 +256,10 @@ impl ThreadCtx {
                 }
                 Step::Released => {
                     self.io_zc -= 1;
+                    Completion::None
+                }
+                Step::Keep => {
+                    self.io.insert(token, p);
                     Completion::None
                 }
             };
@@ -404,7 +409,7 @@ fn forget_completed(ctx: &mut ThreadCtx, token: u64, result: i32, flags: u32) {
     if let Some(mut p) = ctx.io.remove(&token) {
         match p.on_cqe(result, flags) {
             Step::Final(_) | Step::Released => ctx.io_zc -= usize::from(p.is_zero_copy()),
-            Step::Early(..) => {
+            Step::Early(..) | Step::Keep => {
                 ctx.io.insert(token, p); // its notification is still to come
             }
         }

@@ -539,7 +539,9 @@ impl Node {
         timeout: Duration,
     ) -> Result<(String, ActorRef<A>), LookupError> {
         let mut wrong = None;
+        let mut here = false;
         if let Some(e) = self.shared.exports.get(name).map(|e| e.clone()) {
+            here = true;
             match e.local.downcast_ref::<ActorRef<A>>() {
                 Some(r) if r.is_alive() => return Ok((self.name().to_string(), r.clone())),
                 Some(_) => {}
@@ -548,7 +550,11 @@ impl Node {
         }
         let peers = self.peers();
         if peers.is_empty() {
-            return Err(wrong.map_or(LookupError::NotConnected, LookupError::WrongType));
+            return Err(match (wrong, here) {
+                (Some(t), _) => LookupError::WrongType(t),
+                (None, true) => LookupError::NotFound, // it stopped
+                (None, false) => LookupError::NotConnected,
+            });
         }
         let deadline = std::time::Instant::now() + timeout;
         let (tx, rx) = mpsc::channel();
@@ -569,8 +575,10 @@ impl Node {
                     return Ok((found.peer, r));
                 }
                 Ok(Ok(found)) => wrong = Some(found.type_name),
-                Ok(Err(LookupError::Timeout)) => unsure = true,
-                Ok(Err(_)) => {} // not there, or that peer just left
+                Ok(Err(LookupError::NotFound)) => {}
+                // Its connection dropped, or it left before the question
+                // reached it: it might have had one.
+                Ok(Err(_)) => unsure = true,
                 Err(_) => {
                     unsure = true;
                     break;
@@ -578,8 +586,8 @@ impl Node {
             }
         }
         Err(match (wrong, unsure) {
-            (Some(t), _) => LookupError::WrongType(t),
-            (None, true) => LookupError::Timeout,
+            (_, true) => LookupError::Timeout,
+            (Some(t), false) => LookupError::WrongType(t),
             (None, false) => LookupError::NotFound,
         })
     }

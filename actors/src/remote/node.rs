@@ -176,6 +176,8 @@ struct Link {
     received: u64,
     /// The `received` count last acknowledged to the peer.
     acked_out: u64,
+    /// Asks that came on this link whose replies are not written yet.
+    owed_replies: u64,
     /// Capacity slots of stand-ins whose messages are queued on this link,
     /// released once the link's unsent bytes are under `HIGH_WATER`.
     owed: HashMap<u64, (Arc<crate::actor_ref::ActorShared>, usize)>,
@@ -331,6 +333,7 @@ impl NodeActor {
                 acked: 0,
                 received: 0,
                 acked_out: 0,
+                owed_replies: 0,
                 owed: HashMap::new(),
             },
         );
@@ -461,8 +464,17 @@ impl NodeActor {
                 true
             }
         });
+        // Lookups that came on a retired duplicate are the peer's all the
+        // same: its current link carries their `Stopped` from now on.
+        let successor = l.peer.as_ref().and_then(|p| self.up.get(&p.0).copied()).filter(|&cur| {
+            cur != link && self.links.get(&cur).and_then(|c| c.peer.as_ref()) == l.peer.as_ref()
+        });
         for w in self.watchers.values_mut() {
-            w.remove(&link);
+            if w.remove(&link) {
+                if let Some(cur) = successor {
+                    w.insert(cur);
+                }
+            }
         }
         let Some((name, inc)) = l.peer.clone() else { return };
         let redial = l.peer_listen.or(l.dialled);
@@ -871,6 +883,11 @@ impl NodeActor {
         let Some((decode, encode_reply)) = self.shared.codecs.decoder(export.actor_type, ty) else {
             return Err(format!("message type {ty:#x} is not registered for {}", export.type_name));
         };
+        if req.is_some() {
+            if let Some(l) = self.links.get_mut(&link) {
+                l.owed_replies += 1;
+            }
+        }
         let reply = req.map(|req| {
             let me = self.me();
             ReplyTo::remote(Box::new(move |v| {
@@ -897,9 +914,16 @@ impl NodeActor {
                     // TCP_USER_TIMEOUT); a tick only acknowledges what
                     // arrived, so the peer knows what is no longer in doubt.
                     let current = l.peer.as_ref().is_some_and(|p| self.up.get(&p.0) == Some(&l.id));
-                    if !current && now.duration_since(l.last_rx) > RETIRE_AFTER {
+                    // A retired duplicate still carries the answers to what
+                    // was asked on it (both ways): it closes once those are
+                    // in and it has been quiet; meanwhile an acknowledgement
+                    // every tick keeps the peer from closing it first.
+                    let waiting = self.asks.values().any(|a| a.0 == l.id)
+                        || self.lookups.values().any(|x| x.0 == l.id);
+                    let busy = waiting || l.owed_replies > 0;
+                    if !current && !busy && now.duration_since(l.last_rx) > RETIRE_AFTER {
                         to_close.push((l.id, "duplicate connection retired".to_string()));
-                    } else if l.received != l.acked_out {
+                    } else if l.received != l.acked_out || (!current && waiting) {
                         to_ack.push(l.id);
                     }
                 }
@@ -1087,6 +1111,8 @@ impl Handler<NetEvent> for NodeActor {
                             if let Some(addr) = l.dialled {
                                 if let Some(d) = self.dials.get_mut(&addr) {
                                     d.busy = false;
+                                    // Closed before it authenticated: a failed dial.
+                                    d.failures += u32::from(l.peer.is_none());
                                 }
                             }
                         }
@@ -1216,6 +1242,9 @@ impl Handler<LookupReq> for NodeActor {
 
 impl Handler<SendReply> for NodeActor {
     fn handle(&mut self, r: SendReply, _ctx: &mut Context<Self>) {
+        if let Some(l) = self.links.get_mut(&r.link) {
+            l.owed_replies = l.owed_replies.saturating_sub(1);
+        }
         // The asker's connection may be gone: then so is its wait (it got
         // "no reply" when the connection dropped); the reply is a dead letter.
         if !self.queue(r.link, &Frame::Reply { req: r.req, payload: r.payload }) {

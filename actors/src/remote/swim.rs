@@ -119,7 +119,7 @@ pub(crate) struct Swim {
     rt: AccumulatingRuntime<Member>,
     /// Packets dropped because the member had no connection.
     pub(crate) unroutable: u64,
-    /// Packets foca refused (undecodable or from ourselves), with the last reason.
+    /// Packets foca refused (undecodable or from ourselves); each is logged.
     pub(crate) rejected: u64,
 }
 

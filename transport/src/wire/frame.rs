@@ -98,7 +98,8 @@ pub enum Frame {
     /// Acknowledgement: how many actor messages the sender has received on
     /// this connection (the peer learns what is no longer in doubt).
     Ping(u64),
-    /// The same acknowledgement, as an answer to a `Ping`.
+    /// The same acknowledgement (accepted like `Ping`; this version sends
+    /// only `Ping`).
     Pong(u64),
     /// A membership (SWIM) packet, opaque to the wire layer.
     Swim(Vec<u8>),
