@@ -404,8 +404,18 @@ fn accepted_on(ports: [u16; 2]) -> usize {
 /// the duplicate is retired and then closed.
 #[test]
 fn nodes_that_dial_each_other_at_once_end_with_one_connection() {
-    let free = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-    let (pa, pb) = (free(), free());
+    // Both addresses are needed before either node starts. Take them below
+    // the ephemeral range, so that no other test's node (all bind port 0)
+    // can be given one of them between this check and the node's bind.
+    let free = |from: u16| {
+        (from..from + 2000)
+            .map(|p| SocketAddr::from(([127, 0, 0, 1], p)))
+            .find(|a| std::net::TcpListener::bind(a).is_ok())
+            .expect("a free port")
+    };
+    let base = 20_000 + (std::process::id() % 4000) as u16 * 2;
+    let pa = free(base);
+    let pb = free(pa.port() + 1);
     let sa = System::new();
     let sb = System::new();
     let a = Node::start(&sa, NodeConfig::new("dup-a", pa, "k").seeds([pb])).unwrap();
