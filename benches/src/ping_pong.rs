@@ -207,6 +207,14 @@ pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
         "ping-pong: {n} round trips per system per round, {rounds} rounds, figure = median RTT"
     );
     let bp = Some(Duration::from_micros(50));
+    let actor_rows = [
+        Framework::Ringmail,
+        Framework::RingmailPoll,
+        Framework::Actix,
+        Framework::Ractor,
+        Framework::Kameo,
+    ]
+    .map(|fw| System { name: fw.name(), run: Box::new(move || framework(fw, n)) });
     let c = compare(
         "ping-pong round trip",
         "ns",
@@ -219,27 +227,10 @@ pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
             System { name: "crossbeam", run: Box::new(move || channel::<Crossbeam>(n)) },
             System { name: "std-mpsc", run: Box::new(move || channel::<StdMpsc>(n)) },
             System { name: "tokio-mpsc", run: Box::new(move || tokio_mpsc(n)) },
-            System {
-                name: Framework::Ringmail.name(),
-                run: Box::new(move || framework(Framework::Ringmail, n)),
-            },
-            System {
-                name: Framework::RingmailPoll.name(),
-                run: Box::new(move || framework(Framework::RingmailPoll, n)),
-            },
-            System {
-                name: Framework::Actix.name(),
-                run: Box::new(move || framework(Framework::Actix, n)),
-            },
-            System {
-                name: Framework::Ractor.name(),
-                run: Box::new(move || framework(Framework::Ractor, n)),
-            },
-            System {
-                name: Framework::Kameo.name(),
-                run: Box::new(move || framework(Framework::Kameo, n)),
-            },
-        ],
+        ]
+        .into_iter()
+        .chain(actor_rows)
+        .collect(),
     )
     .tagged("rtt_p50_ns", serde_json::json!({"round_trips": n}));
     c.print();

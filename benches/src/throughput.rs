@@ -177,6 +177,34 @@ mod actors {
     use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
     use std::sync::mpsc;
 
+    /// Starts `senders` threads that each send `per` messages to `target`
+    /// with `send_all`, all released together; returns the rate from the
+    /// release until `done` says everything arrived.
+    fn drive<T: Clone + Send + 'static>(
+        senders: usize,
+        per: u64,
+        target: &T,
+        send_all: fn(&T, u64),
+        done: &mpsc::Receiver<()>,
+    ) -> f64 {
+        let go = Arc::new(Barrier::new(senders + 1));
+        let hs: Vec<_> = (0..senders)
+            .map(|_| {
+                let (target, go) = (target.clone(), go.clone());
+                thread::spawn(move || {
+                    go.wait();
+                    send_all(&target, per);
+                })
+            })
+            .collect();
+        go.wait();
+        let t = Instant::now();
+        done.recv().expect("all arrived");
+        let r = rate(senders as u64 * per, t);
+        hs.into_iter().for_each(|h| h.join().unwrap());
+        r
+    }
+
     /// Ringmail actors: the sink on its own shard, tells from sender
     /// threads (batched, as a client thread should).
     pub fn ringmail(senders: usize, per: u64) -> f64 {
@@ -199,25 +227,14 @@ mod actors {
         let system = ringmail::System::with_config(cfg);
         let (tx, rx) = mpsc::channel();
         let sink = system.spawn(Sink(0, senders as u64 * per, Some(tx))).expect("spawn");
-        let go = Arc::new(Barrier::new(senders + 1));
-        let hs: Vec<_> = (0..senders)
-            .map(|_| {
-                let (sink, go) = (sink.clone(), go.clone());
-                thread::spawn(move || {
-                    go.wait();
-                    ringmail::batched(|| {
-                        for _ in 0..per {
-                            sink.tell(N).expect("tell");
-                        }
-                    });
-                })
+        let send_all = |sink: &ringmail::ActorRef<Sink>, per| {
+            ringmail::batched(|| {
+                for _ in 0..per {
+                    sink.tell(N).expect("tell");
+                }
             })
-            .collect();
-        go.wait();
-        let t = Instant::now();
-        rx.recv().expect("all arrived");
-        let r = rate(senders as u64 * per, t);
-        hs.into_iter().for_each(|h| h.join().unwrap());
+        };
+        let r = drive(senders, per, &sink, send_all, &rx);
         system.shutdown();
         r
     }
@@ -253,23 +270,8 @@ mod actors {
             sys.run().unwrap();
         });
         let (addr, sys) = arx.recv().unwrap();
-        let go = Arc::new(Barrier::new(senders + 1));
-        let hs: Vec<_> = (0..senders)
-            .map(|_| {
-                let (addr, go) = (addr.clone(), go.clone());
-                thread::spawn(move || {
-                    go.wait();
-                    for _ in 0..per {
-                        addr.do_send(N);
-                    }
-                })
-            })
-            .collect();
-        go.wait();
-        let t = Instant::now();
-        rx.recv().expect("all arrived");
-        let r = rate(total, t);
-        hs.into_iter().for_each(|h| h.join().unwrap());
+        let send_all = |addr: &Addr<Sink>, per| (0..per).for_each(|_| addr.do_send(N));
+        let r = drive(senders, per, &addr, send_all, &rx);
         sys.stop();
         sys_thread.join().unwrap();
         r
@@ -312,23 +314,9 @@ mod actors {
         let total = senders as u64 * per;
         let (tx, rx) = mpsc::channel();
         let (sink, handle) = rt.block_on(Actor::spawn(None, Sink, (total, tx))).expect("spawn");
-        let go = Arc::new(Barrier::new(senders + 1));
-        let hs: Vec<_> = (0..senders)
-            .map(|_| {
-                let (sink, go) = (sink.clone(), go.clone());
-                thread::spawn(move || {
-                    go.wait();
-                    for _ in 0..per {
-                        sink.cast(()).expect("cast");
-                    }
-                })
-            })
-            .collect();
-        go.wait();
-        let t = Instant::now();
-        rx.recv().expect("all arrived");
-        let r = rate(total, t);
-        hs.into_iter().for_each(|h| h.join().unwrap());
+        let send_all =
+            |sink: &ActorRef<()>, per| (0..per).for_each(|_| sink.cast(()).expect("cast"));
+        let r = drive(senders, per, &sink, send_all, &rx);
         sink.stop(None);
         let _ = rt.block_on(handle);
         r
@@ -347,23 +335,8 @@ mod actors {
             }
         });
         let actors = fw.start(vec![sink]);
-        let go = Arc::new(Barrier::new(senders + 1));
-        let hs: Vec<_> = (0..senders)
-            .map(|_| {
-                let (tell, go) = (actors.tells[0].clone(), go.clone());
-                thread::spawn(move || {
-                    go.wait();
-                    for _ in 0..per {
-                        tell(1);
-                    }
-                })
-            })
-            .collect();
-        go.wait();
-        let t = Instant::now();
-        rx.recv().expect("all arrived");
-        let r = rate(total, t);
-        hs.into_iter().for_each(|h| h.join().unwrap());
+        let send_all = |tell: &crate::frameworks::Tell, per| (0..per).for_each(|_| tell(1));
+        let r = drive(senders, per, &actors.tells[0], send_all, &rx);
         actors.stop();
         r
     }

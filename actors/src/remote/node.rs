@@ -906,6 +906,9 @@ impl NodeActor {
         let mut to_close = Vec::new();
         let mut to_ack = Vec::new();
         let mut pending_in = 0u64;
+        // Links that answers to our asks or lookups are still to come on
+        // (gathered only when a retired duplicate needs it).
+        let mut awaited: Option<HashSet<u64>> = None;
         for l in self.links.values() {
             match l.state {
                 State::Closed => {}
@@ -918,8 +921,13 @@ impl NodeActor {
                     // was asked on it (both ways): it closes once those are
                     // in and it has been quiet; meanwhile an acknowledgement
                     // every tick keeps the peer from closing it first.
-                    let waiting = self.asks.values().any(|a| a.0 == l.id)
-                        || self.lookups.values().any(|x| x.0 == l.id);
+                    let waiting = !current
+                        && awaited
+                            .get_or_insert_with(|| {
+                                let asks = self.asks.values().map(|a| a.0);
+                                asks.chain(self.lookups.values().map(|x| x.0)).collect()
+                            })
+                            .contains(&l.id);
                     let busy = waiting || l.owed_replies > 0;
                     if !current && !busy && now.duration_since(l.last_rx) > RETIRE_AFTER {
                         to_close.push((l.id, "duplicate connection retired".to_string()));
