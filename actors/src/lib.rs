@@ -58,39 +58,38 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+// The layers, bottom up (dependencies point down only):
+//   runtime/  erased envelopes, the cell, the thread context, routing, the
+//             I/O table, the shard loop, the name store; knows no actor type
+//   actor/    the typed API (traits, Context, ActorRef, monitors, names) and
+//             the one typed->erased bridge
+//   system, supervisor, net, remote: built on the two
 mod actor;
-mod actor_ref;
-mod envelope;
 mod error;
 pub mod io;
-mod local;
 pub mod net;
-mod registry;
 pub mod remote;
-mod shard;
+mod runtime;
 mod supervisor;
 mod system;
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
-pub use actor::{Actor, Context, FdHandler, Handler, Message, TimerId};
-pub use actor_ref::{ActorRef, Recipient, WeakActorRef};
+pub use actor::{
+    Actor, ActorRef, Context, Down, FdHandler, Handler, Message, NameTaken, Recipient, TimerId,
+    WeakActorRef,
+};
 pub use error::{AskError, SpawnError, StopReason, TellError};
-pub use registry::NameTaken;
-pub use supervisor::{Down, Strategy, Supervisor};
+pub use supervisor::{Strategy, Supervisor};
 pub use system::{Shard, System, SystemConfig};
 
 /// The ring and mailbox layer (re-export of `ringmail-transport`).
 pub use ringmail_transport as transport;
-
-static DEAD_LETTERS: AtomicU64 = AtomicU64::new(0);
 
 /// Messages that reached no handler since the process started: sent to a
 /// stopped actor, still queued when their actor stopped or its shard shut
 /// down, or replies that arrived after their ask timed out.
 /// Includes the transport's own count ([`transport::dead_letters`]).
 pub fn dead_letters() -> u64 {
-    DEAD_LETTERS.load(Ordering::Relaxed) + transport::dead_letters()
+    runtime::dead_letter_count() + transport::dead_letters()
 }
 
 /// Runs `f` with this thread's tells batched: on a thread that is not a
@@ -119,16 +118,5 @@ pub fn dead_letters() -> u64 {
 /// # Ok::<(), ringmail::SpawnError>(())
 /// ```
 pub fn batched<R>(f: impl FnOnce() -> R) -> R {
-    local::batched(f)
-}
-
-/// Locks a mutex, going on past a poisoned one (its holder panicked while
-/// the data stayed consistent: every critical section here is short and
-/// panic-free).
-pub(crate) fn sync_lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-pub(crate) fn dead_letter() {
-    DEAD_LETTERS.fetch_add(1, Ordering::Relaxed);
+    runtime::route::batched(f)
 }

@@ -58,120 +58,16 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::TcpListener;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use ringmail_transport::FixedFd;
 
-use crate::actor::{Actor, Context, FdHandler, Handler, Message};
-use crate::actor_ref::ActorRef;
-use crate::envelope::{Body, Envelope, Typed};
+pub use crate::actor::ShardFd;
+use crate::actor::{Actor, ActorRef, Context, FdHandler, Handler, Message};
 use crate::io::{Accept, IoDone, IoOp, Recv};
-
-/// A file kept by an actor: a `Send` handle to a [`FixedFd`] parked in its
-/// shard's table (a `FixedFd` itself is `!Send`, and actors must be
-/// `Send`). Get one with [`Context::keep_fd`]. Dropping it on its shard
-/// closes the file (cancelling a receive armed on it); dropped on another
-/// thread (sent away in a message, say), the file stays open until its
-/// shard's ring closes.
-#[derive(Debug)]
-pub struct ShardFd {
-    key: u64,
-    ring: u64,
-    slot: u32,
-}
-
-impl ShardFd {
-    /// The slot, as the operand of fixed-file operations on this shard's
-    /// ring (e.g. [`IoOp::SendFixed`]).
-    pub fn as_fixed(&self) -> ringmail_transport::io_uring::types::Fixed {
-        ringmail_transport::io_uring::types::Fixed(self.slot)
-    }
-
-    /// The `FixedFd` back (on its shard's thread; `Err(self)` elsewhere),
-    /// e.g. to hand it on with [`ActorRef::tell_fd`].
-    pub fn into_fixed(self) -> Result<FixedFd, ShardFd> {
-        match crate::local::take_kept(self.key, self.ring) {
-            Some(fd) => {
-                std::mem::forget(self);
-                Ok(fd)
-            }
-            None => Err(self),
-        }
-    }
-}
-
-impl Drop for ShardFd {
-    fn drop(&mut self) {
-        crate::local::drop_kept(self.key, self.ring);
-    }
-}
-
-impl<A: Actor> Context<A> {
-    /// Registers `fd` in this shard's fixed-file table (taking ownership),
-    /// e.g. to hand it to another actor with [`ActorRef::tell_fd`].
-    pub fn register_fd(&self, fd: OwnedFd) -> io::Result<FixedFd> {
-        crate::local::with(|t| t.ring.register_fd(fd).map_err(|(e, _fd)| e))
-            .map_err(|_| io::Error::other("this thread has no ring"))?
-    }
-
-    /// Parks `fd` in this shard so the actor can keep it in its state.
-    pub fn keep_fd(&self, fd: FixedFd) -> ShardFd {
-        let slot = fd.slot();
-        let mut fd = Some(fd);
-        match crate::local::with(|t| t.keep(fd.take().expect("fd"))) {
-            Ok((key, ring)) => ShardFd { key, ring, slot },
-            // No ring on this thread: impossible for a FixedFd's thread.
-            Err(_) => unreachable!("a FixedFd lives on a thread with a ring"),
-        }
-    }
-
-    /// Arms a multishot receive on `fd` (a socket in this shard's table):
-    /// every completion becomes a message `f(recv)` for this actor, in
-    /// order. Data is copied out of the shard's receive buffers (see
-    /// [`ringmail_transport::RingConfig::recv_buffers`]) before the message
-    /// is built. The receive goes on until [`Recv::Closed`],
-    /// [`Recv::Error`] or [`Recv::NoBuffers`] (then arm it again).
-    pub fn recv_multi<M>(
-        &self,
-        fd: &ShardFd,
-        mut f: impl FnMut(Recv) -> M + 'static,
-    ) -> io::Result<()>
-    where
-        A: Handler<M>,
-        M: Message,
-    {
-        let me = self.me.clone();
-        let deliver = Box::new(move |r: Recv| {
-            let msg = f(r);
-            if !me.is_alive() {
-                crate::dead_letter();
-                return None;
-            }
-            me.shared.reserve_forced();
-            let typed: Typed<A, M> = Typed { msg, reply: None, _a: std::marker::PhantomData };
-            Some(Envelope { to: me.id(), body: Body::Msg(Box::new(typed)) })
-        });
-        crate::local::with(|t| t.recv_multi((fd.key, fd.ring), deliver))
-            .map_err(|_| io::Error::other("this thread has no ring"))?
-    }
-
-    /// Arms a multishot accept on `listener`: `on` runs on this shard's
-    /// thread for every accepted connection ([`Accept::Conn`], already in
-    /// this shard's fixed-file table) and once when the accept ends
-    /// ([`Accept::Ended`]; arm it again to go on). `on` runs outside any
-    /// handler and may send (e.g. [`ActorRef::tell_fd`]).
-    pub fn accept_multi(
-        &self,
-        listener: RawFd,
-        on: impl FnMut(Accept) + 'static,
-    ) -> io::Result<()> {
-        crate::local::with(|t| t.accept_multi(listener, Box::new(on)))
-            .map_err(|_| io::Error::other("this thread has no ring"))?
-    }
-}
 
 /// The message an [`Acceptor`] sends with each connection.
 #[derive(Debug)]
@@ -430,7 +326,7 @@ impl Connections {
     ) -> io::Result<ConnId> {
         // Room for its receive, a send and a shutdown, or it is refused now
         // rather than starved later.
-        if crate::local::io_free() < 3 {
+        if crate::runtime::thread::io_free() < 3 {
             return Err(io::Error::from_raw_os_error(16)); // EBUSY; fd closed
         }
         let id = self.next;

@@ -1,8 +1,7 @@
-//! Monitors and supervision.
+//! Supervision, built on monitors ([`crate::ActorRef::monitor`]: one
+//! [`Down`] when the watched actor stops, with the reason).
 //!
-//! A monitor ([`crate::ActorRef::monitor`], [`crate::Context::monitor`])
-//! delivers one [`Down`] when the watched actor stops, with the reason; DOWN
-//! messages bypass the watcher's mailbox capacity. A [`Supervisor`] is an
+//! A [`Supervisor`] is an
 //! actor that starts its children, monitors them, and restarts failed ones
 //! (a child that stops abnormally: [`StopReason::is_abnormal`]; a normal
 //! stop is not restarted) by its [`Strategy`], up to an OTP-style intensity
@@ -18,21 +17,8 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use crate::actor::{Actor, Context, Handler, Message};
+use crate::actor::{registry, Actor, Context, Down, Handler};
 use crate::error::StopReason;
-
-/// An actor stopped: the message a monitor delivers.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Down {
-    /// The id of the actor that stopped.
-    pub actor: u64,
-    /// Why it stopped.
-    pub reason: StopReason,
-}
-
-impl Message for Down {
-    type Reply = ();
-}
 
 /// Which children a supervisor restarts when one fails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,7 +112,7 @@ impl Supervisor {
             let child = ctx.spawn(actor);
             child.monitor(ctx.myself());
             if let Some(n) = &name {
-                ctx.me.shard.registry.replace(n, child.clone());
+                registry::replace(&ctx.me.shard.registry, n, &child);
             }
             let id = child.id();
             Some(Running { id, stop: Box::new(move || child.stop()) })

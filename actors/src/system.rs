@@ -7,13 +7,13 @@ use std::thread::JoinHandle;
 
 use ringmail_transport::RingConfig;
 
-use crate::actor::Actor;
-use crate::actor_ref::ActorRef;
-use crate::envelope::{Body, Envelope};
+use crate::actor::{bridge, registry, Actor, ActorRef, NameTaken};
 use crate::error::SpawnError;
-use crate::local;
-use crate::registry::{NameTaken, Registry};
-use crate::shard::{Shard as ShardLoop, ShardHandle};
+use crate::runtime::envelope::{Body, Envelope};
+use crate::runtime::registry::Registry;
+use crate::runtime::route::{flush_if_present, send_control};
+use crate::runtime::shard::{ShardHandle, ShardLoop, SystemStats};
+use crate::runtime::{lock, thread};
 
 static NEXT_SHARD: AtomicU64 = AtomicU64::new(1);
 
@@ -44,12 +44,6 @@ impl SystemConfig {
         self.ring = ring;
         self
     }
-}
-
-/// Counters of a system.
-#[derive(Debug, Default)]
-pub(crate) struct SystemStats {
-    pub(crate) panics: AtomicU64,
 }
 
 /// A shard that hosts co-located actors (see [`System::shard`]).
@@ -103,7 +97,7 @@ impl System {
         let thread = std::thread::Builder::new()
             .name(format!("ringmail-shard-{id}"))
             .spawn(move || {
-                match local::init_shard(id, ring_cfg) {
+                match thread::init_shard(id, ring_cfg) {
                     Ok(addr) => {
                         let _ = ready_tx.send(Ok(addr));
                     }
@@ -129,7 +123,7 @@ impl System {
         };
         let handle = Arc::new(ShardHandle::new(id, addr, cap, self.registry.clone()));
         let _ = handle_tx.send(handle.clone());
-        self.shards.lock().unwrap_or_else(|p| p.into_inner()).push((handle.clone(), thread));
+        lock(&self.shards).push((handle.clone(), thread));
         Ok(handle)
     }
 
@@ -138,7 +132,7 @@ impl System {
     /// actor stops.
     pub fn spawn<A: Actor>(&self, actor: A) -> Result<ActorRef<A>, SpawnError> {
         let shard = self.start_shard(true)?;
-        Ok(shard.spawn(actor))
+        Ok(bridge::spawn_on(&shard, actor))
     }
 
     /// Starts a shard for co-located actors: one thread and one ring hosting
@@ -149,7 +143,7 @@ impl System {
 
     /// Spawns `actor` on `shard`.
     pub fn spawn_on<A: Actor>(&self, shard: &Shard, actor: A) -> ActorRef<A> {
-        shard.0.spawn(actor)
+        bridge::spawn_on(&shard.0, actor)
     }
 
     /// Registers `actor` under `name`, until it stops or is unregistered.
@@ -170,12 +164,12 @@ impl System {
     /// # Ok::<(), ringmail::SpawnError>(())
     /// ```
     pub fn register<A: Actor>(&self, name: &str, actor: &ActorRef<A>) -> Result<(), NameTaken<A>> {
-        self.registry.register(name, actor.clone())
+        registry::register(&self.registry, name, actor)
     }
 
     /// The live actor of type `A` registered under `name`, from any thread.
     pub fn lookup<A: Actor>(&self, name: &str) -> Option<ActorRef<A>> {
-        self.registry.lookup(name)
+        registry::lookup(&self.registry, name)
     }
 
     /// Removes `name` if it names `actor`.
@@ -197,18 +191,18 @@ impl System {
     /// joins every shard thread, in the order the shards were started.
     /// Messages still queued become dead letters ([`crate::dead_letters`]).
     pub fn shutdown(&self) {
-        let shards = std::mem::take(&mut *self.shards.lock().unwrap_or_else(|p| p.into_inner()));
+        let shards = std::mem::take(&mut *lock(&self.shards));
         for (handle, _) in &shards {
             let env = Envelope { to: 0, body: Body::Shutdown };
             // Waits out a full mailbox; a shard that already ended (dedicated,
             // actor stopped) refuses, which is fine.
-            local::send_control(handle.id, &handle.addr, env, true);
+            send_control(handle.id, &handle.addr, env, true);
         }
         for (_, thread) in shards {
             let _ = thread.join();
         }
         // Let the calling thread's ring forget its lanes to the closed shards.
-        local::flush_if_present();
+        flush_if_present();
     }
 }
 

@@ -7,8 +7,9 @@ use dashmap::DashMap;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::actor::bridge::Typed;
 use crate::actor::{Handler, Message};
-use crate::envelope::{Erased, ReplyTo, Typed};
+use crate::runtime::envelope::{Erased, ReplyTo};
 
 /// A registered message type's wire number: FNV-1a of its type name.
 pub(crate) fn type_number(name: &str) -> u64 {

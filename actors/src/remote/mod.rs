@@ -99,10 +99,12 @@ use dashmap::DashMap;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::actor::{Actor, Handler, Message};
-use crate::actor_ref::{ActorRef, ActorShared};
-use crate::envelope::{Erased, Hosted};
+use crate::actor::{Actor, ActorRef, Handler, Message};
 use crate::error::StopReason;
+use crate::runtime::cell::ActorCell;
+use crate::runtime::envelope::{Erased, Hosted};
+use crate::runtime::lock;
+use crate::runtime::shard::ShardHandle;
 use crate::system::System;
 
 pub use node::NodeActor;
@@ -385,12 +387,12 @@ pub(crate) struct NodeShared {
     pub(crate) subscribers: Mutex<Vec<mpsc::Sender<NodeEvent>>>,
     pub(crate) counters: Counters,
     /// Stand-ins already made, by (peer, incarnation, remote id).
-    pub(crate) proxies: Mutex<HashMap<(String, u64, u64), Weak<ActorShared>>>,
+    pub(crate) proxies: Mutex<HashMap<(String, u64, u64), Weak<ActorCell>>>,
 }
 
 impl NodeShared {
     pub(crate) fn publish(&self, ev: NodeEvent) {
-        let mut subs = crate::sync_lock(&self.subscribers);
+        let mut subs = lock(&self.subscribers);
         subs.retain(|s| s.send(ev.clone()).is_ok());
     }
 }
@@ -482,7 +484,7 @@ impl Node {
             actor_type: std::any::TypeId::of::<A>(),
             deliver: Box::new(move |m| deliver_to.deliver_erased(m)),
             local: Box::new(actor.clone()),
-            watch: Box::new(move |w| watch_on.shared.watch(w)),
+            watch: Box::new(move |w| watch_on.cell.watch(w)),
             watched: AtomicBool::new(false),
         });
         self.shared.exports_by_id.insert(actor.id(), e.clone());
@@ -490,7 +492,7 @@ impl Node {
         // Forget it once it stops.
         let shared = Arc::downgrade(&self.shared);
         let (name, id) = (name.to_string(), actor.id());
-        actor.shared.watch(Box::new(move |_| {
+        actor.cell.watch(Box::new(move |_| {
             if let Some(s) = shared.upgrade() {
                 s.exports.remove_if(&name, |_, e| e.id == id);
                 s.exports_by_id.remove(&id);
@@ -597,37 +599,33 @@ impl Node {
     fn proxy<A: Actor>(&self, peer: &str, incarnation: u64, remote_id: u64) -> ActorRef<A> {
         let gateway = self.actor.shard.clone();
         let key = (peer.to_string(), incarnation, remote_id);
-        let mut proxies = crate::sync_lock(&self.shared.proxies);
+        let mut proxies = lock(&self.shared.proxies);
         // A live stand-in is shared; one stopped by a dropped connection
         // (same incarnation) is replaced.
         if let Some(s) = proxies.get(&key).and_then(Weak::upgrade).filter(|s| s.is_alive()) {
-            return ActorRef { shared: s, shard: gateway, _a: std::marker::PhantomData };
+            return ActorRef { cell: s, shard: gateway, _a: std::marker::PhantomData };
         }
         proxies.retain(|_, w| w.strong_count() > 0);
-        let shared = Arc::new(ActorShared::new(
-            crate::shard::ShardHandle::next_id(),
-            gateway.mailbox_capacity(),
-        ));
-        proxies.insert(key, Arc::downgrade(&shared));
+        let cell = Arc::new(ActorCell::new(ShardHandle::next_id(), gateway.mailbox_capacity()));
+        proxies.insert(key, Arc::downgrade(&cell));
         // Still under the lock: another lookup of the same actor gets this
         // stand-in only once it is spawned and registered (in that order,
         // ahead of any message sent to it).
-        let stand_in = Proxy { shared: shared.clone(), node: self.actor.clone() };
-        gateway.spawn_hosted(&shared, Box::new(stand_in));
+        let stand_in = Proxy { cell: cell.clone(), node: self.actor.clone() };
+        gateway.spawn_hosted(&cell, Box::new(stand_in));
         self.actor.deliver_forced(node::RegisterProxy {
-            proxy: shared.id,
+            proxy: cell.id,
             peer: peer.to_string(),
             incarnation,
             remote_id,
         });
         drop(proxies);
-        ActorRef { shared, shard: gateway, _a: std::marker::PhantomData }
+        ActorRef { cell, shard: gateway, _a: std::marker::PhantomData }
     }
 
     /// The peers connected now: (name, incarnation).
     pub fn peers(&self) -> Vec<(String, u64)> {
-        let mut v: Vec<_> =
-            crate::sync_lock(&self.shared.peers).iter().map(|(n, i)| (n.clone(), *i)).collect();
+        let mut v: Vec<_> = lock(&self.shared.peers).iter().map(|(n, i)| (n.clone(), *i)).collect();
         v.sort();
         v
     }
@@ -647,7 +645,7 @@ impl Node {
     /// Peer up/down events from now on.
     pub fn events(&self) -> mpsc::Receiver<NodeEvent> {
         let (tx, rx) = mpsc::channel();
-        crate::sync_lock(&self.shared.subscribers).push(tx);
+        lock(&self.shared.subscribers).push(tx);
         rx
     }
 
@@ -692,7 +690,7 @@ impl Drop for Node {
 /// The stand-in for an actor of another node, hosted on the gateway shard:
 /// every message it gets goes to the node's actor to be sent.
 struct Proxy {
-    shared: Arc<ActorShared>,
+    cell: Arc<ActorCell>,
     node: ActorRef<NodeActor>,
 }
 
@@ -701,16 +699,16 @@ impl Hosted for Proxy {
         None
     }
     fn stopped(&mut self) {}
-    fn shared(&self) -> &ActorShared {
-        &self.shared
+    fn cell(&self) -> &ActorCell {
+        &self.cell
     }
     fn as_any(&mut self) -> &mut dyn std::any::Any {
         self
     }
     fn forward(&mut self, m: Box<dyn Erased>) -> Result<(), Box<dyn Erased>> {
         self.node.deliver_forced(node::Outbound {
-            proxy: self.shared.id,
-            stand_in: Some(self.shared.clone()),
+            proxy: self.cell.id,
+            stand_in: Some(self.cell.clone()),
             msg: Some(m),
         });
         Ok(())

@@ -18,10 +18,13 @@ use super::codec::MsgCodec;
 use super::swim::{Effect, Member, OwnedNotification, Swim, Timer};
 use super::{LookupError, NodeEvent, NodeShared};
 use crate::actor::{Actor, Context, FdHandler, Handler, Message};
-use crate::envelope::{Erased, ReplyTo};
 use crate::error::StopReason;
 use crate::io::Accept;
 use crate::net::{ConnId, Connections, Input, NetEvent};
+use crate::runtime::cell::ActorCell;
+use crate::runtime::dead_letter;
+use crate::runtime::envelope::{Body, Envelope, Erased, ReplyTo};
+use crate::runtime::route::send_control;
 
 /// How often the node sends acknowledgements and checks handshake
 /// deadlines and redials.
@@ -36,7 +39,7 @@ pub(crate) struct Outbound {
     pub(crate) proxy: u64,
     /// The stand-in's shared state: its capacity slot is released by the
     /// handler, or by `Drop` if the node's actor never handles this.
-    pub(crate) stand_in: Option<Arc<crate::actor_ref::ActorShared>>,
+    pub(crate) stand_in: Option<Arc<ActorCell>>,
     pub(crate) msg: Option<Box<dyn Erased>>,
 }
 
@@ -180,7 +183,7 @@ struct Link {
     owed_replies: u64,
     /// Capacity slots of stand-ins whose messages are queued on this link,
     /// released once the link's unsent bytes are under `HIGH_WATER`.
-    owed: HashMap<u64, (Arc<crate::actor_ref::ActorShared>, usize)>,
+    owed: HashMap<u64, (Arc<ActorCell>, usize)>,
 }
 
 /// Unsent bytes on a link above which stand-ins keep their capacity slots
@@ -482,7 +485,7 @@ impl NodeActor {
             return; // a retired duplicate: the peer is up on another link
         }
         self.up.remove(&name);
-        crate::sync_lock(&self.shared.peers).remove(&name);
+        crate::runtime::lock(&self.shared.peers).remove(&name);
         // Redial where it listened (a restart comes back there).
         if let Some(addr) = redial {
             let min = self.shared.cfg.redial.0;
@@ -509,8 +512,8 @@ impl NodeActor {
 
     fn stop_proxy(&self, id: u64, reason: StopReason) {
         let me = self.me();
-        let env = crate::envelope::Envelope { to: id, body: crate::envelope::Body::Stop(reason) };
-        crate::local::send_control(me.shard.id, &me.shard.addr, env, true);
+        let env = Envelope { to: id, body: Body::Stop(reason) };
+        send_control(me.shard.id, &me.shard.addr, env, true);
     }
 
     /// Handles received bytes of a link.
@@ -646,7 +649,7 @@ impl NodeActor {
             self.close(other, "replaced by a newer connection", ctx);
         }
         self.up.insert(name.clone(), link);
-        crate::sync_lock(&self.shared.peers).insert(name.clone(), inc);
+        crate::runtime::lock(&self.shared.peers).insert(name.clone(), inc);
         self.shared.publish(NodeEvent::Up { name: name.clone(), incarnation: inc });
         self.send_members(link);
         self.swim.announce(&name);
@@ -874,7 +877,7 @@ impl NodeActor {
         let Some(export) = self.shared.exports_by_id.get(&to).map(|e| e.clone()) else {
             // Not (or no longer) here: a dead letter; an ask is told at once.
             self.shared.counters.unknown_target.fetch_add(1, Ordering::Relaxed);
-            crate::dead_letter();
+            dead_letter();
             if let Some(req) = req {
                 self.queue(link, &Frame::Reply { req, payload: None });
             }
@@ -1149,18 +1152,18 @@ impl Handler<Outbound> for NodeActor {
         let Some(p) = self.proxies.get(&o.proxy) else {
             // Its node went down (an ask gets NoReply).
             shared.unreserve();
-            crate::dead_letter();
+            dead_letter();
             return;
         };
         let Some(&link) = self.up.get(&p.peer) else {
             shared.unreserve();
-            crate::dead_letter();
+            dead_letter();
             return;
         };
         let current = self.links.get(&link).and_then(|l| l.peer.as_ref()).map(|x| x.1);
         if current != Some(p.incarnation) {
             shared.unreserve();
-            crate::dead_letter(); // never to a newer incarnation
+            dead_letter(); // never to a newer incarnation
             return;
         }
         let remote_id = p.remote_id;
@@ -1170,7 +1173,7 @@ impl Handler<Outbound> for NodeActor {
                 "ringmail node {}: a message type is not registered (Node::register): dead letter",
                 self.shared.cfg.name
             );
-            crate::dead_letter();
+            dead_letter();
             return;
         };
         let (msg, reply) = msg.split();
@@ -1179,7 +1182,7 @@ impl Handler<Outbound> for NodeActor {
             Err(e) => {
                 shared.unreserve();
                 eprintln!("ringmail node {}: a message does not encode: {e}", self.shared.cfg.name);
-                crate::dead_letter();
+                dead_letter();
                 return;
             }
         };
@@ -1209,7 +1212,7 @@ impl Handler<Outbound> for NodeActor {
                 self.asks.remove(&req);
             }
             shared.unreserve();
-            crate::dead_letter();
+            dead_letter();
         }
         let _ = ctx;
     }
@@ -1256,7 +1259,7 @@ impl Handler<SendReply> for NodeActor {
         // The asker's connection may be gone: then so is its wait (it got
         // "no reply" when the connection dropped); the reply is a dead letter.
         if !self.queue(r.link, &Frame::Reply { req: r.req, payload: r.payload }) {
-            crate::dead_letter();
+            dead_letter();
         }
     }
 }

@@ -25,7 +25,6 @@
 //! their senders), and ends the thread.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::marker::PhantomData;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -34,12 +33,15 @@ use std::time::Duration;
 use ringmail_transport::hash::IdHash;
 use ringmail_transport::Addr;
 
-use crate::actor::Actor;
-use crate::actor_ref::{ActorRef, ActorShared};
-use crate::envelope::{Body, Envelope, Hosted, Slot};
+use super::cell::ActorCell;
+use super::envelope::{Body, Envelope, Hosted};
+use super::io::{Accept, Recv};
+use super::io_table::{Completion, Done, Multi};
+use super::lock;
+use super::registry::Registry;
+use super::route::send_control;
+use super::thread::{self, discard, take_attached, with};
 use crate::error::StopReason;
-use crate::local;
-use crate::registry::Registry;
 
 static NEXT_ACTOR: AtomicU64 = AtomicU64::new(1);
 
@@ -64,18 +66,19 @@ impl ShardHandle {
     }
 
     fn pending(&self) -> std::sync::MutexGuard<'_, HashSet<u64>> {
-        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.pending)
     }
 
-    /// Installs a hosted object that is not a plain actor (a stand-in for
-    /// an actor of another node) under `shared`'s id.
-    pub(crate) fn spawn_hosted(&self, shared: &Arc<ActorShared>, hosted: Box<dyn Hosted>) {
-        let id = shared.id;
+    /// Installs `hosted` (an actor, or a stand-in for an actor of another
+    /// node) under `cell`'s id. Messages sent to it before it is installed
+    /// wait for it.
+    pub(crate) fn spawn_hosted(&self, cell: &ActorCell, hosted: Box<dyn Hosted>) {
+        let id = cell.id;
         self.pending().insert(id);
         let env = Envelope { to: id, body: Body::Spawn(hosted) };
         // Waits out a full mailbox; if the shard is gone, the discarded
         // Spawn marks the actor stopped (ShardGone).
-        if !local::send_control(self.id, &self.addr, env, true) {
+        if !send_control(self.id, &self.addr, env, true) {
             self.pending().remove(&id);
         }
     }
@@ -89,22 +92,6 @@ impl ShardHandle {
     pub(crate) fn next_id() -> u64 {
         NEXT_ACTOR.fetch_add(1, Ordering::Relaxed)
     }
-
-    /// Spawns `actor` on this shard. The reference is usable at once:
-    /// messages sent before the actor is installed wait for it.
-    pub(crate) fn spawn<A: Actor>(self: &Arc<Self>, actor: A) -> ActorRef<A> {
-        let id = NEXT_ACTOR.fetch_add(1, Ordering::Relaxed);
-        let shared = Arc::new(ActorShared::new(id, self.mailbox_capacity));
-        let me = ActorRef { shared, shard: self.clone(), _a: PhantomData };
-        self.pending().insert(id);
-        let env = Envelope { to: id, body: Body::Spawn(Box::new(Slot { actor, me: me.clone() })) };
-        // Waits out a full mailbox; if the shard is gone, the discarded
-        // Spawn marks the actor stopped (ShardGone).
-        if !local::send_control(self.id, &self.addr, env, true) {
-            self.pending().remove(&id);
-        }
-        me
-    }
 }
 
 fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
@@ -117,8 +104,14 @@ fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
     }
 }
 
-/// The shard's thread state.
-pub(crate) struct Shard {
+/// Counters of a system, bumped by its shards.
+#[derive(Debug, Default)]
+pub(crate) struct SystemStats {
+    pub(crate) panics: AtomicU64,
+}
+
+/// The shard's thread state: the actors it hosts and its dispatch loop.
+pub(crate) struct ShardLoop {
     handle: Arc<ShardHandle>,
     /// Looked up once per message: keyed by actor id with a cheap hasher
     /// (ids are process-unique counters, not attacker-chosen).
@@ -126,16 +119,12 @@ pub(crate) struct Shard {
     early: HashMap<u64, Vec<Envelope>>,
     dedicated: bool,
     hosted_any: bool,
-    stats: Arc<crate::system::SystemStats>,
+    stats: Arc<SystemStats>,
 }
 
-impl Shard {
-    pub(crate) fn new(
-        handle: Arc<ShardHandle>,
-        dedicated: bool,
-        stats: Arc<crate::system::SystemStats>,
-    ) -> Self {
-        Shard {
+impl ShardLoop {
+    pub(crate) fn new(handle: Arc<ShardHandle>, dedicated: bool, stats: Arc<SystemStats>) -> Self {
+        ShardLoop {
             handle,
             actors: HashMap::default(),
             early: HashMap::new(),
@@ -151,7 +140,7 @@ impl Shard {
         let mut events = Vec::new();
         'run: loop {
             // Under the borrow: only move things out. Handling happens after.
-            let polled = local::with(|t| {
+            let polled = thread::with(|t| {
                 let idle = t.queue.is_empty() && t.completions.is_empty();
                 let timeout = if batch.is_empty() && idle { None } else { Some(Duration::ZERO) };
                 let r = t.ring.wait(&mut events, timeout);
@@ -166,7 +155,7 @@ impl Shard {
             });
             let done = match polled {
                 Ok((Ok(_), done, rest)) => {
-                    rest.into_iter().for_each(local::discard);
+                    rest.into_iter().for_each(discard);
                     done
                 }
                 Ok((Err(e), _, _)) => {
@@ -175,7 +164,7 @@ impl Shard {
                 }
                 Err(_) => break 'run,
             };
-            local::complete(done, &mut batch);
+            complete(done, &mut batch);
             while let Some(env) = batch.pop_front() {
                 if !self.dispatch(env, &mut batch) {
                     break 'run;
@@ -183,7 +172,7 @@ impl Shard {
             }
             if self.dedicated && self.hosted_any && self.actors.is_empty() {
                 // What stopping produced for co-located targets is still queued.
-                let _ = local::with(|t| batch.append(&mut t.queue));
+                let _ = thread::with(|t| batch.append(&mut t.queue));
                 break 'run;
             }
         }
@@ -212,7 +201,7 @@ impl Shard {
                     }
                     Err(p) => {
                         self.stats.panics.fetch_add(1, Ordering::Relaxed);
-                        self.finished(slot.shared(), StopReason::Panicked(panic_message(p)));
+                        self.finished(slot.cell(), StopReason::Panicked(panic_message(p)));
                         self.dead_letter_early(to);
                     }
                 }
@@ -222,7 +211,7 @@ impl Shard {
                     if self.handle.pending().contains(&to) {
                         self.early.entry(to).or_default().push(Envelope { to, body: Body::Msg(m) });
                     } else {
-                        crate::dead_letter(); // stopped actor (any ask gets NoReply)
+                        super::dead_letter(); // stopped actor (any ask gets NoReply)
                     }
                     return true;
                 };
@@ -232,7 +221,7 @@ impl Shard {
                     Ok(()) => return true,
                     Err(m) => m,
                 };
-                slot.shared().unreserve();
+                slot.cell().unreserve();
                 let outcome = catch_unwind(AssertUnwindSafe(|| m.handle(slot.as_any())));
                 self.handled(to, outcome);
             }
@@ -242,19 +231,19 @@ impl Shard {
                         let env = Envelope { to, body: Body::FdMsg { key, msg } };
                         self.early.entry(to).or_default().push(env);
                     } else {
-                        local::discard(Envelope { to, body: Body::FdMsg { key, msg } });
+                        discard(Envelope { to, body: Body::FdMsg { key, msg } });
                     }
                     return true;
                 };
-                slot.shared().unreserve();
+                slot.cell().unreserve();
                 if slot.is_stand_in() {
                     // An fd for an actor of another node: fds do not cross
                     // nodes. A dead letter; the fd is closed.
-                    local::discard(Envelope { to, body: Body::FdMsg { key, msg } });
+                    discard(Envelope { to, body: Body::FdMsg { key, msg } });
                     return true;
                 }
-                let Some(fd) = local::take_attached(key) else {
-                    crate::dead_letter(); // its fd is gone (cannot happen)
+                let Some(fd) = take_attached(key) else {
+                    super::dead_letter(); // its fd is gone (cannot happen)
                     return true;
                 };
                 let outcome = catch_unwind(AssertUnwindSafe(|| msg.handle(slot.as_any(), fd)));
@@ -270,7 +259,7 @@ impl Shard {
                         .push(Envelope { to, body: Body::Stop(reason) });
                 }
             }
-            Body::Reply { .. } => crate::dead_letter(), // a reply after its ask gave up
+            Body::Reply { .. } => super::dead_letter(), // a reply after its ask gave up
             Body::Shutdown => return false,
         }
         true
@@ -285,7 +274,7 @@ impl Shard {
             Err(p) => {
                 self.stats.panics.fetch_add(1, Ordering::Relaxed);
                 let slot = self.actors.remove(&to).expect("present");
-                self.finished(slot.shared(), StopReason::Panicked(panic_message(p)));
+                self.finished(slot.cell(), StopReason::Panicked(panic_message(p)));
             }
         }
     }
@@ -294,24 +283,24 @@ impl Shard {
         if let Some(mut slot) = self.actors.remove(&id) {
             if let Err(p) = catch_unwind(AssertUnwindSafe(|| slot.stopped())) {
                 self.stats.panics.fetch_add(1, Ordering::Relaxed);
-                self.finished(slot.shared(), StopReason::Panicked(panic_message(p)));
+                self.finished(slot.cell(), StopReason::Panicked(panic_message(p)));
                 return;
             }
-            self.finished(slot.shared(), reason);
+            self.finished(slot.cell(), reason);
         }
     }
 
     /// Records the end of an actor: its reason, and its names leave the registry.
-    fn finished(&self, shared: &ActorShared, reason: StopReason) {
-        shared.set_stopped(reason);
-        for name in shared.take_names() {
-            self.handle.registry.remove(&name, shared.id);
+    fn finished(&self, cell: &ActorCell, reason: StopReason) {
+        cell.set_stopped(reason);
+        for name in cell.take_names() {
+            self.handle.registry.remove(&name, cell.id);
         }
     }
 
     fn dead_letter_early(&mut self, id: u64) {
         if let Some(early) = self.early.remove(&id) {
-            early.into_iter().for_each(local::discard);
+            early.into_iter().for_each(discard);
         }
     }
 
@@ -321,7 +310,7 @@ impl Shard {
             self.stop_actor(id, StopReason::Shutdown);
         }
         // Nothing will handle these any more.
-        batch.into_iter().for_each(local::discard);
+        batch.into_iter().for_each(discard);
         let early: Vec<u64> = self.early.keys().copied().collect();
         for id in early {
             self.dead_letter_early(id);
@@ -330,9 +319,9 @@ impl Shard {
         // discarded (dead letters; a Spawn marks its actor stopped); later
         // sends are refused at their senders. Everything is handled outside
         // the context's borrow.
-        let _ = local::with(|t| t.ring.close());
+        let _ = thread::with(|t| t.ring.close());
         loop {
-            let step = local::with(|t| {
+            let step = thread::with(|t| {
                 let mut evs = Vec::new();
                 let r = t.ring.wait(&mut evs, Some(Duration::from_millis(10)));
                 // Sorted like in the loop: I/O completions are kept for the
@@ -347,11 +336,87 @@ impl Shard {
             });
             let Ok((closed, rest)) = step else { break };
             let idle = rest.is_empty();
-            rest.into_iter().for_each(local::discard);
+            rest.into_iter().for_each(discard);
             if closed && idle {
                 break;
             }
         }
-        local::teardown();
+        thread::teardown();
+    }
+}
+
+/// Handles completions of timers and I/O (on a shard thread): runs their
+/// closures outside the borrow and under `catch_unwind`, re-arms intervals,
+/// and returns the envelopes to dispatch.
+fn complete(list: Vec<Done>, out: &mut VecDeque<Envelope>) {
+    for done in list {
+        let Ok(c) = with(|t| t.io.take_completion(done)) else { continue };
+        match c {
+            Completion::None => {}
+            Completion::Io(p, result) => {
+                match catch_unwind(AssertUnwindSafe(|| p.complete(result))) {
+                    Ok(Some(env)) => out.push_back(env),
+                    Ok(None) => {}
+                    Err(_) => super::dead_letter(), // the completion closure panicked
+                }
+            }
+            Completion::IoEarly(deliver, done) => {
+                match catch_unwind(AssertUnwindSafe(|| deliver(done))) {
+                    Ok(Some(env)) => out.push_back(env),
+                    Ok(None) => {}
+                    Err(_) => super::dead_letter(),
+                }
+            }
+            Completion::Recv(token, mut f, ev, more) => {
+                // A last completion that still carries data (the kernel
+                // ends a multishot op whose completion found the CQ full)
+                // is followed by a "receive ended, arm it again".
+                let ended_with_data = !more && matches!(ev, Recv::Data(_));
+                let mut run = |ev| match catch_unwind(AssertUnwindSafe(|| f(ev))) {
+                    Ok(Some(env)) => out.push_back(env),
+                    Ok(None) => {}
+                    Err(_) => super::dead_letter(),
+                };
+                run(ev);
+                if ended_with_data {
+                    run(Recv::NoBuffers);
+                }
+                if more {
+                    let _ = with(|t| t.io.multi.insert(token, Multi::Recv(f)));
+                }
+            }
+            Completion::Accept(token, mut on, ev, more) => {
+                let ended_with_conn = !more && matches!(ev, Accept::Conn(_));
+                if catch_unwind(AssertUnwindSafe(|| on(ev))).is_err() {
+                    super::dead_letter();
+                }
+                if ended_with_conn
+                    && catch_unwind(AssertUnwindSafe(|| on(Accept::Ended(0)))).is_err()
+                {
+                    super::dead_letter();
+                }
+                if more {
+                    let _ = with(|t| t.io.multi.insert(token, Multi::Accept(on)));
+                }
+            }
+            Completion::Timer(token, mut make, period) => {
+                let env = catch_unwind(AssertUnwindSafe(&mut make)).unwrap_or(None);
+                let more = env.is_some() && period.is_some();
+                if let Some(env) = env {
+                    out.push_back(env);
+                }
+                let _ = with(|t| {
+                    if more {
+                        if let Some(timer) = t.io.timers.get_mut(&token) {
+                            timer.make = Some(make);
+                        }
+                        if t.io.arm(&mut t.ring, token, period.expect("interval")) {
+                            return;
+                        }
+                    }
+                    t.io.timers.remove(&token);
+                });
+            }
+        }
     }
 }

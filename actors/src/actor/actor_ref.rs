@@ -2,120 +2,25 @@
 
 use std::fmt;
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::actor::{Actor, Handler, Message};
 use ringmail_transport::FixedFd;
 
-use crate::envelope::{Body, Envelope, ReplyTo, Typed, TypedFd};
+use super::bridge::{Typed, TypedFd};
+use super::monitor::{self, Down};
+use super::recipient::Recipient;
+use super::{Actor, FdHandler, Handler, Message};
 use crate::error::{AskError, StopReason, TellError};
-use crate::local::{self, SendFail};
-use crate::shard::ShardHandle;
-use crate::supervisor::Down;
+use crate::runtime::ask;
+use crate::runtime::cell::ActorCell;
+use crate::runtime::envelope::{Body, Envelope, Erased, ReplyTo};
+use crate::runtime::route::{self, flush_if_present, my_addr, send_control, SendFail};
+use crate::runtime::shard::ShardHandle;
+use crate::runtime::{dead_letter, thread};
 
 static NEXT_ASK: AtomicU64 = AtomicU64::new(1);
-
-/// State of one actor shared by its references and its shard.
-pub(crate) struct ActorShared {
-    pub(crate) id: u64,
-    queued: AtomicUsize,
-    cap: usize,
-    alive: AtomicBool,
-    reason: Mutex<Option<StopReason>>,
-    /// Names this actor is registered under (removed when it stops).
-    names: Mutex<Vec<String>>,
-    /// Who is told when it stops; `None` once it has (then `watch` calls at once).
-    watchers: Mutex<Option<Vec<Watcher>>>,
-}
-
-type Watcher = Box<dyn FnOnce(&StopReason) + Send>;
-
-impl ActorShared {
-    pub(crate) fn new(id: u64, cap: usize) -> Self {
-        ActorShared {
-            id,
-            queued: AtomicUsize::new(0),
-            cap,
-            alive: AtomicBool::new(true),
-            reason: Mutex::new(None),
-            names: Mutex::new(Vec::new()),
-            watchers: Mutex::new(Some(Vec::new())),
-        }
-    }
-
-    /// Calls `w` with the stop reason once the actor stops (at once if it has).
-    pub(crate) fn watch(&self, w: Watcher) {
-        let mut ws = self.watchers.lock().unwrap_or_else(|p| p.into_inner());
-        match ws.as_mut() {
-            Some(list) => list.push(w),
-            None => {
-                drop(ws);
-                let reason = self.reason.lock().unwrap_or_else(|p| p.into_inner()).clone();
-                w(&reason.unwrap_or(StopReason::Normal));
-            }
-        }
-    }
-
-    pub(crate) fn add_name(&self, name: String) {
-        self.names.lock().unwrap_or_else(|p| p.into_inner()).push(name);
-    }
-
-    pub(crate) fn take_names(&self) -> Vec<String> {
-        std::mem::take(&mut *self.names.lock().unwrap_or_else(|p| p.into_inner()))
-    }
-
-    /// Counts a message that bypasses the capacity check (timer messages:
-    /// the actor asked for them, refusing would lose them).
-    pub(crate) fn reserve_forced(&self) {
-        self.queued.fetch_add(1, Ordering::AcqRel);
-    }
-
-    fn reserve(&self) -> bool {
-        let mut cur = self.queued.load(Ordering::Relaxed);
-        loop {
-            if cur >= self.cap {
-                return false;
-            }
-            match self.queued.compare_exchange_weak(
-                cur,
-                cur + 1,
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return true,
-                Err(v) => cur = v,
-            }
-        }
-    }
-
-    pub(crate) fn unreserve(&self) {
-        self.queued.fetch_sub(1, Ordering::AcqRel);
-    }
-
-    /// Releases `n` capacity slots at once.
-    pub(crate) fn unreserve_n(&self, n: usize) {
-        self.queued.fetch_sub(n, Ordering::AcqRel);
-    }
-
-    pub(crate) fn is_alive(&self) -> bool {
-        self.alive.load(Ordering::Acquire)
-    }
-
-    /// Marks the actor stopped (first reason wins) and tells its watchers.
-    pub(crate) fn set_stopped(&self, reason: StopReason) {
-        let reason = {
-            let mut r = self.reason.lock().unwrap_or_else(|p| p.into_inner());
-            r.get_or_insert(reason).clone()
-        };
-        self.alive.store(false, Ordering::Release);
-        let watchers = self.watchers.lock().unwrap_or_else(|p| p.into_inner()).take();
-        for w in watchers.into_iter().flatten() {
-            w(&reason);
-        }
-    }
-}
 
 /// A reference to an actor of type `A`: cheap to clone, `Send + Sync`.
 ///
@@ -123,30 +28,30 @@ impl ActorShared {
 /// (the transport's per-sender FIFO, and the shard's FIFO for co-located
 /// senders). Each actor has a bounded mailbox (`SystemConfig::mailbox_capacity`).
 pub struct ActorRef<A: Actor> {
-    pub(crate) shared: Arc<ActorShared>,
+    pub(crate) cell: Arc<ActorCell>,
     pub(crate) shard: Arc<ShardHandle>,
     pub(crate) _a: PhantomData<fn() -> A>,
 }
 
 impl<A: Actor> Clone for ActorRef<A> {
     fn clone(&self) -> Self {
-        ActorRef { shared: self.shared.clone(), shard: self.shard.clone(), _a: PhantomData }
+        ActorRef { cell: self.cell.clone(), shard: self.shard.clone(), _a: PhantomData }
     }
 }
 
 impl<A: Actor> fmt::Debug for ActorRef<A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ActorRef")
-            .field("id", &self.shared.id)
+            .field("id", &self.cell.id)
             .field("shard", &self.shard.id)
-            .field("alive", &self.shared.is_alive())
+            .field("alive", &self.cell.is_alive())
             .finish()
     }
 }
 
 impl<A: Actor> PartialEq for ActorRef<A> {
     fn eq(&self, other: &Self) -> bool {
-        self.shared.id == other.shared.id
+        self.cell.id == other.cell.id
     }
 }
 impl<A: Actor> Eq for ActorRef<A> {}
@@ -154,17 +59,17 @@ impl<A: Actor> Eq for ActorRef<A> {}
 impl<A: Actor> ActorRef<A> {
     /// The actor's process-unique id.
     pub fn id(&self) -> u64 {
-        self.shared.id
+        self.cell.id
     }
 
     /// False once the actor stopped (normally, by panic, or at shutdown).
     pub fn is_alive(&self) -> bool {
-        self.shared.is_alive()
+        self.cell.is_alive()
     }
 
     /// Why the actor stopped, once it has.
     pub fn stop_reason(&self) -> Option<StopReason> {
-        self.shared.reason.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.cell.stop_reason()
     }
 
     /// Waits until the actor has stopped, up to `timeout`.
@@ -234,7 +139,7 @@ impl<A: Actor> ActorRef<A> {
                     msg = m;
                     // Our own batch may hold the messages that fill the
                     // mailbox: let it leave before waiting for room.
-                    local::flush_if_present();
+                    flush_if_present();
                     // Room usually comes back within microseconds (the
                     // receiver drains a batch at a time): yield first, then
                     // sleep briefly; never long enough for the receiver to
@@ -295,12 +200,12 @@ impl<A: Actor> ActorRef<A> {
         A: Handler<M>,
         M: Message,
     {
-        if local::on_shard(self.shard.id) {
+        if thread::on_shard(self.shard.id) {
             return Err(AskError::WouldDeadlock(msg));
         }
-        let Ok(addr) = local::my_addr() else { return Err(AskError::Unavailable(msg)) };
-        let ask = NEXT_ASK.fetch_add(1, Ordering::Relaxed);
-        if local::expect_reply(ask).is_err() {
+        let Ok(addr) = my_addr() else { return Err(AskError::Unavailable(msg)) };
+        let id = NEXT_ASK.fetch_add(1, Ordering::Relaxed);
+        if ask::expect_reply(id).is_err() {
             return Err(AskError::Unavailable(msg));
         }
         let deadline = Instant::now().checked_add(timeout).unwrap_or_else(far_future);
@@ -308,12 +213,12 @@ impl<A: Actor> ActorRef<A> {
         let mut msg = msg;
         let mut waits = 0u32;
         loop {
-            let reply = ReplyTo::ring(addr.clone(), ask);
+            let reply = ask::reply_handle(addr.clone(), id);
             match self.send_typed(msg, Some(reply)) {
                 Ok(()) => break,
                 Err((m, TellFail::Full)) if Instant::now() < deadline => {
                     msg = m;
-                    local::flush_if_present();
+                    flush_if_present();
                     if waits < 16 {
                         std::thread::yield_now();
                     } else {
@@ -330,7 +235,7 @@ impl<A: Actor> ActorRef<A> {
                 }
             }
         }
-        match local::wait_reply(ask, deadline) {
+        match ask::wait_reply(id, deadline) {
             None => Err(AskError::Timeout),
             Some(None) => Err(AskError::NoReply),
             Some(Some(v)) => Ok(*v.downcast::<M::Reply>().expect("a reply has its ask's type")),
@@ -343,8 +248,8 @@ impl<A: Actor> ActorRef<A> {
     }
 
     pub(crate) fn stop_with(&self, reason: StopReason) {
-        let env = Envelope { to: self.shared.id, body: Body::Stop(reason) };
-        local::send_control(self.shard.id, &self.shard.addr, env, true);
+        let env = Envelope { to: self.cell.id, body: Body::Stop(reason) };
+        send_control(self.shard.id, &self.shard.addr, env, true);
     }
 
     /// Makes `watcher` receive a [`Down`] when this actor stops, with the
@@ -354,11 +259,7 @@ impl<A: Actor> ActorRef<A> {
     where
         W: Handler<Down>,
     {
-        let watcher = watcher.clone();
-        let actor = self.shared.id;
-        self.shared.watch(Box::new(move |reason| {
-            watcher.deliver_forced(Down { actor, reason: reason.clone() });
-        }));
+        monitor::monitor(self, watcher);
     }
 
     /// Sends without the capacity check (DOWN, timers): the receiver asked
@@ -368,30 +269,29 @@ impl<A: Actor> ActorRef<A> {
         A: Handler<M>,
         M: Message,
     {
-        if !self.shared.is_alive() {
-            crate::dead_letter();
+        if !self.cell.is_alive() {
+            dead_letter();
             return;
         }
-        self.shared.reserve_forced();
-        let typed: Typed<A, M> = Typed { msg, reply: None, _a: PhantomData };
-        let env = Envelope { to: self.shared.id, body: Body::Msg(Box::new(typed)) };
-        if !local::send_control(self.shard.id, &self.shard.addr, env, true) {
-            self.shared.unreserve(); // counted as a dead letter by send_control
+        self.cell.reserve_forced();
+        let env = Typed::<A, M>::envelope(self.cell.id, msg, None);
+        if !send_control(self.shard.id, &self.shard.addr, env, true) {
+            self.cell.unreserve(); // counted as a dead letter by send_control
         }
     }
 
     /// Delivers an already type-erased message (from another node) without
     /// the capacity check; a stopped actor makes it a dead letter (an ask's
     /// reply then goes back as "no reply").
-    pub(crate) fn deliver_erased(&self, m: Box<dyn crate::envelope::Erased>) {
-        if !self.shared.is_alive() {
-            crate::dead_letter();
+    pub(crate) fn deliver_erased(&self, m: Box<dyn Erased>) {
+        if !self.cell.is_alive() {
+            dead_letter();
             return;
         }
-        self.shared.reserve_forced();
-        let env = Envelope { to: self.shared.id, body: Body::Msg(m) };
-        if !local::send_control(self.shard.id, &self.shard.addr, env, true) {
-            self.shared.unreserve();
+        self.cell.reserve_forced();
+        let env = Envelope { to: self.cell.id, body: Body::Msg(m) };
+        if !send_control(self.shard.id, &self.shard.addr, env, true) {
+            self.cell.unreserve();
         }
     }
 
@@ -410,30 +310,29 @@ impl<A: Actor> ActorRef<A> {
     /// actors live on shards).
     pub fn tell_fd<M>(&self, msg: M, fd: FixedFd) -> Result<(), TellError<(M, FixedFd)>>
     where
-        A: crate::actor::FdHandler<M>,
+        A: FdHandler<M>,
         M: Send + 'static,
     {
-        if !self.shared.is_alive() {
-            crate::dead_letter();
+        if !self.cell.is_alive() {
+            dead_letter();
             return Err(TellError::Stopped((msg, fd)));
         }
-        if !self.shared.reserve() {
+        if !self.cell.reserve() {
             return Err(TellError::Full((msg, fd)));
         }
         let typed: TypedFd<A, M> = TypedFd { msg, _a: PhantomData };
-        let env =
-            Envelope { to: self.shared.id, body: Body::FdMsg { key: 0, msg: Box::new(typed) } };
-        match local::send_fd_to_shard(self.shard.id, &self.shard.addr, env, fd) {
+        let env = Envelope { to: self.cell.id, body: Body::FdMsg { key: 0, msg: Box::new(typed) } };
+        match route::send_fd_to_shard(self.shard.id, &self.shard.addr, env, fd) {
             Ok(()) => Ok(()),
             Err((env, fd, why)) => {
-                self.shared.unreserve();
+                self.cell.unreserve();
                 let Body::FdMsg { msg, .. } = env.body else { unreachable!("sent an FdMsg") };
                 let typed = msg.into_any().downcast::<TypedFd<A, M>>().expect("same type");
                 let item = (typed.msg, fd);
                 Err(match why {
                     SendFail::Full => TellError::Full(item),
                     SendFail::Closed => {
-                        crate::dead_letter();
+                        dead_letter();
                         TellError::Stopped(item)
                     }
                     SendFail::NoRing | SendFail::WrongRing => TellError::Unavailable(item),
@@ -455,21 +354,20 @@ impl<A: Actor> ActorRef<A> {
                 r.sent = true;
             }
         };
-        if !self.shared.is_alive() {
-            crate::dead_letter();
+        if !self.cell.is_alive() {
+            dead_letter();
             refuse(reply);
             return Err((msg, TellFail::Stopped));
         }
-        if !self.shared.reserve() {
+        if !self.cell.reserve() {
             refuse(reply);
             return Err((msg, TellFail::Full));
         }
-        let typed: Typed<A, M> = Typed { msg, reply, _a: PhantomData };
-        let env = Envelope { to: self.shared.id, body: Body::Msg(Box::new(typed)) };
-        match local::send_to_shard(self.shard.id, &self.shard.addr, env) {
+        let env = Typed::<A, M>::envelope(self.cell.id, msg, reply);
+        match route::send_to_shard(self.shard.id, &self.shard.addr, env) {
             Ok(()) => Ok(()),
             Err((env, why)) => {
-                self.shared.unreserve();
+                self.cell.unreserve();
                 let Body::Msg(erased) = env.body else { unreachable!("sent a Msg") };
                 let typed = erased.into_any().downcast::<Typed<A, M>>().expect("same type");
                 let Typed { msg, reply, .. } = *typed;
@@ -479,7 +377,7 @@ impl<A: Actor> ActorRef<A> {
                 let fail = match why {
                     SendFail::Full => TellFail::Full,
                     SendFail::Closed => {
-                        crate::dead_letter();
+                        dead_letter();
                         TellFail::Stopped
                     }
                     SendFail::NoRing | SendFail::WrongRing => TellFail::Unavailable,
@@ -514,14 +412,14 @@ impl TellFail {
 /// [`upgrade`](WeakActorRef::upgrade) gives an [`ActorRef`] while the actor
 /// runs and something else still holds a strong reference.
 pub struct WeakActorRef<A: Actor> {
-    shared: std::sync::Weak<ActorShared>,
+    cell: std::sync::Weak<ActorCell>,
     shard: std::sync::Weak<ShardHandle>,
     _a: PhantomData<fn() -> A>,
 }
 
 impl<A: Actor> Clone for WeakActorRef<A> {
     fn clone(&self) -> Self {
-        WeakActorRef { shared: self.shared.clone(), shard: self.shard.clone(), _a: PhantomData }
+        WeakActorRef { cell: self.cell.clone(), shard: self.shard.clone(), _a: PhantomData }
     }
 }
 
@@ -534,9 +432,9 @@ impl<A: Actor> fmt::Debug for WeakActorRef<A> {
 impl<A: Actor> WeakActorRef<A> {
     /// A strong reference, if the actor is still alive and referenced.
     pub fn upgrade(&self) -> Option<ActorRef<A>> {
-        let shared = self.shared.upgrade()?;
+        let cell = self.cell.upgrade()?;
         let shard = self.shard.upgrade()?;
-        shared.is_alive().then_some(ActorRef { shared, shard, _a: PhantomData })
+        cell.is_alive().then_some(ActorRef { cell, shard, _a: PhantomData })
     }
 }
 
@@ -544,7 +442,7 @@ impl<A: Actor> ActorRef<A> {
     /// A weak reference to this actor.
     pub fn downgrade(&self) -> WeakActorRef<A> {
         WeakActorRef {
-            shared: Arc::downgrade(&self.shared),
+            cell: Arc::downgrade(&self.cell),
             shard: Arc::downgrade(&self.shard),
             _a: PhantomData,
         }
@@ -558,61 +456,5 @@ impl<A: Actor> ActorRef<A> {
         M: Message,
     {
         Recipient(Arc::new(self.clone()))
-    }
-}
-
-trait Sink<M: Message>: Send + Sync {
-    fn try_tell(&self, msg: M) -> Result<(), TellError<M>>;
-    fn tell(&self, msg: M) -> Result<(), TellError<M>>;
-    fn ask(&self, msg: M, timeout: Duration) -> Result<M::Reply, AskError<M>>;
-    fn id(&self) -> u64;
-}
-
-impl<A: Handler<M>, M: Message> Sink<M> for ActorRef<A> {
-    fn try_tell(&self, msg: M) -> Result<(), TellError<M>> {
-        ActorRef::try_tell(self, msg)
-    }
-    fn tell(&self, msg: M) -> Result<(), TellError<M>> {
-        ActorRef::tell(self, msg)
-    }
-    fn ask(&self, msg: M, timeout: Duration) -> Result<M::Reply, AskError<M>> {
-        ActorRef::ask(self, msg, timeout)
-    }
-    fn id(&self) -> u64 {
-        self.shared.id
-    }
-}
-
-/// A reference to some actor that handles `M` (see [`ActorRef::recipient`]).
-pub struct Recipient<M: Message>(Arc<dyn Sink<M>>);
-
-impl<M: Message> Clone for Recipient<M> {
-    fn clone(&self) -> Self {
-        Recipient(self.0.clone())
-    }
-}
-
-impl<M: Message> fmt::Debug for Recipient<M> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("Recipient").field(&self.0.id()).finish()
-    }
-}
-
-impl<M: Message> Recipient<M> {
-    /// The actor's id.
-    pub fn id(&self) -> u64 {
-        self.0.id()
-    }
-    /// As [`ActorRef::try_tell`].
-    pub fn try_tell(&self, msg: M) -> Result<(), TellError<M>> {
-        self.0.try_tell(msg)
-    }
-    /// As [`ActorRef::tell`].
-    pub fn tell(&self, msg: M) -> Result<(), TellError<M>> {
-        self.0.tell(msg)
-    }
-    /// As [`ActorRef::ask`].
-    pub fn ask(&self, msg: M, timeout: Duration) -> Result<M::Reply, AskError<M>> {
-        self.0.ask(msg, timeout)
     }
 }

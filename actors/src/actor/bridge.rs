@@ -1,0 +1,125 @@
+//! The one bridge from the typed API to the runtime: typed messages become
+//! [`Erased`] envelopes, typed actors become [`Hosted`] slots, and a typed
+//! spawn becomes a `Spawn` envelope for a shard.
+//!
+//! Everything the runtime runs on an actor goes through the impls in this
+//! file: they downcast the hosted slot back to `Slot<A>` (an envelope only
+//! ever reaches its own actor, by id, so the downcast cannot fail), build
+//! the handler's [`Context`], and report whether the handler asked to stop.
+
+use std::any::Any;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use ringmail_transport::FixedFd;
+
+use super::{Actor, ActorRef, Context, FdHandler, Handler, Message};
+use crate::error::StopReason;
+use crate::runtime::cell::ActorCell;
+use crate::runtime::envelope::{Body, Envelope, Erased, ErasedFd, Hosted, ReplyTo};
+use crate::runtime::shard::ShardHandle;
+
+/// A typed message for actor type `A`.
+pub(crate) struct Typed<A, M> {
+    pub(crate) msg: M,
+    pub(crate) reply: Option<ReplyTo>,
+    pub(crate) _a: PhantomData<fn() -> A>,
+}
+
+impl<A: Handler<M>, M: Message> Typed<A, M> {
+    /// The envelope carrying `msg` to actor `to` (a tell when `reply` is `None`).
+    pub(crate) fn envelope(to: u64, msg: M, reply: Option<ReplyTo>) -> Envelope {
+        let typed: Typed<A, M> = Typed { msg, reply, _a: PhantomData };
+        Envelope { to, body: Body::Msg(Box::new(typed)) }
+    }
+}
+
+impl<A: Handler<M>, M: Message> Erased for Typed<A, M> {
+    fn handle(self: Box<Self>, slot: &mut dyn Any) -> Option<StopReason> {
+        let slot = slot.downcast_mut::<Slot<A>>().expect("an envelope reaches only its actor type");
+        let mut ctx = Context::new(slot.me.clone());
+        let Typed { msg, reply, .. } = *self;
+        let r = slot.actor.handle(msg, &mut ctx);
+        if let Some(reply) = reply {
+            reply.send(Some(Box::new(r)));
+        }
+        ctx.stop
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn Any> {
+        self
+    }
+
+    fn msg_type(&self) -> std::any::TypeId {
+        std::any::TypeId::of::<M>()
+    }
+
+    fn split(self: Box<Self>) -> (Box<dyn Any + Send>, Option<ReplyTo>) {
+        let Typed { msg, reply, .. } = *self;
+        (Box::new(msg), reply)
+    }
+}
+
+/// A typed message for actor type `A` that travels with an fd.
+pub(crate) struct TypedFd<A, M> {
+    pub(crate) msg: M,
+    pub(crate) _a: PhantomData<fn() -> A>,
+}
+
+impl<A: FdHandler<M>, M: Send + 'static> ErasedFd for TypedFd<A, M> {
+    fn handle(self: Box<Self>, slot: &mut dyn Any, fd: FixedFd) -> Option<StopReason> {
+        let slot = slot.downcast_mut::<Slot<A>>().expect("an envelope reaches only its actor type");
+        let mut ctx = Context::new(slot.me.clone());
+        slot.actor.handle_fd(self.msg, fd, &mut ctx);
+        ctx.stop
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn Any> {
+        self
+    }
+}
+
+/// An actor as its shard hosts it.
+pub(crate) struct Slot<A: Actor> {
+    pub(crate) actor: A,
+    pub(crate) me: ActorRef<A>,
+}
+
+impl<A: Actor> Hosted for Slot<A> {
+    fn started(&mut self) -> Option<StopReason> {
+        let mut ctx = Context::new(self.me.clone());
+        self.actor.started(&mut ctx);
+        ctx.stop
+    }
+    fn stopped(&mut self) {
+        let mut ctx = Context::new(self.me.clone());
+        self.actor.stopped(&mut ctx);
+    }
+    fn cell(&self) -> &ActorCell {
+        &self.me.cell
+    }
+    fn as_any(&mut self) -> &mut dyn Any {
+        self
+    }
+}
+
+/// Spawns `actor` on `shard`. The reference is usable at once: messages
+/// sent before the actor is installed wait for it.
+pub(crate) fn spawn_on<A: Actor>(shard: &Arc<ShardHandle>, actor: A) -> ActorRef<A> {
+    let cell = Arc::new(ActorCell::new(ShardHandle::next_id(), shard.mailbox_capacity()));
+    let me = ActorRef { cell: cell.clone(), shard: shard.clone(), _a: PhantomData };
+    shard.spawn_hosted(&cell, Box::new(Slot { actor, me: me.clone() }));
+    me
+}
+
+/// A message the actor asked for (a timer, an I/O completion, a receive):
+/// its envelope, counted past the mailbox bound (refusing it would lose
+/// it). `None`, and a dead letter, when the actor has stopped.
+pub(crate) fn requested<A: Handler<M>, M: Message>(me: &ActorRef<A>, msg: M) -> Option<Envelope> {
+    if !me.is_alive() {
+        crate::runtime::dead_letter();
+        return None;
+    }
+    me.cell.reserve_forced();
+    Some(Typed::<A, M>::envelope(me.id(), msg, None))
+}

@@ -1,0 +1,262 @@
+//! [`Context`]: what a handler can do besides changing its own state, in
+//! one place: its own address, stopping, spawning co-located actors,
+//! monitors and links, timers, I/O on its shard's ring, and files kept in
+//! its shard's table ([`ShardFd`]).
+//!
+//! A context is tied to its shard's thread (`!Send`): timers, I/O and parked
+//! files belong to that thread's ring, and every method here that reaches
+//! the ring goes through the runtime's thread context.
+
+use std::io;
+use std::marker::PhantomData;
+use std::os::fd::{OwnedFd, RawFd};
+use std::time::Duration;
+
+use ringmail_transport::FixedFd;
+
+use super::bridge::{self, requested};
+use super::monitor::{self, Down};
+use super::{Actor, ActorRef, Handler, Message};
+use crate::error::StopReason;
+use crate::runtime::io::{Accept, IoDone, IoOp, PendingIo, Recv};
+use crate::runtime::thread;
+
+/// What a handler can do besides changing its own state: its own address,
+/// stopping, spawning co-located actors, and timers on its shard's ring.
+///
+/// A context is tied to its shard's thread (`!Send`): timers and I/O go to
+/// that thread's ring.
+pub struct Context<A: Actor> {
+    pub(crate) me: ActorRef<A>,
+    pub(crate) stop: Option<StopReason>,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl<A: Actor> Context<A> {
+    pub(crate) fn new(me: ActorRef<A>) -> Self {
+        Context { me, stop: None, _not_send: PhantomData }
+    }
+
+    /// This actor's own reference.
+    pub fn myself(&self) -> &ActorRef<A> {
+        &self.me
+    }
+
+    /// Stops this actor after the current message; its `stopped` hook runs,
+    /// and messages still queued for it become dead letters.
+    pub fn stop(&mut self) {
+        self.stop_with(StopReason::Normal);
+    }
+
+    /// Stops this actor after the current message with `reason` (what its
+    /// monitors and links see).
+    pub fn stop_with(&mut self, reason: StopReason) {
+        self.stop.get_or_insert(reason);
+    }
+
+    /// Monitors `target`: this actor receives a [`Down`] when it stops.
+    pub fn monitor<B: Actor>(&self, target: &ActorRef<B>)
+    where
+        A: Handler<Down>,
+    {
+        monitor::monitor(target, &self.me);
+    }
+
+    /// Links this actor and `other`: when either stops abnormally
+    /// ([`StopReason::is_abnormal`]), the other is stopped with
+    /// [`StopReason::Linked`].
+    pub fn link<B: Actor>(&self, other: &ActorRef<B>) {
+        monitor::link(&self.me, other);
+    }
+
+    /// Spawns another actor on this actor's shard (co-located: messages
+    /// between the two never enter the kernel).
+    pub fn spawn<B: Actor>(&self, actor: B) -> ActorRef<B> {
+        bridge::spawn_on(&self.me.shard, actor)
+    }
+
+    fn timer<M>(
+        &self,
+        delay: Duration,
+        period: Option<Duration>,
+        mut make: impl FnMut() -> Option<M> + 'static,
+    ) -> Option<TimerId>
+    where
+        A: Handler<M>,
+        M: Message,
+    {
+        let me = self.me.clone();
+        // `None` from `make`, or the actor gone: the timer ends.
+        let make = Box::new(move || requested(&me, make()?));
+        thread::with(|t| t.io.add_timer(&mut t.ring, delay, period, make))
+            .ok()
+            .flatten()
+            .map(TimerId)
+    }
+
+    /// Delivers `msg` to this actor after `delay`, driven by a timeout on
+    /// the shard's own ring. `None` when the ring cannot take another timer
+    /// (`io_reserve / 2` timers and I/O ops outstanding, or the SQ full).
+    ///
+    /// ```
+    /// use std::sync::mpsc;
+    /// use std::time::Duration;
+    /// use ringmail::{Actor, Context, Handler, Message, System};
+    ///
+    /// struct Alarm(mpsc::Sender<&'static str>);
+    /// struct Ring;
+    /// impl Message for Ring { type Reply = (); }
+    /// impl Actor for Alarm {
+    ///     fn started(&mut self, ctx: &mut Context<Self>) {
+    ///         ctx.send_after(Duration::from_millis(10), Ring).expect("armed");
+    ///     }
+    /// }
+    /// impl Handler<Ring> for Alarm {
+    ///     fn handle(&mut self, _: Ring, _: &mut Context<Self>) { self.0.send("ring!").unwrap(); }
+    /// }
+    ///
+    /// let system = System::new();
+    /// let (tx, rx) = mpsc::channel();
+    /// system.spawn(Alarm(tx))?;
+    /// assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), "ring!");
+    /// # Ok::<(), ringmail::SpawnError>(())
+    /// ```
+    pub fn send_after<M>(&self, delay: Duration, msg: M) -> Option<TimerId>
+    where
+        A: Handler<M>,
+        M: Message,
+    {
+        let mut msg = Some(msg);
+        self.timer(delay, None, move || msg.take())
+    }
+
+    /// Delivers `make()` to this actor every `period`, until cancelled or
+    /// the actor stops.
+    pub fn send_interval<M>(
+        &self,
+        period: Duration,
+        mut make: impl FnMut() -> M + 'static,
+    ) -> Option<TimerId>
+    where
+        A: Handler<M>,
+        M: Message,
+    {
+        self.timer(period, Some(period), move || Some(make()))
+    }
+
+    /// Starts `op` on this shard's ring; its completion is delivered to this
+    /// actor as the message `done` makes of it, with the buffer back. The
+    /// buffer belongs to the framework until then (see the `io` module docs).
+    /// Every op completes exactly once: if the ring's SQ stays full it
+    /// completes at once with result `-EBUSY`.
+    pub fn io<M>(&self, op: IoOp, done: impl FnOnce(IoDone) -> M + 'static)
+    where
+        A: Handler<M>,
+        M: Message,
+    {
+        let me = self.me.clone();
+        let deliver = Box::new(move |d: IoDone| requested(&me, done(d)));
+        thread::start_io(PendingIo::prepare(op, deliver));
+    }
+
+    /// Cancels a timer of this actor: it delivers nothing more.
+    pub fn cancel_timer(&self, id: TimerId) {
+        let _ = thread::with(|t| t.io.cancel_timer(id.0));
+    }
+
+    /// Registers `fd` in this shard's fixed-file table (taking ownership),
+    /// e.g. to hand it to another actor with [`ActorRef::tell_fd`].
+    pub fn register_fd(&self, fd: OwnedFd) -> io::Result<FixedFd> {
+        thread::with(|t| t.ring.register_fd(fd).map_err(|(e, _fd)| e))
+            .map_err(|_| io::Error::other("this thread has no ring"))?
+    }
+
+    /// Parks `fd` in this shard so the actor can keep it in its state.
+    pub fn keep_fd(&self, fd: FixedFd) -> ShardFd {
+        let slot = fd.slot();
+        let mut fd = Some(fd);
+        match thread::with(|t| t.keep(fd.take().expect("fd"))) {
+            Ok((key, ring)) => ShardFd { key, ring, slot },
+            // No ring on this thread: impossible for a FixedFd's thread.
+            Err(_) => unreachable!("a FixedFd lives on a thread with a ring"),
+        }
+    }
+
+    /// Arms a multishot receive on `fd` (a socket in this shard's table):
+    /// every completion becomes a message `f(recv)` for this actor, in
+    /// order. Data is copied out of the shard's receive buffers (see
+    /// [`ringmail_transport::RingConfig::recv_buffers`]) before the message
+    /// is built. The receive goes on until [`Recv::Closed`],
+    /// [`Recv::Error`] or [`Recv::NoBuffers`] (then arm it again).
+    pub fn recv_multi<M>(
+        &self,
+        fd: &ShardFd,
+        mut f: impl FnMut(Recv) -> M + 'static,
+    ) -> io::Result<()>
+    where
+        A: Handler<M>,
+        M: Message,
+    {
+        let me = self.me.clone();
+        let deliver = Box::new(move |r: Recv| requested(&me, f(r)));
+        thread::with(|t| t.recv_multi((fd.key, fd.ring), deliver))
+            .map_err(|_| io::Error::other("this thread has no ring"))?
+    }
+
+    /// Arms a multishot accept on `listener`: `on` runs on this shard's
+    /// thread for every accepted connection ([`Accept::Conn`], already in
+    /// this shard's fixed-file table) and once when the accept ends
+    /// ([`Accept::Ended`]; arm it again to go on). `on` runs outside any
+    /// handler and may send (e.g. [`ActorRef::tell_fd`]).
+    pub fn accept_multi(
+        &self,
+        listener: RawFd,
+        on: impl FnMut(Accept) + 'static,
+    ) -> io::Result<()> {
+        thread::with(|t| t.io.accept_multi(&mut t.ring, listener, Box::new(on)))
+            .map_err(|_| io::Error::other("this thread has no ring"))?
+    }
+}
+
+/// A timer armed by [`Context::send_after`] or [`Context::send_interval`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TimerId(u64);
+
+/// A file kept by an actor: a `Send` handle to a [`FixedFd`] parked in its
+/// shard's table (a `FixedFd` itself is `!Send`, and actors must be
+/// `Send`). Get one with [`Context::keep_fd`]. Dropping it on its shard
+/// closes the file (cancelling a receive armed on it); dropped on another
+/// thread (sent away in a message, say), the file stays open until its
+/// shard's ring closes.
+#[derive(Debug)]
+pub struct ShardFd {
+    key: u64,
+    ring: u64,
+    slot: u32,
+}
+
+impl ShardFd {
+    /// The slot, as the operand of fixed-file operations on this shard's
+    /// ring (e.g. [`IoOp::SendFixed`]).
+    pub fn as_fixed(&self) -> ringmail_transport::io_uring::types::Fixed {
+        ringmail_transport::io_uring::types::Fixed(self.slot)
+    }
+
+    /// The `FixedFd` back (on its shard's thread; `Err(self)` elsewhere),
+    /// e.g. to hand it on with [`ActorRef::tell_fd`].
+    pub fn into_fixed(self) -> Result<FixedFd, ShardFd> {
+        match thread::take_kept(self.key, self.ring) {
+            Some(fd) => {
+                std::mem::forget(self);
+                Ok(fd)
+            }
+            None => Err(self),
+        }
+    }
+}
+
+impl Drop for ShardFd {
+    fn drop(&mut self) {
+        thread::drop_kept(self.key, self.ring);
+    }
+}

@@ -1,0 +1,135 @@
+//! What travels between shards: type-erased messages, control envelopes and
+//! replies. One `Ring<Envelope>` per thread carries all of them.
+//!
+//! The runtime never sees a message's or an actor's type. A typed message is
+//! a `Box<dyn Erased>` that knows how to run its own handler on the actor it
+//! is for; a hosted actor is a `Box<dyn Hosted>`. Both are made in one place,
+//! `actor/bridge.rs`, the only code that turns typed values into these.
+
+use std::any::Any;
+
+use ringmail_transport::{Addr, FixedFd};
+
+use super::cell::ActorCell;
+use crate::error::StopReason;
+
+/// An envelope for actor `to` (a process-unique actor id; 0 for replies).
+pub(crate) struct Envelope {
+    pub(crate) to: u64,
+    pub(crate) body: Body,
+}
+
+pub(crate) enum Body {
+    /// A typed message for the actor.
+    Msg(Box<dyn Erased>),
+    /// A typed message that came with an fd; the fd waits in the receiving
+    /// thread's table of attached fds under `key` (0: not yet received).
+    FdMsg { key: u64, msg: Box<dyn ErasedFd> },
+    /// Stop the actor after the messages before this one, with this reason.
+    Stop(StopReason),
+    /// Install a new actor on the receiving shard.
+    Spawn(Box<dyn Hosted>),
+    /// The reply to ask `ask`; `None` when the actor stopped without replying.
+    Reply { ask: u64, value: Option<Box<dyn Any + Send>> },
+    /// Stop every actor of the shard, close its ring, end its thread.
+    Shutdown,
+}
+
+/// A message whose actor type is known only to itself.
+pub(crate) trait Erased: Send {
+    /// Runs the handler on `slot` (the hosted actor, see [`Hosted::as_any`]);
+    /// `Some` when the actor asked to stop.
+    fn handle(self: Box<Self>, slot: &mut dyn Any) -> Option<StopReason>;
+    /// Gives the typed message back (for an error that returns it).
+    fn into_any(self: Box<Self>) -> Box<dyn Any>;
+    /// The message's type (to find its wire codec).
+    fn msg_type(&self) -> std::any::TypeId;
+    /// The message alone, and where its reply goes (to send it to another node).
+    fn split(self: Box<Self>) -> (Box<dyn Any + Send>, Option<ReplyTo>);
+}
+
+/// A message sent with an fd, for an actor type known only to itself.
+pub(crate) trait ErasedFd: Send {
+    /// Runs the fd handler on `slot` (the hosted actor).
+    fn handle(self: Box<Self>, slot: &mut dyn Any, fd: FixedFd) -> Option<StopReason>;
+    /// Gives the typed message back.
+    fn into_any(self: Box<Self>) -> Box<dyn Any>;
+}
+
+/// What a shard needs from a hosted actor without knowing its type.
+pub(crate) trait Hosted: Send {
+    fn started(&mut self) -> Option<StopReason>;
+    fn stopped(&mut self);
+    fn cell(&self) -> &ActorCell;
+    fn as_any(&mut self) -> &mut dyn Any;
+    /// A stand-in for an actor of another node takes its messages here
+    /// (to send them over the wire); real actors give them back.
+    fn forward(&mut self, m: Box<dyn Erased>) -> Result<(), Box<dyn Erased>> {
+        Err(m)
+    }
+    /// True for a stand-in (it cannot take fds: they do not cross nodes).
+    fn is_stand_in(&self) -> bool {
+        false
+    }
+}
+
+/// Where a reply goes: the asker's ring (and the ask's id), or, for an ask
+/// from another node, a closure that sends it back over the wire.
+pub(crate) struct ReplyTo {
+    pub(crate) to: ReplyKind,
+    pub(crate) sent: bool,
+}
+
+/// Sends a reply (`None`: the actor will not reply) to a remote asker.
+pub(crate) type RemoteReply = Box<dyn FnOnce(Option<Box<dyn Any + Send>>) + Send>;
+
+/// Sends a reply envelope to the asker's ring; false (and a dead letter)
+/// when the asker's thread is gone. Given by the maker of the `ReplyTo`
+/// (`ask.rs`), so that envelopes need not know how routing works.
+pub(crate) type SendReply = fn(&Addr<Envelope>, Envelope) -> bool;
+
+pub(crate) enum ReplyKind {
+    Ring { addr: Addr<Envelope>, ask: u64, send: SendReply },
+    Remote(Option<RemoteReply>),
+}
+
+impl ReplyTo {
+    pub(crate) fn ring(addr: Addr<Envelope>, ask: u64, send: SendReply) -> Self {
+        ReplyTo { to: ReplyKind::Ring { addr, ask, send }, sent: false }
+    }
+
+    pub(crate) fn remote(f: RemoteReply) -> Self {
+        ReplyTo { to: ReplyKind::Remote(Some(f)), sent: false }
+    }
+
+    pub(crate) fn send(mut self, value: Option<Box<dyn Any + Send>>) {
+        self.sent = true;
+        self.deliver(value);
+    }
+
+    fn deliver(&mut self, value: Option<Box<dyn Any + Send>>) {
+        match &mut self.to {
+            ReplyKind::Ring { addr, ask, send } => {
+                let env = Envelope { to: 0, body: Body::Reply { ask: *ask, value } };
+                // A failure (the asker's thread is gone) is counted as a dead letter.
+                send(addr, env);
+            }
+            ReplyKind::Remote(f) => {
+                if let Some(f) = f.take() {
+                    f(value);
+                }
+            }
+        }
+    }
+}
+
+impl Drop for ReplyTo {
+    fn drop(&mut self) {
+        if !self.sent {
+            // The handler never ran (the actor stopped or panicked first):
+            // tell the asker now rather than leave it to its timeout.
+            self.sent = true;
+            self.deliver(None);
+        }
+    }
+}

@@ -1,0 +1,68 @@
+//! The actor runtime: everything that moves and runs messages, without
+//! knowing any actor's type.
+//!
+//! The typed API (`actor/`) sits above this layer and talks to it
+//! only through type-erased objects: an [`envelope::Envelope`] carries a
+//! `Box<dyn Erased>` (a typed message that knows how to run its handler), a
+//! shard hosts `Box<dyn Hosted>` (an actor that knows how to start and stop),
+//! and an actor's shared state is an [`cell::ActorCell`]. Nothing in this
+//! folder imports the actor layer; the one bridge from typed to erased lives in
+//! `actor/bridge.rs`.
+//!
+//! # Rooms
+//!
+//! | file | owns |
+//! | --- | --- |
+//! | `cell.rs` | [`cell::ActorCell`]: an actor's mailbox count, liveness, stop reason, names, watchers |
+//! | `envelope.rs` | what travels between shards ([`envelope::Envelope`], [`envelope::Body`]), the erased traits, where a reply goes ([`envelope::ReplyTo`]) |
+//! | `thread.rs` | the thread context: each thread's ring (a shard's, or a client thread's made lazily), its local queue, re-entrancy, teardown |
+//! | `route.rs` | sending: co-located or through the ring, control sends that wait out a full mailbox, discarding what nobody will handle |
+//! | `ask.rs` | a thread waiting for the reply to its ask |
+//! | `io.rs` | I/O operations as messages: the public op types and the pending op that owns its buffer |
+//! | `io_table.rs` | timers, pending I/O and multishot ops of a thread's ring: the only code that calls `push_io` |
+//! | `fds.rs` | fds attached to envelopes and fds parked by actors |
+//! | `shard.rs` | the shard loop (dispatch, panics, stops, shutdown) and the handle senders and spawners hold |
+//! | `registry.rs` | the name store (typed lookups are in `actor/registry.rs`) |
+//!
+//! # The path of a message
+//!
+//! `ActorRef::tell` reserves a slot in the target's [`cell::ActorCell`],
+//! wraps the typed message in an [`envelope::Envelope`] (`actor/bridge.rs`)
+//! and hands it to [`route::send_to_shard`]. Same shard: it goes on the
+//! thread's local queue and never enters the kernel. Another shard: it goes
+//! to this thread's `Ring<Envelope>`, which carries it with `MSG_RING`
+//! (transport). The target shard's loop ([`shard::ShardLoop::run`]) takes
+//! it from its ring (or local queue), frees the slot, and runs the handler
+//! under `catch_unwind`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+pub(crate) mod ask;
+pub(crate) mod cell;
+pub(crate) mod envelope;
+pub(crate) mod fds;
+pub(crate) mod io;
+pub(crate) mod io_table;
+pub(crate) mod registry;
+pub(crate) mod route;
+pub(crate) mod shard;
+pub(crate) mod thread;
+
+static DEAD_LETTERS: AtomicU64 = AtomicU64::new(0);
+
+/// Counts one message that reached no handler (see [`crate::dead_letters`]).
+pub(crate) fn dead_letter() {
+    DEAD_LETTERS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Dead letters counted by the actor runtime (without the transport's).
+pub(crate) fn dead_letter_count() -> u64 {
+    DEAD_LETTERS.load(Ordering::Relaxed)
+}
+
+/// Locks a mutex, going on past a poisoned one (its holder panicked while
+/// the data stayed consistent: every critical section in this crate is
+/// short and panic-free). The crate's one lock helper.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}

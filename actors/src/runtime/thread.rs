@@ -1,0 +1,369 @@
+//! The thread context: the calling thread's ring and what it keeps. Every
+//! thread that sends owns one `Ring<Envelope>`: a shard's thread owns its
+//! shard's ring; any other thread (main, a test, a worker pool) gets one
+//! lazily on its first send, and flushes it on every send, since nothing
+//! else would (see [`crate::batched`]).
+//!
+//! # Re-entrancy
+//!
+//! The thread's context lives in a `RefCell`. No user code and no `Drop` of
+//! an envelope runs while it is borrowed: events are moved out first and
+//! handled after the borrow ends, timer and I/O closures run outside it. As a
+//! safety net, a send attempted while the context is borrowed (a `ReplyTo`
+//! or watcher firing from inside) is deferred and sent as soon as the borrow
+//! ends. During thread exit (the context being destroyed) sends fail
+//! cleanly, and the failure is counted as a dead letter.
+
+use std::any::Any;
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Duration;
+
+use ringmail_transport::{Addr, Event, FixedFd, Ring, RingConfig, SendError, SetupError};
+
+use super::envelope::{Body, Envelope};
+use super::fds::FdTable;
+use super::io::{PendingIo, Recv};
+use super::io_table::{io_limit, Done, IoTable};
+use crate::error::StopReason;
+
+/// Why an envelope could not be sent; the envelope comes back with it.
+pub(crate) enum SendFail {
+    Full,
+    Closed,
+    NoRing,
+    /// An fd of another ring than this thread's.
+    WrongRing,
+}
+
+/// One thread's ring and everything it keeps between loop turns.
+pub(crate) struct ThreadCtx {
+    pub(crate) ring: Ring<Envelope>,
+    /// The shard this thread runs, if any.
+    pub(crate) shard: Option<u64>,
+    /// Envelopes for this shard found while doing something else (a
+    /// co-located tell, or an ask pumping the ring): dispatched by the loop.
+    pub(crate) queue: VecDeque<Envelope>,
+    /// Completions of timers and I/O, handled by the shard loop.
+    pub(crate) completions: Vec<Done>,
+    /// Reused event buffer for waits.
+    pub(super) events: Vec<Event<Envelope>>,
+    /// The ask this thread is about to wait for, and its reply if it came
+    /// early (while the ask's own send was being flushed).
+    pub(super) awaiting: Option<u64>,
+    pub(super) early_reply: Option<Option<Box<dyn Any + Send>>>,
+    /// Timers, pending I/O and multishot ops of this ring.
+    pub(crate) io: IoTable,
+    /// Fds attached to envelopes and parked by actors.
+    pub(super) fds: FdTable,
+}
+
+impl ThreadCtx {
+    fn new(ring: Ring<Envelope>, shard: Option<u64>, io_limit: usize) -> Self {
+        ThreadCtx {
+            ring,
+            shard,
+            queue: VecDeque::new(),
+            completions: Vec::new(),
+            events: Vec::new(),
+            awaiting: None,
+            early_reply: None,
+            io: IoTable::new(io_limit),
+            fds: FdTable::new(),
+        }
+    }
+
+    /// After a send on a client thread (no loop, no `batched` scope):
+    /// flushes the ring and takes in what arrived, to be sorted.
+    pub(super) fn after_send(&mut self) -> Vec<Event<Envelope>> {
+        if self.shard.is_some() || BATCHING.with(|b| b.get()) > 0 {
+            return Vec::new(); // a loop, or the end of the batch, flushes
+        }
+        // A client thread has no loop that would flush for it.
+        let _ = self.ring.flush();
+        let mut evs = Vec::new();
+        let _ = self.ring.wait(&mut evs, Some(Duration::ZERO));
+        evs
+    }
+
+    /// Keeps what this thread waits for or its loop will handle; returns
+    /// the rest, to be discarded outside the borrow.
+    pub(crate) fn sort(&mut self, e: Event<Envelope>, rest: &mut Vec<Envelope>) {
+        match e {
+            Event::Message(Envelope { body: Body::Reply { ask, value }, .. })
+                if self.awaiting == Some(ask) =>
+            {
+                self.early_reply = Some(value)
+            }
+            Event::Message(env)
+                if self.shard.is_some() && !matches!(env.body, Body::Reply { .. }) =>
+            {
+                self.queue.push_back(env)
+            }
+            Event::Message(env) => rest.push(env),
+            Event::Fd { mut msg, fd } if self.shard.is_some() => {
+                if let Body::FdMsg { key, .. } = &mut msg.body {
+                    *key = self.fds.attach(fd);
+                    self.queue.push_back(msg);
+                } else {
+                    drop(fd); // an fd nobody asked for: closed
+                    rest.push(msg);
+                }
+            }
+            Event::Fd { msg, fd } => {
+                drop(fd); // a client thread hosts no actor to give it to
+                rest.push(msg);
+            }
+            // Handed back (the target is gone or its table full): a socket
+            // goes back to nobody and is closed, the message is a dead letter.
+            Event::Returned { msg, fd, .. } => {
+                drop(fd);
+                rest.push(msg);
+            }
+            Event::Io { token, result, flags } => {
+                // Received data is copied out at once: its buffer goes back
+                // to the kernel before anything else runs.
+                let data = if result > 0 {
+                    self.ring.with_recv_buffer(flags, result as usize, |b| b.to_vec())
+                } else {
+                    None
+                };
+                self.completions.push(Done::Io { token, result, flags, data })
+            }
+            Event::Accepted { token, fd, more } => {
+                self.completions.push(Done::Accepted { token, fd, more })
+            }
+            _ => super::dead_letter(),
+        }
+    }
+
+    /// Attaches `fd` to an fd envelope that stays on this thread (a
+    /// co-located `tell_fd`: the fd is already in the right table).
+    pub(super) fn attach_local(&mut self, env: &mut Envelope, fd: FixedFd) {
+        if let Body::FdMsg { key, .. } = &mut env.body {
+            *key = self.fds.attach(fd);
+        }
+    }
+
+    /// Parks `fd` on this thread (see `ShardFd`); returns (key, ring id).
+    pub(crate) fn keep(&mut self, fd: FixedFd) -> (u64, u64) {
+        (self.fds.attach(fd), self.ring.id())
+    }
+
+    /// Arms a multishot receive on the parked fd `key`; `deliver` runs for
+    /// each completion.
+    pub(crate) fn recv_multi(
+        &mut self,
+        key: (u64, u64),
+        deliver: Box<dyn FnMut(Recv) -> Option<Envelope>>,
+    ) -> std::io::Result<()> {
+        self.fds.recv_multi(&mut self.io, &mut self.ring, key, deliver)
+    }
+}
+
+thread_local! {
+    /// Depth of `batched` scopes on this thread: while > 0, a client
+    /// thread's sends are not flushed one by one.
+    pub(super) static BATCHING: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    static CTX: RefCell<Option<ThreadCtx>> = const { RefCell::new(None) };
+    /// Sends attempted while `CTX` was borrowed: sent when the borrow ends.
+    static DEFERRED: RefCell<Vec<(u64, Addr<Envelope>, Envelope)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// This thread has no usable ring (io_uring unavailable, or the thread is exiting).
+#[derive(Debug)]
+pub(crate) struct Unavailable;
+
+/// Makes this thread a shard's thread, with a ring built from `cfg`.
+pub(crate) fn init_shard(id: u64, cfg: RingConfig) -> Result<Addr<Envelope>, SetupError> {
+    let limit = io_limit(&cfg);
+    let ring = Ring::with_config(cfg)?;
+    let addr = ring.addr();
+    CTX.with(|c| *c.borrow_mut() = Some(ThreadCtx::new(ring, Some(id), limit)));
+    Ok(addr)
+}
+
+/// Drops this thread's ring (closing it: what it did not deliver goes back),
+/// after cancelling its pending I/O ([`IoTable::teardown`]).
+pub(crate) fn teardown() {
+    let ctx = CTX.with(|c| c.borrow_mut().take());
+    let mut met = Vec::new();
+    if let Some(mut ctx) = ctx {
+        let completions = std::mem::take(&mut ctx.completions);
+        met = ctx.io.teardown(&mut ctx.ring, completions);
+        drop(ctx); // envelopes dropped here may reply: CTX is empty, they fail cleanly
+    }
+    met.into_iter().for_each(discard);
+    flush_deferred();
+}
+
+/// Runs `f` with this thread's context, creating a client ring if `create`.
+pub(super) fn with_ctx<R>(
+    create: bool,
+    f: impl FnOnce(&mut ThreadCtx) -> R,
+) -> Result<R, Unavailable> {
+    let r: Result<R, Unavailable> = CTX
+        .try_with(|c| {
+            let mut c = c.try_borrow_mut().map_err(|_| Unavailable)?;
+            if c.is_none() {
+                if !create {
+                    return Err(Unavailable);
+                }
+                let cfg = RingConfig::default();
+                let limit = io_limit(&cfg);
+                let ring = Ring::with_config(cfg).map_err(|_| Unavailable)?;
+                *c = Some(ThreadCtx::new(ring, None, limit));
+            }
+            Ok(f(c.as_mut().expect("just set")))
+        })
+        .map_err(|_| Unavailable)
+        .and_then(|r| r);
+    if r.is_ok() {
+        flush_deferred(); // only once the borrow we held is released
+    }
+    r
+}
+
+/// Runs `f` with this thread's context, creating a client ring if needed.
+pub(crate) fn with<R>(f: impl FnOnce(&mut ThreadCtx) -> R) -> Result<R, Unavailable> {
+    with_ctx(true, f)
+}
+
+/// True while this thread's context is borrowed (a send now must be deferred).
+fn borrowed() -> bool {
+    CTX.try_with(|c| c.try_borrow_mut().is_err()).unwrap_or(false)
+}
+
+/// Queues a send attempted while the context was borrowed; `Err` gives the
+/// envelope back when the thread is exiting.
+fn defer(shard: u64, addr: &Addr<Envelope>, env: Envelope) -> Result<(), Envelope> {
+    let mut e = Some(env);
+    let ok = DEFERRED
+        .try_with(|d| d.borrow_mut().push((shard, addr.clone(), e.take().expect("env"))))
+        .is_ok();
+    match e {
+        Some(env) if !ok => Err(env),
+        _ => Ok(()),
+    }
+}
+
+fn flush_deferred() {
+    loop {
+        // Still inside someone's borrow: the send would only be deferred again.
+        if CTX.try_with(|c| c.try_borrow_mut().is_err()).unwrap_or(true) {
+            return;
+        }
+        let batch = DEFERRED.try_with(|d| std::mem::take(&mut *d.borrow_mut())).unwrap_or_default();
+        if batch.is_empty() {
+            return;
+        }
+        for (shard, addr, env) in batch {
+            if let Err((env, _)) = send_inner(shard, &addr, env, false) {
+                discard(env);
+            }
+        }
+    }
+}
+
+pub(super) fn send_inner(
+    shard: u64,
+    addr: &Addr<Envelope>,
+    env: Envelope,
+    create: bool,
+) -> Result<(), (Envelope, SendFail)> {
+    let mut env = Some(env);
+    let r = with_ctx(create, |t| {
+        let e = env.take().expect("envelope");
+        if t.shard == Some(shard) {
+            t.queue.push_back(e); // co-located: never enters the kernel
+            return (Ok(()), Vec::new());
+        }
+        let r = t.ring.send(addr, e);
+        let events = t.after_send();
+        let mut rest = Vec::new();
+        for ev in events {
+            t.sort(ev, &mut rest);
+        }
+        let r = r.map_err(|e| match e {
+            SendError::Full(e) => (e, SendFail::Full),
+            SendError::Closed(e) => (e, SendFail::Closed),
+            other => (other.into_inner(), SendFail::Closed),
+        });
+        (r, rest)
+    });
+    match r {
+        Ok((r, rest)) => {
+            rest.into_iter().for_each(discard);
+            r
+        }
+        Err(Unavailable) => {
+            let e = env.take().expect("not sent");
+            // Borrowed (a Drop or watcher inside): defer it.
+            if borrowed() {
+                return defer(shard, addr, e).map_err(|e| (e, SendFail::NoRing));
+            }
+            Err((e, SendFail::NoRing))
+        }
+    }
+}
+
+/// An envelope nobody will handle: count it, and tell whoever waits on it.
+pub(crate) fn discard(env: Envelope) {
+    match env.body {
+        Body::Msg(m) => {
+            super::dead_letter();
+            drop(m); // an unanswered ask gets its NoReply from ReplyTo's drop
+        }
+        Body::Spawn(s) => s.cell().set_stopped(StopReason::ShardGone),
+        Body::Reply { .. } => super::dead_letter(), // its ask gave up
+        Body::FdMsg { key, msg } => {
+            super::dead_letter();
+            drop(msg);
+            drop(take_attached(key)); // closes the fd
+        }
+        Body::Stop(_) | Body::Shutdown => {}
+    }
+}
+
+/// Drops the fd parked under `key` on ring `ring`, if this thread owns it
+/// (cancelling its armed receive, so the socket really closes).
+pub(crate) fn drop_kept(key: u64, ring: u64) {
+    let fd = with_ctx(false, |t| t.fds.unkeep(&t.io, &mut t.ring, key, ring));
+    drop(fd); // outside the borrow
+}
+
+/// Takes the fd parked under `key` on ring `ring`, if this thread owns it.
+pub(crate) fn take_kept(key: u64, ring: u64) -> Option<FixedFd> {
+    with_ctx(false, |t| t.fds.unkeep(&t.io, &mut t.ring, key, ring)).ok().flatten()
+}
+
+/// The fd that arrived with envelope key `key`, if it is still here.
+pub(crate) fn take_attached(key: u64) -> Option<FixedFd> {
+    if key == 0 {
+        return None;
+    }
+    with_ctx(false, |t| t.fds.take(key)).ok().flatten()
+}
+
+/// I/O operations this thread may still start before its limit.
+pub(crate) fn io_free() -> usize {
+    with(|t| t.io.io_limit.saturating_sub(t.io.outstanding())).unwrap_or(0)
+}
+
+/// Starts an I/O op for an actor; if it cannot be submitted, it completes
+/// at once with `-EBUSY` and its envelope goes on this shard's queue.
+pub(crate) fn start_io(pending: PendingIo) {
+    let failed = with(|t| t.io.start_io(&mut t.ring, pending).err());
+    if let Ok(Some(p)) = failed {
+        if let Ok(Some(env)) = catch_unwind(AssertUnwindSafe(|| (*p).complete(-libc::EBUSY))) {
+            let _ = with(|t| t.queue.push_back(env));
+        }
+    }
+}
+
+/// True when this thread runs shard `id`.
+pub(crate) fn on_shard(id: u64) -> bool {
+    CTX.try_with(|c| c.try_borrow().ok().and_then(|c| c.as_ref().and_then(|t| t.shard)) == Some(id))
+        .unwrap_or(false)
+}
