@@ -1,6 +1,7 @@
 //! Unit tests of the ring against the running kernel.
 
 use super::*;
+use crate::error::{ReturnReason, SendError};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::mpsc;
 use std::thread;

@@ -1,0 +1,186 @@
+//! Closing a ring's mailbox, and tearing the ring down in `Drop`.
+//!
+//! The mailbox goes Open -> Closing ([`Ring::close`] or drop) -> Closed. It
+//! becomes Closed once every credit it granted is back (each ring parcel
+//! reaped) and either everything accepted has arrived or `close_timeout` has
+//! passed (a dropped ring also stops waiting for missing credits after
+//! `close_timeout`, and counts them as dead letters). Then the last fallback
+//! drain runs, parcels still held in reorder buffers go back to their origin,
+//! and the close epoch is bumped so that senders prune their lanes to it.
+//! Dropping a ring sends what it accepted for others first, hands back what
+//! it did not deliver, ends each of its lanes, and empties its fixed-file
+//! table so no file outlives it.
+
+use std::mem;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[cfg(doc)]
+use super::dead_letters;
+use super::event::dead_letter;
+use super::{Event, Ring, CLOSE_EPOCH};
+#[cfg(doc)]
+use crate::error::SendError;
+use crate::mailbox::{Body, Inbox, Parcel};
+
+impl<T: Send + 'static> Ring<T> {
+    /// Begins closing this ring's mailbox: new sends to it fail with
+    /// [`SendError::Closed`]; messages already accepted keep arriving through
+    /// [`wait`](Ring::wait) until [`is_closed`](Ring::is_closed). The ring can
+    /// still send.
+    pub fn close(&mut self) {
+        self.inbox.core.begin_close();
+        self.advance_close();
+    }
+
+    /// True when the mailbox is closed and everything accepted was delivered
+    /// or handed back.
+    pub fn is_closed(&self) -> bool {
+        self.inbox.core.is_closed()
+    }
+
+    pub(super) fn closing_in_progress(&self) -> bool {
+        self.inbox.core.is_closing() && !self.inbox.core.is_closed()
+    }
+
+    pub(super) fn advance_close(&mut self) {
+        if !self.closing_in_progress() || self.inbox.core.outstanding() > 0 {
+            return;
+        }
+        // Every ring parcel granted a credit has been reaped. Wait for the
+        // rest of what was accepted (senders' pending batches, fallback) to
+        // arrive, unless that takes longer than `close_timeout`: then finish,
+        // and whatever a sender routes later comes back to it as Returned.
+        let since = *self.close_started.get_or_insert_with(Instant::now);
+        if self.inbox.core.queued() > 0 && since.elapsed() < self.cfg.close_timeout {
+            return;
+        }
+        self.finish_close();
+    }
+
+    /// Closing -> Closed: the last fallback drain, then every parcel still
+    /// held (waiting for one its sender handed back) goes back to its origin.
+    fn finish_close(&mut self) {
+        let mut items = mem::take(&mut self.scratch);
+        self.inbox.core.finish_close(&mut items);
+        CLOSE_EPOCH.fetch_add(1, Ordering::Release);
+        self.take_parcels(&mut items);
+        self.scratch = items;
+        let lanes = mem::take(&mut self.lanes);
+        for (from, mut lane) in lanes {
+            for p in lane.take_held() {
+                let n = p.body.messages();
+                self.hand_back_to_origin(from, p.body);
+                self.inbox.core.unreserve(n);
+            }
+        }
+    }
+}
+
+impl<T: Send + 'static> Drop for Ring<T> {
+    /// Dropping a ring closes it: what others sent it and it did not deliver
+    /// goes back to them; what it sent keeps going; what comes back to it now
+    /// has nobody to go to and is counted in [`dead_letters`]. Waits at most
+    /// `close_timeout` for messages and fd hand-offs already in flight.
+    fn drop(&mut self) {
+        // Outgoing first: everything we accepted for others leaves now.
+        let _ = self.flush();
+        self.dropping = true;
+        // Undelivered events go back where they came from.
+        for (from, ev) in mem::take(&mut self.ready) {
+            match ev {
+                Event::Message(m) => self.hand_back_to_origin(from, Body::Batch(vec![m])),
+                Event::Fd { msg, fd } => {
+                    drop(fd);
+                    self.hand_back_to_origin(from, Body::Batch(vec![msg]));
+                }
+                Event::Returned { .. } => dead_letter(1),
+                Event::Accepted { fd, .. } => drop(fd),
+                Event::Io { .. } | Event::SilentFdReturned { .. } => {}
+            }
+        }
+        self.inbox.core.begin_close();
+        let deadline = Instant::now() + self.cfg.close_timeout;
+        loop {
+            let _ = self.flush();
+            let _ = self.poll_kernel();
+            let done = self.inbox.core.is_closed()
+                && self.parked == 0
+                && self.bells.is_empty()
+                && self.fd_inflight == 0;
+            if done || Instant::now() >= deadline {
+                break;
+            }
+            let _ = self.block(Some(Duration::from_millis(1)));
+        }
+        if !self.inbox.core.is_closed() {
+            // Senders kept credits unused past `close_timeout`: if those
+            // parcels are ever sent, nobody will read them. Counted loudly
+            // (one per parcel: the message count is unknown here).
+            dead_letter(self.inbox.core.outstanding());
+            self.finish_close();
+        }
+        // Hand-offs whose outcome we can no longer learn. Silent ones carry no
+        // message; their slots stay reserved on the receiver (the kernel may
+        // still fill them). Messaged ones count as dead letters and get a
+        // Void, so the receiver does not hold later parcels behind them (if
+        // one lands after all, it is delivered as a duplicate number).
+        let silent = self.silent.len();
+        for (_, ticket) in self.silent.drain() {
+            ticket.in_doubt();
+        }
+        dead_letter(self.fd_inflight - silent);
+        let in_doubt: Vec<(u64, u64)> = self.fd_seqs.drain().map(|(_, v)| v).collect();
+        for (to, seq) in in_doubt {
+            if let Some(target) = self.out.get(&to).map(|l| l.target.clone()) {
+                self.send_void(&target, seq);
+            }
+        }
+        // fd hand-offs that never got a credit: the table teardown below
+        // closes their files; the receiver must not wait for their numbers.
+        let mut voids = Vec::new();
+        for lane in self.out.values_mut() {
+            for p in lane.parked.drain(..) {
+                let n = p.body.messages();
+                lane.target.core.unreserve(n);
+                dead_letter(n);
+                voids.push((lane.target.clone(), p.seq));
+            }
+        }
+        self.parked = 0;
+        for (target, seq) in voids {
+            self.send_void(&target, seq);
+        }
+        // Tell every receiver our lanes end, and forget us as an origin.
+        let lanes: Vec<(Arc<Inbox<T>>, u64)> =
+            self.out.values().map(|l| (l.target.clone(), l.next_seq)).collect();
+        for (target, seq) in lanes {
+            crate::sync_std_lock(&target.origins).remove(&self.id);
+            let end = Box::new(Parcel { from: self.id, to: target.id, seq, body: Body::End });
+            if let Ok(true) = target.core.push_fallback(end) {
+                self.ring_doorbell(&target);
+            }
+        }
+        // Nobody can take hand-backs for us any more.
+        for r in self.inbox.take_returned(true) {
+            dead_letter(r.msgs.len());
+        }
+        for _ in 0..3 {
+            for t in mem::take(&mut self.bells) {
+                self.ring_doorbell(&t);
+            }
+            let _ = self.submit_now();
+            let _ = self.poll_kernel(); // reaped while submitting: handle it
+        }
+        self.fds.shut();
+        // Addresses keep the ring file alive through their duplicate fd:
+        // empty the fixed-file table now so no file outlives its owner.
+        let _ = self.uring.submitter().unregister_files();
+        if let Some(mut b) = self.bufs.take() {
+            if !b.unregister(&self.uring) {
+                b.leak(); // the kernel may still use it: never free it
+            }
+        }
+    }
+}

@@ -1,0 +1,215 @@
+//! The ring's own I/O: [`Ring::push_io`], multishot accept and receive,
+//! receive buffers, cancellation and registered files.
+//!
+//! What this file keeps:
+//!
+//! * user tokens are below 2^61 and travel as `token << 3 | Tag::Io` in the
+//!   user data, so their completions never pass for messages;
+//! * every SQE pushed here carries no link flags and references only memory
+//!   the caller vouched for ([`Ring::push_io`]'s contract) or the ring's own
+//!   registered buffer group;
+//! * a receive buffer is handed to the owner only through a completion of an
+//!   armed `recv_multi`, marked taken when reaped, and given back to the
+//!   kernel after [`Ring::with_recv_buffer`] read it;
+//! * [`Ring::register_fd`] uses the lower half of the fixed-file table;
+//!   accepted connections land in the kernel's allocation range (the upper
+//!   half).
+
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+
+use io_uring::{squeue, types};
+
+#[cfg(doc)]
+use super::RingConfig;
+use super::{Event, PushError, Ring};
+use crate::bufring::BufRing;
+#[cfg(doc)]
+use crate::error::ReturnReason;
+use crate::fd::FixedFd;
+use crate::mailbox::handle::{Internal, Tag};
+use crate::sys;
+
+impl<T: Send + 'static> Ring<T> {
+    /// Registers `fd` in this ring's table, taking ownership of it. On error
+    /// the fd is handed back.
+    pub fn register_fd(
+        &mut self,
+        fd: std::os::fd::OwnedFd,
+    ) -> Result<FixedFd, (io::Error, std::os::fd::OwnedFd)> {
+        let Some(slot) = self.fds.alloc_user_slot() else {
+            return Err((io::Error::from_raw_os_error(libc::ENFILE), fd));
+        };
+        match sys::files_update(self.uring.as_raw_fd(), slot, fd.as_raw_fd()) {
+            // The table holds its own reference to the file: our fd can go.
+            Ok(()) => Ok(FixedFd::new(slot, self.fds.clone())),
+            Err(e) => {
+                self.fds.forget(slot);
+                Err((e, fd))
+            }
+        }
+    }
+
+    /// Queues one of the ring's own I/O operations. Its completion comes out
+    /// of [`wait`](Ring::wait) as [`Event::Io`] with `token`. The entry's
+    /// `user_data` is overwritten. Keep at most `io_reserve` completions
+    /// outstanding, so that I/O never competes with messages for CQ space.
+    ///
+    /// # Safety
+    /// Every buffer or other memory the entry references must stay valid
+    /// (and unaliased where the kernel writes) until its final completion has
+    /// been returned by `wait`. Keep at most `io_reserve / 2` I/O completions
+    /// outstanding (fd hand-offs use the other half). The entry must not
+    /// select buffers from group 0 (`IOSQE_BUFFER_SELECT`): that group is
+    /// [`recv_multi`](Ring::recv_multi)'s. The entry must not carry `IO_LINK` or
+    /// `IO_HARDLINK`: the chain would continue into the ring's own message
+    /// SQEs, whose failure handling relies on their CQEs. `token` must be
+    /// below 2^61.
+    pub unsafe fn push_io(&mut self, entry: squeue::Entry, token: u64) -> Result<(), PushError> {
+        assert!(token < 1 << 61, "push_io token must be below 2^61");
+        let e = entry.user_data((token << 3) | Tag::Io as u64);
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.push_retry(&e) }
+    }
+
+    /// Queues `e`, submitting once to make room if the SQ is full.
+    ///
+    /// # Safety
+    /// The contract of `sys::push_user`: every memory the entry references
+    /// stays valid until its final completion, and it carries no link flags.
+    unsafe fn push_retry(&mut self, e: &squeue::Entry) -> Result<(), PushError> {
+        for attempt in 0..2 {
+            // SAFETY: forwarded from this function's contract.
+            if unsafe { sys::push_user(&mut self.uring, e) }.is_ok() {
+                return Ok(());
+            }
+            if attempt == 0 {
+                let _ = self.submit_now();
+            }
+        }
+        Err(PushError)
+    }
+
+    /// Arms a multishot accept on `listener`: every connection it accepts
+    /// goes straight into this ring's fixed-file table (the kernel's
+    /// allocation range) and comes out of [`wait`](Ring::wait) as
+    /// [`Event::Accepted`] with `token`, ready to use or to pass on with
+    /// [`send_fd`](Ring::send_fd). When the operation ends (an error, or the
+    /// table is full: `-ENFILE`) its last completion is an [`Event::Io`]
+    /// with `token` (or an `Accepted` with `more == false`): arm it again.
+    /// Use a token no other operation of this ring uses. Each accepted
+    /// connection takes one completion: keep at most `io_reserve / 2`
+    /// outstanding, as for [`push_io`](Ring::push_io).
+    ///
+    /// An accepted connection occupies a slot that fd hand-offs *to* this
+    /// ring also use; while the range is full they are handed back to their
+    /// senders with [`ReturnReason::NoFreeSlot`] rather than lost. Rings
+    /// that accept should not also receive fds (give the acceptor its own).
+    pub fn accept_multi(&mut self, listener: RawFd, token: u64) -> Result<(), PushError> {
+        assert!(token < 1 << 61, "accept_multi token must be below 2^61");
+        let e = io_uring::opcode::AcceptMulti::new(types::Fd(listener))
+            .allocate_file_index(true)
+            .build()
+            .user_data((token << 3) | Tag::Io as u64);
+        // SAFETY: the entry references no memory (null address pointers);
+        // `listener` is only named. No link flags.
+        unsafe { self.push_retry(&e) }?;
+        self.accepts.insert(token);
+        Ok(())
+    }
+
+    /// Arms a multishot receive on `fd` into this ring's receive buffers
+    /// (set up on first use, see [`RingConfig::recv_buffers`]). Each
+    /// completion is an [`Event::Io`] with `token`: `result > 0` bytes are in
+    /// the buffer its `flags` name, to be read (and given back) with
+    /// [`with_recv_buffer`](Ring::with_recv_buffer); `0` is end of stream;
+    /// `-ENOBUFS` means every buffer was in use (read them, then arm again).
+    /// The operation goes on while the completion's `IORING_CQE_F_MORE`
+    /// flag is set. Use a token no other operation of this ring uses.
+    pub fn recv_multi(&mut self, fd: &FixedFd, token: u64) -> io::Result<()> {
+        assert!(token < 1 << 61, "recv_multi token must be below 2^61");
+        if !fd.belongs_to(&self.fds) {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "fd of another ring"));
+        }
+        if self.bufs.is_none() {
+            let (n, size) = self.cfg.recv_buffers;
+            let mut b = BufRing::new(n, size)?;
+            b.register(&self.uring)?;
+            self.bufs = Some(b);
+        }
+        let e = io_uring::opcode::RecvMulti::new(fd.as_fixed(), crate::bufring::GROUP)
+            .build()
+            .user_data((token << 3) | Tag::Io as u64);
+        // SAFETY: the entry references only the registered buffer group,
+        // owned by this ring until it is unregistered (at drop); the fd is a
+        // slot of our table. No link flags.
+        unsafe { self.push_retry(&e) }.map_err(|e| io::Error::new(io::ErrorKind::WouldBlock, e))?;
+        self.recvs.insert(token);
+        Ok(())
+    }
+
+    /// Asks the kernel to cancel this ring's pending operation `token` (a
+    /// multishot receive or accept, say): its last completion then comes
+    /// with `-ECANCELED` (or its own result, if it finished first).
+    pub fn cancel_io(&mut self, token: u64) -> Result<(), PushError> {
+        let target = (token << 3) | Tag::Io as u64;
+        let e = io_uring::opcode::AsyncCancel2::new(types::CancelBuilder::user_data(target))
+            .build()
+            .user_data(Internal::Ignore.user_data());
+        // SAFETY: a cancel references no memory; its own completion is
+        // tagged to be ignored. No link flags.
+        unsafe { self.push_retry(&e) }
+    }
+
+    /// Runs `f` on the `len` received bytes of the buffer named by a
+    /// completion's `flags`, then gives the buffer back to the kernel.
+    /// `None` (and `f` not run) when `flags` names no buffer this ring
+    /// handed out and has not had back yet.
+    pub fn with_recv_buffer<R>(
+        &mut self,
+        flags: u32,
+        len: usize,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Option<R> {
+        let bid = io_uring::cqueue::buffer_select(flags)?;
+        let bufs = self.bufs.as_mut()?;
+        let r = f(bufs.read(bid, len)?);
+        bufs.recycle(bid);
+        Some(r)
+    }
+
+    /// True when `fd` is a slot of this ring's table.
+    pub fn owns(&self, fd: &FixedFd) -> bool {
+        fd.belongs_to(&self.fds)
+    }
+
+    /// Size of one receive buffer (the most one `recv_multi` completion carries).
+    pub fn recv_buffer_size(&self) -> usize {
+        self.cfg.recv_buffers.1 as usize
+    }
+
+    pub(super) fn io_completion(&mut self, token: u64, res: i32, flags: u32) {
+        if self.recvs.contains(&token) {
+            if let Some(bid) = io_uring::cqueue::buffer_select(flags) {
+                if let Some(b) = self.bufs.as_mut() {
+                    b.mark_taken(bid);
+                }
+            }
+            if !io_uring::cqueue::more(flags) {
+                self.recvs.remove(&token);
+            }
+        }
+        if self.accepts.contains(&token) {
+            let more = io_uring::cqueue::more(flags);
+            if !more {
+                self.accepts.remove(&token);
+            }
+            if res >= 0 {
+                let fd = self.fds.adopt_allocated(res as u32, self.fds.clone());
+                self.ready.push_back((self.id, Event::Accepted { token, fd, more }));
+                return;
+            }
+        }
+        self.ready.push_back((self.id, Event::Io { token, result: res, flags }));
+    }
+}
