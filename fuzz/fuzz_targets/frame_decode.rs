@@ -3,7 +3,7 @@
 //! bytes it came from.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use ringmail_transport::wire::frame::{decode, encode};
+use ringmail_wire::frame::{decode, encode};
 
 fuzz_target!(|data: &[u8]| {
     let mut at = 0;

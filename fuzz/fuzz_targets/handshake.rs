@@ -2,8 +2,8 @@
 //! a panic, and never an authenticated peer without the secret.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use ringmail_transport::wire::frame::decode;
-use ringmail_transport::wire::handshake::{Identity, Initiator, Responder};
+use ringmail_wire::frame::decode;
+use ringmail_wire::handshake::{Identity, Initiator, Responder};
 
 fn me() -> Identity {
     Identity { name: "fuzz".into(), incarnation: 1, secret: b"the real secret".to_vec() }
@@ -20,7 +20,7 @@ fuzz_target!(|data: &[u8]| {
         // As a responder: any Hello may be answered, but a Confirm that
         // verifies would need the secret.
         if let Ok((r, _welcome)) = Responder::on_hello(me(), f.clone()) {
-            let forged = ringmail_transport::wire::frame::Frame::Confirm { mac: [0; 32] };
+            let forged = ringmail_wire::frame::Frame::Confirm { mac: [0; 32] };
             assert!(r.on_confirm(forged).is_err());
         }
         // As an initiator: no Welcome made without the secret verifies.

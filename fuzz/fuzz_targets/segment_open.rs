@@ -3,7 +3,7 @@
 //! key.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use ringmail_transport::wire::frame::Unsealer;
+use ringmail_wire::frame::Unsealer;
 
 fuzz_target!(|data: &[u8]| {
     let mut u = Unsealer::new([7; 32], 1 << 16);

@@ -72,14 +72,12 @@ mod ring;
 mod setup;
 mod sync;
 mod sys;
-pub mod wire;
 
 pub use error::{ReturnReason, RingError, SendError, SetupError, UnavailableCause};
 pub use fd::{FixedFd, ReservedSlot, SlotTicket};
 pub use io_uring;
 pub use mailbox::Addr;
 pub use ring::{dead_letters, Event, PushError, Ring, RingConfig, RingStats};
-pub use sys::set_tcp_user_timeout;
 
 /// Locks a std mutex that guards plain maps, ignoring poisoning (the maps
 /// stay consistent: every critical section is one insert, remove or get).

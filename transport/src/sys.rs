@@ -201,29 +201,3 @@ pub(crate) fn ring_fd(uring: &IoUring) -> BorrowedFd<'_> {
     // which the returned borrow's lifetime is tied to.
     unsafe { BorrowedFd::borrow_raw(uring.as_raw_fd()) }
 }
-
-/// Sets `TCP_USER_TIMEOUT` on a TCP socket: the kernel aborts the
-/// connection when data it sent stays unacknowledged this long (a peer
-/// gone silent), instead of retransmitting for many minutes. Accepted
-/// sockets inherit it from their listener.
-pub fn set_tcp_user_timeout(fd: BorrowedFd<'_>, timeout: std::time::Duration) -> io::Result<()> {
-    let ms: libc::c_uint = timeout.as_millis().try_into().unwrap_or(libc::c_uint::MAX);
-    // SAFETY: `fd` is a live descriptor for the borrow's lifetime; the
-    // option value points at a `c_uint` on this stack frame and its exact
-    // size is passed, as TCP_USER_TIMEOUT expects. A non-TCP fd gets an
-    // error return, never memory access beyond the value.
-    let r = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_USER_TIMEOUT,
-            (&ms as *const libc::c_uint).cast(),
-            std::mem::size_of::<libc::c_uint>() as libc::socklen_t,
-        )
-    };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
-}

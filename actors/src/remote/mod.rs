@@ -23,7 +23,7 @@
 //!
 //! # Wire and authentication
 //!
-//! Frames are length-prefixed postcard ([`crate::transport::wire`]). A
+//! Frames are length-prefixed postcard ([`ringmail_wire`]). A
 //! connection starts with the authenticated handshake (fresh 128-bit
 //! nonces from both sides, HMAC-SHA256 over the whole transcript, constant
 //! time checks); until it completes only handshake frames of at most 1 KiB
@@ -90,7 +90,6 @@ mod swim;
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener};
-use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex, Weak};
 use std::time::Duration;
@@ -108,6 +107,8 @@ use crate::runtime::shard::ShardHandle;
 use crate::system::System;
 
 pub use node::NodeActor;
+/// The node-to-node protocol, sans I/O (re-export of `ringmail-wire`).
+pub use ringmail_wire as wire;
 
 /// Settings of a [`Node`].
 #[derive(Clone)]
@@ -161,7 +162,7 @@ impl NodeConfig {
             listen,
             seeds: Vec::new(),
             secret: secret.into(),
-            max_frame: ringmail_transport::wire::frame::DEFAULT_MAX_FRAME,
+            max_frame: ringmail_wire::frame::DEFAULT_MAX_FRAME,
             handshake_timeout: Duration::from_secs(2),
             max_pending_handshakes: 64,
             probe_period: Duration::from_millis(500),
@@ -426,10 +427,11 @@ impl Node {
         };
         let listen = listener.local_addr().map_err(NodeError::Listen)?;
         // Accepted connections inherit it.
-        ringmail_transport::set_tcp_user_timeout(listener.as_fd(), cfg.link_timeout())
+        socket2::SockRef::from(&listener)
+            .set_tcp_user_timeout(Some(cfg.link_timeout()))
             .map_err(NodeError::Listen)?;
-        let incarnation = ringmail_transport::wire::handshake::random_u64()
-            .map_err(|e| NodeError::Random(e.to_string()))?;
+        let incarnation =
+            ringmail_wire::handshake::random_u64().map_err(|e| NodeError::Random(e.to_string()))?;
         let shared = Arc::new(NodeShared {
             cfg,
             incarnation,

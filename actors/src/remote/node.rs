@@ -4,15 +4,15 @@
 
 use std::collections::{HashMap, HashSet};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use ringmail_transport::wire::frame::{self, Frame, Sealer, Unsealer};
-use ringmail_transport::wire::handshake::{Identity, Initiator, Responder};
-use ringmail_transport::wire::WireError;
 use ringmail_transport::FixedFd;
+use ringmail_wire::frame::{self, Frame, Sealer, Unsealer};
+use ringmail_wire::handshake::{Identity, Initiator, Responder};
+use ringmail_wire::WireError;
 
 use super::codec::MsgCodec;
 use super::swim::{Effect, Member, OwnedNotification, Swim, Timer};
@@ -1000,7 +1000,7 @@ impl NodeActor {
                     let result = TcpStream::connect_timeout(&addr, Duration::from_secs(1))
                         .and_then(|s| {
                             s.set_nodelay(true)?;
-                            ringmail_transport::set_tcp_user_timeout(s.as_fd(), user_timeout)?;
+                            socket2::SockRef::from(&s).set_tcp_user_timeout(Some(user_timeout))?;
                             Ok(OwnedFd::from(s))
                         });
                     me.deliver_forced(Dialed { addr, result });

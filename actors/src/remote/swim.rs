@@ -24,7 +24,7 @@
 //! is packet loss, which it is built to tolerate (the indirect probes go
 //! through the other members' connections).
 //!
-//! [`Frame::Swim`]: ringmail_transport::wire::frame::Frame::Swim
+//! [`Frame::Swim`]: ringmail_wire::frame::Frame::Swim
 
 use std::net::SocketAddr;
 use std::num::{NonZeroU8, NonZeroUsize};

@@ -64,7 +64,7 @@ fn free_port() -> u16 {
 /// Starts the three nodes as child processes and waits for them.
 fn orchestrate() {
     let secret = std::env::var("RINGMAIL_SECRET").unwrap_or_else(|_| {
-        let n = ringmail::transport::wire::handshake::random_u64().expect("randomness");
+        let n = ringmail::remote::wire::handshake::random_u64().expect("randomness");
         format!("demo-{n:016x}")
     });
     let exe = std::env::current_exe().expect("own path");
