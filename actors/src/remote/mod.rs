@@ -85,7 +85,11 @@
 //!   references stop too, with the reason.
 
 mod codec;
+mod dial;
+mod link;
 mod node;
+mod pending;
+mod stand_in;
 mod swim;
 
 use std::collections::HashMap;
@@ -101,12 +105,12 @@ use serde::Serialize;
 use crate::actor::{Actor, ActorRef, Handler, Message};
 use crate::error::StopReason;
 use crate::runtime::cell::ActorCell;
-use crate::runtime::envelope::{Erased, Hosted};
+use crate::runtime::envelope::Erased;
 use crate::runtime::lock;
 use crate::runtime::shard::ShardHandle;
 use crate::system::System;
 
-pub use node::NodeActor;
+use node::NodeActor;
 /// The node-to-node protocol, sans I/O (re-export of `ringmail-wire`).
 pub use ringmail_wire as wire;
 
@@ -613,9 +617,9 @@ impl Node {
         // Still under the lock: another lookup of the same actor gets this
         // stand-in only once it is spawned and registered (in that order,
         // ahead of any message sent to it).
-        let stand_in = Proxy { cell: cell.clone(), node: self.actor.clone() };
-        gateway.spawn_hosted(&cell, Box::new(stand_in));
-        self.actor.deliver_forced(node::RegisterProxy {
+        let proxy = stand_in::Proxy { cell: cell.clone(), node: self.actor.clone() };
+        gateway.spawn_hosted(&cell, Box::new(proxy));
+        self.actor.deliver_forced(stand_in::RegisterProxy {
             proxy: cell.id,
             peer: peer.to_string(),
             incarnation,
@@ -686,36 +690,5 @@ impl Node {
 impl Drop for Node {
     fn drop(&mut self) {
         self.actor.stop();
-    }
-}
-
-/// The stand-in for an actor of another node, hosted on the gateway shard:
-/// every message it gets goes to the node's actor to be sent.
-struct Proxy {
-    cell: Arc<ActorCell>,
-    node: ActorRef<NodeActor>,
-}
-
-impl Hosted for Proxy {
-    fn started(&mut self) -> Option<StopReason> {
-        None
-    }
-    fn stopped(&mut self) {}
-    fn cell(&self) -> &ActorCell {
-        &self.cell
-    }
-    fn as_any(&mut self) -> &mut dyn std::any::Any {
-        self
-    }
-    fn forward(&mut self, m: Box<dyn Erased>) -> Result<(), Box<dyn Erased>> {
-        self.node.deliver_forced(node::Outbound {
-            proxy: self.cell.id,
-            stand_in: Some(self.cell.clone()),
-            msg: Some(m),
-        });
-        Ok(())
-    }
-    fn is_stand_in(&self) -> bool {
-        true
     }
 }

@@ -1,0 +1,683 @@
+//! One connection to a peer, as a state machine with no I/O.
+//!
+//! A [`Link`] is everything the node knows about one TCP connection: where
+//! it is in the handshake, the session keys once it is authenticated, the
+//! bytes received and not yet parsed, the frames written this turn and not
+//! yet sealed, and the counters of the delivery guarantees (messages sent,
+//! acknowledged by the peer, received, acknowledged to the peer, replies
+//! owed). It never touches a socket, the node's connection table, an
+//! actor's context or the node's maps: bytes come in through
+//! [`Link::receive`] and are pulled out one unit at a time with
+//! [`Link::next_input`]; what is to be written comes back as byte vectors
+//! from [`Link::start_dialling`], [`Link::on_handshake`], [`Link::queue`],
+//! [`Link::take_segment`] and [`Link::close`], and the node writes each to
+//! the connection as it gets it. So every state and every byte sequence
+//! can be tested without a socket (see the tests below).
+//!
+//! # States
+//!
+//! ```text
+//! (input / what is written)
+//! inbound:  AwaitHello --Hello / Welcome--> AwaitConfirm --Confirm / nothing--> Up
+//! outbound: AwaitHello --start_dialling / Hello--> AwaitWelcome --Welcome / Confirm--> Up
+//! any:      --close, lost, or a failed handshake step--> Closed
+//! ```
+//!
+//! Invariants:
+//!
+//! * Until the link is `Up`, only handshake frames of at most
+//!   [`MAX_HANDSHAKE_FRAME`] bytes are parsed; after it, only sealed
+//!   segments (checked against the session key and the segment number).
+//! * A handshake step that fails leaves the link `Closed` (as the node has
+//!   always done: the node then counts and logs the failure, and its
+//!   `close` finds the link closed already, so the socket is left for the
+//!   peer to close); a handshake frame on a link that is `Up` is an error
+//!   and leaves it `Up`.
+//! * Frames are queued only on an `Up` link. The pending segment never
+//!   outgrows `max_frame`: a frame that would make it do so first seals
+//!   what was pending, which is handed back to be written at once.
+//! * `Closed` is final: nothing more is parsed or queued.
+//! * `peer` is set exactly when the handshake completed.
+//! * What is *in doubt* is what was sent and not acknowledged:
+//!   `sent - acked` (acknowledgements only ever grow).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use ringmail_wire::frame::{self, Frame, Sealer, Unsealer};
+use ringmail_wire::handshake::{Identity, Initiator, Peer, Responder, SessionKeys};
+use ringmail_wire::WireError;
+
+use crate::net::ConnId;
+use crate::runtime::cell::ActorCell;
+
+/// Largest frame read before a connection is authenticated.
+pub(crate) const MAX_HANDSHAKE_FRAME: usize = 1024;
+
+/// Where a link is in its life.
+enum State {
+    /// Inbound, waiting for `Hello`.
+    AwaitHello,
+    /// Outbound, `Hello` sent.
+    AwaitWelcome(Initiator),
+    /// Inbound, `Welcome` sent.
+    AwaitConfirm(Responder),
+    /// Authenticated.
+    Up { sealer: Sealer, unsealer: Unsealer },
+    /// Closing; nothing more is read.
+    Closed,
+}
+
+/// One unit of input, pulled from the received bytes by
+/// [`Link::next_input`].
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Unit {
+    /// A handshake frame (the link is not up yet).
+    Handshake(Frame),
+    /// The payload of an opened (authenticated) segment: frames, encoded.
+    Segment(Vec<u8>),
+}
+
+/// What a handshake frame led to (see [`Link::on_handshake`]).
+#[derive(Debug)]
+pub(crate) enum Step {
+    /// Inbound: the `Welcome` to write (and send at once); the peer is not
+    /// authenticated yet. `None` if it did not encode (then nothing is
+    /// written and the handshake times out).
+    Welcome(Option<Vec<u8>>),
+    /// The peer is authenticated and the link is up. Outbound: the
+    /// `Confirm` to write first.
+    Established {
+        /// The initiator's `Confirm`, encoded.
+        confirm: Option<Vec<u8>>,
+        /// Who is at the other end.
+        peer: Peer,
+    },
+}
+
+/// Why a frame was not queued.
+#[derive(Debug)]
+pub(crate) enum QueueError {
+    /// The link is not up (in handshake or closed).
+    NotUp,
+    /// The frame does not encode within `max_frame`.
+    Frame(WireError),
+}
+
+/// A handshake frame, encoded (`None` if it does not fit
+/// [`MAX_HANDSHAKE_FRAME`]).
+fn plain(f: &Frame) -> Option<Vec<u8>> {
+    let mut buf = Vec::new();
+    frame::encode(f, &mut buf, MAX_HANDSHAKE_FRAME).ok().map(|()| buf)
+}
+
+/// One connection's state (see the module docs).
+pub(crate) struct Link {
+    /// The node's number for it.
+    pub(crate) id: u64,
+    /// Its connection in the node's connection table.
+    pub(crate) conn: ConnId,
+    state: State,
+    /// We dialled it (at this address).
+    pub(crate) dialled: Option<SocketAddr>,
+    /// Received, not yet parsed (from `inpos` on).
+    inbuf: Vec<u8>,
+    /// Bytes of `inbuf` already parsed.
+    inpos: usize,
+    /// Encoded frames for the next sealed segment.
+    pending: Vec<u8>,
+    /// When it was made (the handshake deadline counts from here).
+    pub(crate) since: Instant,
+    /// When bytes last arrived.
+    pub(crate) last_rx: Instant,
+    /// The authenticated peer: (name, incarnation).
+    pub(crate) peer: Option<(String, u64)>,
+    /// The peer's listen address (from its `Listening`).
+    pub(crate) peer_listen: Option<SocketAddr>,
+    /// Actor messages sent on it.
+    sent: u64,
+    /// The most the peer acknowledged having received.
+    acked: u64,
+    /// Actor messages received on it.
+    received: u64,
+    /// The `received` count last acknowledged to the peer.
+    acked_out: u64,
+    /// Asks that came on this link whose replies are not written yet.
+    owed_replies: u64,
+    /// Capacity slots of stand-ins whose messages are queued on this link,
+    /// released once the link's unsent bytes are under the node's high
+    /// water mark.
+    owed: HashMap<u64, (Arc<ActorCell>, usize)>,
+}
+
+impl Link {
+    /// A new link, waiting for a `Hello` (inbound, `dialled` is `None`) or
+    /// about to send one ([`Link::start_dialling`]).
+    pub(crate) fn new(id: u64, conn: ConnId, dialled: Option<SocketAddr>, now: Instant) -> Link {
+        Link {
+            id,
+            conn,
+            state: State::AwaitHello,
+            dialled,
+            inbuf: Vec::new(),
+            inpos: 0,
+            pending: Vec::new(),
+            since: now,
+            last_rx: now,
+            peer: None,
+            peer_listen: None,
+            sent: 0,
+            acked: 0,
+            received: 0,
+            acked_out: 0,
+            owed_replies: 0,
+            owed: HashMap::new(),
+        }
+    }
+
+    /// Closed: nothing more is read or queued.
+    pub(crate) fn is_closed(&self) -> bool {
+        matches!(self.state, State::Closed)
+    }
+
+    /// Authenticated and open.
+    pub(crate) fn is_up(&self) -> bool {
+        matches!(self.state, State::Up { .. })
+    }
+
+    /// Still in the handshake (neither up nor closed).
+    pub(crate) fn in_handshake(&self) -> bool {
+        !self.is_up() && !self.is_closed()
+    }
+
+    /// Starts the handshake as the dialler: the `Hello` to write. On an
+    /// error the link stays as it was.
+    pub(crate) fn start_dialling(&mut self, me: Identity) -> Result<Option<Vec<u8>>, WireError> {
+        let (i, hello) = Initiator::start(me)?;
+        self.state = State::AwaitWelcome(i);
+        Ok(plain(&hello))
+    }
+
+    /// Takes bytes that arrived; false (and nothing taken) once closed.
+    pub(crate) fn receive(&mut self, bytes: &[u8], now: Instant) -> bool {
+        if self.is_closed() {
+            return false;
+        }
+        self.last_rx = now;
+        self.compact();
+        self.inbuf.extend_from_slice(bytes);
+        true
+    }
+
+    /// The next unit of input: a handshake frame while in the handshake,
+    /// an opened segment's payload once up; `Ok(None)` when more bytes are
+    /// needed or the link is closed. Pull one, act on it, pull the next:
+    /// acting may change the state (a handshake completes, the link
+    /// closes), and the next unit is parsed in the new state.
+    pub(crate) fn next_input(&mut self) -> Result<Option<Unit>, String> {
+        let buf = &self.inbuf[self.inpos..];
+        let parsed = match &mut self.state {
+            State::Up { unsealer, .. } => match unsealer.open(buf) {
+                Ok(Some((payload, n))) => Ok(Some((Unit::Segment(payload.to_vec()), n))),
+                Ok(None) => Ok(None),
+                Err(e) => Err(e.to_string()),
+            },
+            State::Closed => Ok(None),
+            _ => match frame::decode(buf, MAX_HANDSHAKE_FRAME) {
+                Ok(Some((f, n))) => Ok(Some((Unit::Handshake(f), n))),
+                Ok(None) => Ok(None),
+                Err(e) => Err(e.to_string()),
+            },
+        };
+        match parsed {
+            Ok(Some((unit, n))) => {
+                self.inpos += n;
+                Ok(Some(unit))
+            }
+            Ok(None) => {
+                self.compact();
+                Ok(None)
+            }
+            Err(e) => {
+                self.compact();
+                Err(e)
+            }
+        }
+    }
+
+    /// Drops the bytes already parsed.
+    fn compact(&mut self) {
+        self.inbuf.drain(..self.inpos.min(self.inbuf.len()));
+        self.inpos = 0;
+    }
+
+    /// Takes a handshake frame: `Hello` -> `Welcome`; `Welcome` -> `Confirm`
+    /// and up; `Confirm` -> up. An error leaves the link `Closed`; a
+    /// handshake frame on a link that is up is an error that leaves it up.
+    pub(crate) fn on_handshake(
+        &mut self,
+        me: Identity,
+        f: Frame,
+        max_frame: usize,
+    ) -> Result<Step, String> {
+        let state = std::mem::replace(&mut self.state, State::Closed);
+        match state {
+            State::AwaitHello => {
+                let (r, welcome) = Responder::on_hello(me, f).map_err(|e| e.to_string())?;
+                self.state = State::AwaitConfirm(r);
+                Ok(Step::Welcome(plain(&welcome)))
+            }
+            State::AwaitWelcome(i) => {
+                let (confirm, peer, keys) = i.on_welcome(f).map_err(|e| e.to_string())?;
+                self.up(keys, max_frame, &peer);
+                Ok(Step::Established { confirm: plain(&confirm), peer })
+            }
+            State::AwaitConfirm(r) => {
+                let (peer, keys) = r.on_confirm(f).map_err(|e| e.to_string())?;
+                self.up(keys, max_frame, &peer);
+                Ok(Step::Established { confirm: None, peer })
+            }
+            other => {
+                self.state = other;
+                Err(WireError::Unexpected("a handshake frame after the handshake").to_string())
+            }
+        }
+    }
+
+    fn up(&mut self, keys: SessionKeys, max_frame: usize, peer: &Peer) {
+        self.state = State::Up {
+            sealer: Sealer::new(keys.send),
+            unsealer: Unsealer::new(keys.recv, max_frame),
+        };
+        self.peer = Some((peer.name.clone(), peer.incarnation));
+    }
+
+    /// Queues a frame for the next sealed segment. When the segment would
+    /// outgrow `max_frame`, what was pending is sealed first and returned,
+    /// to be written now; the frame starts the next segment.
+    pub(crate) fn queue(
+        &mut self,
+        f: &Frame,
+        max_frame: usize,
+    ) -> Result<Option<Vec<u8>>, QueueError> {
+        let State::Up { sealer, .. } = &mut self.state else { return Err(QueueError::NotUp) };
+        let before = self.pending.len();
+        frame::encode(f, &mut self.pending, max_frame.saturating_sub(4))
+            .map_err(QueueError::Frame)?;
+        if self.pending.len() <= max_frame {
+            return Ok(None);
+        }
+        // Full: what was pending leaves as one segment now.
+        let tail = self.pending.split_off(before);
+        let mut seg = Vec::with_capacity(self.pending.len() + frame::SEGMENT_OVERHEAD);
+        sealer.seal(&self.pending, &mut seg);
+        self.pending = tail;
+        Ok(Some(seg))
+    }
+
+    /// Seals the pending frames into one segment, to be written; `None`
+    /// when nothing is pending (or the link is not up: then what was
+    /// pending is dropped).
+    pub(crate) fn take_segment(&mut self) -> Option<Vec<u8>> {
+        if self.pending.is_empty() {
+            return None;
+        }
+        let seg = match &mut self.state {
+            State::Up { sealer, .. } => {
+                let mut seg = Vec::with_capacity(self.pending.len() + frame::SEGMENT_OVERHEAD);
+                sealer.seal(&self.pending, &mut seg);
+                Some(seg)
+            }
+            _ => None,
+        };
+        self.pending.clear();
+        seg
+    }
+
+    /// Closes the link. Returns the last segment (what this turn already
+    /// framed), to be written ahead of the FIN so the peer reads it before
+    /// it sees the connection end.
+    pub(crate) fn close(&mut self) -> Option<Vec<u8>> {
+        let last = self.take_segment();
+        self.state = State::Closed;
+        self.inbuf = Vec::new();
+        self.inpos = 0;
+        last
+    }
+
+    /// The connection is gone (the peer closed it): the link is closed
+    /// with nothing more to write.
+    pub(crate) fn lost(&mut self) {
+        self.state = State::Closed;
+    }
+
+    /// A stand-in's message left on this link: it counts as sent (in doubt
+    /// until the peer acknowledges it), and the stand-in's capacity slot is
+    /// held until the link's backlog drains ([`Link::release_owed`]).
+    pub(crate) fn sent_for(&mut self, proxy: u64, stand_in: Arc<ActorCell>) {
+        self.sent += 1;
+        self.owed.entry(proxy).or_insert((stand_in, 0)).1 += 1;
+    }
+
+    /// The peer acknowledged having received `n` messages.
+    pub(crate) fn on_ack(&mut self, n: u64) {
+        self.acked = self.acked.max(n);
+    }
+
+    /// Messages sent that the peer did not acknowledge (yet).
+    pub(crate) fn in_doubt(&self) -> u64 {
+        self.sent.saturating_sub(self.acked)
+    }
+
+    /// An actor message arrived on this link.
+    pub(crate) fn count_received(&mut self) {
+        self.received += 1;
+    }
+
+    /// Messages arrived since the last acknowledgement to the peer.
+    pub(crate) fn ack_due(&self) -> bool {
+        self.received != self.acked_out
+    }
+
+    /// The count to acknowledge to the peer now (then no longer due).
+    pub(crate) fn take_ack(&mut self) -> u64 {
+        self.acked_out = self.received;
+        self.received
+    }
+
+    /// An ask arrived on this link: its reply is owed.
+    pub(crate) fn owe_reply(&mut self) {
+        self.owed_replies += 1;
+    }
+
+    /// A reply owed on this link is being written.
+    pub(crate) fn reply_written(&mut self) {
+        self.owed_replies = self.owed_replies.saturating_sub(1);
+    }
+
+    /// Replies are still owed on this link.
+    pub(crate) fn owes_replies(&self) -> bool {
+        self.owed_replies > 0
+    }
+
+    /// Stand-ins' capacity slots are held by this link.
+    pub(crate) fn holds_slots(&self) -> bool {
+        !self.owed.is_empty()
+    }
+
+    /// Gives the stand-ins their capacity slots back.
+    pub(crate) fn release_owed(&mut self) {
+        for (_, (shared, n)) in self.owed.drain() {
+            shared.unreserve_n(n);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAX: usize = ringmail_wire::frame::DEFAULT_MAX_FRAME;
+
+    fn id(name: &str, secret: &[u8]) -> Identity {
+        Identity { name: name.into(), incarnation: 7, secret: secret.to_vec() }
+    }
+
+    fn link(id: u64, dialled: bool) -> Link {
+        let addr: Option<SocketAddr> = dialled.then(|| "127.0.0.1:9".parse().unwrap());
+        Link::new(id, ConnId(id), addr, Instant::now())
+    }
+
+    /// Feeds `bytes` to `to` and hands every unit to the handshake (as the
+    /// node does before the link is up); returns what `to` writes back and
+    /// whether it got established.
+    fn feed_handshake(
+        to: &mut Link,
+        me: &Identity,
+        bytes: &[u8],
+    ) -> Result<(Vec<u8>, Option<Peer>), String> {
+        assert!(to.receive(bytes, Instant::now()));
+        let mut out = Vec::new();
+        let mut peer = None;
+        while let Some(unit) = to.next_input()? {
+            let Unit::Handshake(f) = unit else { panic!("a segment during the handshake") };
+            match to.on_handshake(me.clone(), f, MAX)? {
+                Step::Welcome(w) => out.extend(w.expect("a Welcome encodes")),
+                Step::Established { confirm, peer: p } => {
+                    out.extend(confirm.unwrap_or_default());
+                    peer = Some(p);
+                }
+            }
+        }
+        Ok((out, peer))
+    }
+
+    /// A dialler `a` and a listener `b`, back to back in memory, with the
+    /// handshake done.
+    fn pair() -> (Link, Link) {
+        let (ia, ib) = (id("a", b"s3cret"), id("b", b"s3cret"));
+        let (mut a, mut b) = (link(1, true), link(2, false));
+        let hello = a.start_dialling(ia.clone()).unwrap().expect("a Hello encodes");
+        let (welcome, none) = feed_handshake(&mut b, &ib, &hello).unwrap();
+        assert!(none.is_none() && b.in_handshake(), "the listener waits for Confirm");
+        let (confirm, peer_of_a) = feed_handshake(&mut a, &ia, &welcome).unwrap();
+        assert_eq!(peer_of_a, Some(Peer { name: "b".into(), incarnation: 7 }));
+        let (nothing, peer_of_b) = feed_handshake(&mut b, &ib, &confirm).unwrap();
+        assert!(nothing.is_empty());
+        assert_eq!(peer_of_b, Some(Peer { name: "a".into(), incarnation: 7 }));
+        (a, b)
+    }
+
+    /// Every frame of every segment that `to` can open from `bytes`.
+    fn frames_of(to: &mut Link, bytes: &[u8]) -> Result<Vec<Frame>, String> {
+        to.receive(bytes, Instant::now());
+        let mut frames = Vec::new();
+        while let Some(unit) = to.next_input()? {
+            let Unit::Segment(payload) = unit else { panic!("a handshake frame when up") };
+            let mut at = 0;
+            while let Some((f, n)) = frame::decode(&payload[at..], MAX).unwrap() {
+                frames.push(f);
+                at += n;
+            }
+            assert_eq!(at, payload.len(), "a segment holds whole frames");
+        }
+        Ok(frames)
+    }
+
+    fn tell(n: usize) -> Frame {
+        Frame::Tell { to: 3, ty: 4, payload: vec![0x5a; n] }
+    }
+
+    #[test]
+    fn back_to_back_links_handshake_and_exchange_sealed_frames_both_ways() {
+        let (mut a, mut b) = pair();
+        assert!(a.is_up() && b.is_up());
+        assert_eq!(a.peer, Some(("b".to_string(), 7)));
+        assert_eq!(b.peer, Some(("a".to_string(), 7)));
+        // Dialler -> listener: two frames in one segment.
+        assert!(a.queue(&tell(10), MAX).unwrap().is_none());
+        assert!(a.queue(&Frame::Ping(3), MAX).unwrap().is_none());
+        let seg = a.take_segment().expect("two frames pending");
+        assert!(a.take_segment().is_none(), "nothing left pending");
+        assert_eq!(frames_of(&mut b, &seg).unwrap(), vec![tell(10), Frame::Ping(3)]);
+        // Listener -> dialler, then a second segment each way (numbers
+        // count up per direction).
+        b.queue(&Frame::Lookup { req: 1, name: "x".into() }, MAX).unwrap();
+        let back = b.take_segment().unwrap();
+        assert_eq!(
+            frames_of(&mut a, &back).unwrap(),
+            vec![Frame::Lookup { req: 1, name: "x".into() }]
+        );
+        a.queue(&Frame::Pong(9), MAX).unwrap();
+        let seg2 = a.take_segment().unwrap();
+        assert_eq!(frames_of(&mut b, &seg2).unwrap(), vec![Frame::Pong(9)]);
+        // Replaying the first segment fails: its number is stale.
+        assert_eq!(frames_of(&mut b, &seg).unwrap_err(), WireError::BadMac.to_string());
+    }
+
+    #[test]
+    fn a_wrong_secret_fails_the_handshake_and_closes_the_link() {
+        let (ia, ib) = (id("a", b"right"), id("b", b"wrong"));
+        let (mut a, mut b) = (link(1, true), link(2, false));
+        let hello = a.start_dialling(ia.clone()).unwrap().unwrap();
+        let (welcome, _) = feed_handshake(&mut b, &ib, &hello).unwrap();
+        let err = feed_handshake(&mut a, &ia, &welcome).unwrap_err();
+        // The very text the node logs and closes the connection with.
+        assert_eq!(err, "handshake authentication failed (wrong secret or tampered transcript)");
+        assert_eq!(err, WireError::BadMac.to_string());
+        assert!(a.is_closed() && a.peer.is_none());
+        assert!(!a.receive(b"more", Instant::now()), "a closed link reads nothing");
+        assert_eq!(a.next_input(), Ok(None));
+        // The listener fails alike on a Confirm it cannot verify (the
+        // dialler with the wrong secret never sends one: it fails first).
+        let (mut a2, mut b2) = (link(3, true), link(4, false));
+        let hello = a2.start_dialling(id("a", b"wrong")).unwrap().unwrap();
+        let (welcome, _) = feed_handshake(&mut b2, &id("b", b"right"), &hello).unwrap();
+        assert!(feed_handshake(&mut a2, &id("a", b"wrong"), &welcome).is_err());
+        let forged = plain(&Frame::Confirm { mac: [1; 32] }).unwrap();
+        let err = feed_handshake(&mut b2, &id("b", b"right"), &forged).unwrap_err();
+        assert_eq!(err, WireError::BadMac.to_string());
+        assert!(b2.is_closed() && b2.peer.is_none());
+    }
+
+    #[test]
+    fn input_arriving_one_byte_at_a_time_parses_the_same() {
+        let (ia, ib) = (id("a", b"k"), id("b", b"k"));
+        let (mut a, mut b) = (link(1, true), link(2, false));
+        let hello = a.start_dialling(ia.clone()).unwrap().unwrap();
+        // The Hello, a byte at a time: nothing until the last byte.
+        let mut welcome = Vec::new();
+        for (i, byte) in hello.iter().enumerate() {
+            let (out, peer) = feed_handshake(&mut b, &ib, std::slice::from_ref(byte)).unwrap();
+            assert!(peer.is_none());
+            assert_eq!(out.is_empty(), i + 1 < hello.len(), "answered only when whole");
+            welcome.extend(out);
+        }
+        let (confirm, _) = feed_handshake(&mut a, &ia, &welcome).unwrap();
+        let mut established = None;
+        for byte in &confirm {
+            let (_, peer) = feed_handshake(&mut b, &ib, std::slice::from_ref(byte)).unwrap();
+            established = established.or(peer);
+        }
+        assert_eq!(established, Some(Peer { name: "a".into(), incarnation: 7 }));
+        // Two sealed segments, a byte at a time: the same frames in order.
+        a.queue(&tell(100), MAX).unwrap();
+        let mut wire = a.take_segment().unwrap();
+        a.queue(&Frame::Ping(1), MAX).unwrap();
+        a.queue(&tell(3), MAX).unwrap();
+        wire.extend(a.take_segment().unwrap());
+        let mut got = Vec::new();
+        for byte in &wire {
+            got.extend(frames_of(&mut b, std::slice::from_ref(byte)).unwrap());
+        }
+        assert_eq!(got, vec![tell(100), Frame::Ping(1), tell(3)]);
+    }
+
+    #[test]
+    fn queueing_past_max_frame_seals_the_pending_frames_first() {
+        let (mut a, mut b) = pair();
+        let mut one = Vec::new();
+        frame::encode(&tell(100), &mut one, MAX).unwrap();
+        let max = 3 * one.len() + 10; // three frames fit, four do not
+        let mut wire = Vec::new();
+        let mut sealed = Vec::new();
+        for _ in 0..7 {
+            if let Some(seg) = a.queue(&tell(100), max).unwrap() {
+                sealed.push(seg.len());
+                wire.extend(seg);
+            }
+        }
+        // Frames 4 and 7 did not fit: twice three frames left, one waits.
+        assert_eq!(sealed, vec![3 * one.len() + frame::SEGMENT_OVERHEAD; 2]);
+        let last = a.take_segment().unwrap();
+        assert_eq!(last.len(), one.len() + frame::SEGMENT_OVERHEAD);
+        wire.extend(last);
+        assert_eq!(frames_of(&mut b, &wire).unwrap(), vec![tell(100); 7]);
+        // A frame over max_frame by itself is refused, and queues nothing.
+        assert!(matches!(a.queue(&tell(max), max), Err(QueueError::Frame(_))));
+        assert!(a.take_segment().is_none());
+    }
+
+    #[test]
+    fn a_handshake_frame_on_an_established_link_is_an_error() {
+        let (mut a, _b) = pair();
+        let f = Frame::Confirm { mac: [0; 32] };
+        let err = a.on_handshake(id("a", b"s3cret"), f, MAX).unwrap_err();
+        assert_eq!(err, "unexpected frame: a handshake frame after the handshake");
+        assert!(a.is_up(), "the link stays as it was (the node closes it)");
+        // Frames are queued only on a link that is up.
+        let mut fresh = link(9, false);
+        assert!(matches!(fresh.queue(&Frame::Ping(1), MAX), Err(QueueError::NotUp)));
+    }
+
+    #[test]
+    fn a_tampered_segment_is_an_error() {
+        let (mut a, mut b) = pair();
+        a.queue(&tell(20), MAX).unwrap();
+        let mut seg = a.take_segment().unwrap();
+        seg[10] ^= 0x01;
+        assert_eq!(frames_of(&mut b, &seg).unwrap_err(), WireError::BadMac.to_string());
+        // An oversize announced length is refused before the bytes arrive.
+        let (_, mut b2) = pair();
+        let huge = (u32::MAX).to_be_bytes();
+        let err = frames_of(&mut b2, &huge).unwrap_err();
+        assert_eq!(err, WireError::TooLarge { len: u32::MAX as usize, max: MAX }.to_string());
+        // Before the handshake, frames over 1 KiB are refused.
+        let mut fresh = link(9, false);
+        fresh.receive(&2000u32.to_be_bytes(), Instant::now());
+        assert_eq!(
+            fresh.next_input().unwrap_err(),
+            WireError::TooLarge { len: 2000, max: MAX_HANDSHAKE_FRAME }.to_string()
+        );
+    }
+
+    #[test]
+    fn in_doubt_is_sent_minus_acknowledged_and_slots_come_back() {
+        let (mut a, _b) = pair();
+        let cell = Arc::new(ActorCell::new(77, 3));
+        for _ in 0..3 {
+            assert!(cell.reserve());
+            a.sent_for(77, cell.clone());
+        }
+        assert!(!cell.reserve(), "the stand-in's three slots are held");
+        assert_eq!(a.in_doubt(), 3);
+        a.on_ack(2);
+        assert_eq!(a.in_doubt(), 1);
+        a.on_ack(1); // acknowledgements never go back
+        assert_eq!(a.in_doubt(), 1);
+        a.on_ack(5); // more than was sent: nothing in doubt, no underflow
+        assert_eq!(a.in_doubt(), 0);
+        assert!(a.holds_slots());
+        a.release_owed();
+        assert!(!a.holds_slots());
+        assert!(cell.reserve() && cell.reserve() && cell.reserve() && !cell.reserve());
+        // Acknowledgements owed to the peer.
+        assert!(!a.ack_due());
+        a.count_received();
+        a.count_received();
+        assert!(a.ack_due());
+        assert_eq!(a.take_ack(), 2);
+        assert!(!a.ack_due());
+        // Replies owed.
+        a.owe_reply();
+        assert!(a.owes_replies());
+        a.reply_written();
+        a.reply_written(); // never below zero
+        assert!(!a.owes_replies());
+    }
+
+    #[test]
+    fn closing_seals_what_was_pending_and_is_final() {
+        let (mut a, mut b) = pair();
+        a.queue(&Frame::Ping(4), MAX).unwrap();
+        let last = a.close().expect("the pending frame leaves ahead of the FIN");
+        assert!(a.is_closed());
+        assert!(matches!(a.queue(&Frame::Ping(5), MAX), Err(QueueError::NotUp)));
+        assert!(a.close().is_none());
+        assert_eq!(frames_of(&mut b, &last).unwrap(), vec![Frame::Ping(4)]);
+        b.lost();
+        assert!(b.is_closed() && !b.receive(b"x", Instant::now()));
+    }
+}

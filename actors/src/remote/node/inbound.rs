@@ -1,0 +1,244 @@
+//! What arrives on a link, from bytes to local actors.
+//!
+//! The node's actor hands a link's bytes to the link and pulls units back
+//! one at a time ([`crate::remote::link::Link::next_input`]): before the
+//! link is up, handshake frames, which advance the handshake; after it,
+//! opened segments, whose frames are handled in order (messages delivered
+//! to exported actors, replies and lookup answers matched to what waits
+//! for them, acknowledgements, membership packets). Acting on a unit may
+//! close the link; then the bytes after it are ignored. The first error
+//! (a bad tag, a malformed or unexpected frame, an unregistered message
+//! type) closes the link with that error as the reason, counted as a
+//! failed handshake or a protocol error.
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use ringmail_wire::frame::{self, Frame};
+use ringmail_wire::WireError;
+
+use super::{ExportStopped, NodeActor, SendReply};
+use crate::actor::Context;
+use crate::error::StopReason;
+use crate::remote::link::{Step, Unit};
+use crate::remote::pending::Found;
+use crate::remote::LookupError;
+use crate::runtime::dead_letter;
+use crate::runtime::envelope::ReplyTo;
+
+impl NodeActor {
+    /// Handles received bytes of a link.
+    pub(super) fn received(&mut self, link: u64, bytes: &[u8], ctx: &Context<Self>) {
+        let Some(l) = self.links.get_mut(&link) else { return };
+        if !l.receive(bytes, Instant::now()) {
+            return;
+        }
+        let result = loop {
+            let l = self.links.get_mut(&link).expect("link");
+            match l.next_input() {
+                Ok(Some(Unit::Segment(payload))) => {
+                    if let Err(e) = self.segment(link, &payload, ctx) {
+                        break Err(e);
+                    }
+                }
+                Ok(Some(Unit::Handshake(f))) => {
+                    if let Err(e) = self.handshake(link, f, ctx) {
+                        break Err(e);
+                    }
+                }
+                Ok(None) => break Ok(()),
+                Err(e) => break Err(e),
+            }
+        };
+        if let Err(e) = result {
+            let authenticated = self.links.get(&link).is_some_and(|l| l.peer.is_some());
+            if authenticated {
+                self.shared.counters.protocol_errors.fetch_add(1, Ordering::Relaxed);
+            } else {
+                self.shared.counters.handshakes_failed.fetch_add(1, Ordering::Relaxed);
+            }
+            eprintln!("ringmail node {}: closing a connection: {e}", self.shared.cfg.name);
+            self.close(link, &e, ctx);
+        }
+    }
+
+    fn handshake(&mut self, link: u64, f: Frame, ctx: &Context<Self>) -> Result<(), String> {
+        let me = self.identity();
+        let max = self.shared.cfg.max_frame;
+        let l = self.links.get_mut(&link).expect("link");
+        let conn = l.conn;
+        match l.on_handshake(me, f, max)? {
+            Step::Welcome(welcome) => {
+                if let Some(welcome) = welcome {
+                    self.conns.write(conn, &welcome);
+                }
+                self.conns.flush(ctx);
+            }
+            Step::Established { confirm, peer } => {
+                if let Some(confirm) = confirm {
+                    self.conns.write(conn, &confirm);
+                }
+                self.established(link, peer.name, peer.incarnation, ctx);
+            }
+        }
+        Ok(())
+    }
+
+    /// Handles the frames of one authenticated segment.
+    fn segment(&mut self, link: u64, payload: &[u8], ctx: &Context<Self>) -> Result<(), String> {
+        let max = self.shared.cfg.max_frame;
+        let mut at = 0;
+        while at < payload.len() {
+            let Some((f, n)) = frame::decode(&payload[at..], max).map_err(|e| e.to_string())?
+            else {
+                return Err("a segment ends inside a frame".into());
+            };
+            at += n;
+            self.frame(link, f, ctx)?;
+        }
+        Ok(())
+    }
+
+    fn frame(&mut self, link: u64, f: Frame, ctx: &Context<Self>) -> Result<(), String> {
+        match f {
+            Frame::Tell { to, ty, payload } => self.deliver(link, to, ty, &payload, None),
+            Frame::Ask { to, ty, req, payload } => self.deliver(link, to, ty, &payload, Some(req)),
+            Frame::Reply { req, payload } => {
+                // Only the peer that was asked may answer.
+                if let Some((reply, codec)) = self.pending.reply(link, req)? {
+                    let value = match payload {
+                        Some(b) => {
+                            Some((codec.decode_reply)(&b).map_err(|e| format!("reply: {e}"))?)
+                        }
+                        None => None,
+                    };
+                    reply.send(value);
+                }
+                Ok(())
+            }
+            Frame::Lookup { req, name } => {
+                let found = self.shared.exports.get(&name).map(|e| e.clone());
+                let actor = found.as_ref().map(|e| (e.id, e.type_name.to_string()));
+                if let Some(e) = found {
+                    self.watchers.entry(e.id).or_default().insert(link);
+                    if !e.watched.swap(true, Ordering::AcqRel) {
+                        let me = self.me();
+                        let id = e.id;
+                        (e.watch)(Box::new(move |r| {
+                            me.deliver_forced(ExportStopped { id, reason: reason_text(r) })
+                        }));
+                    }
+                }
+                self.queue(link, &Frame::Found { req, actor });
+                Ok(())
+            }
+            Frame::Found { req, actor } => {
+                if let Some(tx) = self.pending.found(link, req)? {
+                    let (peer, inc) = self
+                        .links
+                        .get(&link)
+                        .and_then(|l| l.peer.clone())
+                        .unwrap_or_else(|| (String::new(), 0));
+                    let _ = tx.send(match actor {
+                        Some((id, type_name)) => {
+                            Ok(Found { peer, id, type_name, incarnation: inc })
+                        }
+                        None => Err(LookupError::NotFound),
+                    });
+                }
+                Ok(())
+            }
+            Frame::Stopped { id, reason } => {
+                let Some((peer, inc)) = self.links.get(&link).and_then(|l| l.peer.clone()) else {
+                    return Ok(());
+                };
+                for pid in self.proxies.take_of_actor(&peer, inc, id) {
+                    self.stop_proxy(pid, reason_from_text(&reason));
+                }
+                Ok(())
+            }
+            Frame::Listening { addr } => {
+                let listen: SocketAddr = addr.parse().map_err(|_| "bad listen address")?;
+                if let Some(l) = self.links.get_mut(&link) {
+                    l.peer_listen = Some(listen);
+                }
+                self.want_dial(listen);
+                Ok(())
+            }
+            Frame::Ping(n) | Frame::Pong(n) => {
+                if let Some(l) = self.links.get_mut(&link) {
+                    l.on_ack(n);
+                }
+                Ok(())
+            }
+            Frame::Swim(data) => {
+                self.swim.handle_data(&data);
+                self.apply_swim(ctx);
+                Ok(())
+            }
+            _ => Err(WireError::Unexpected(
+                "a handshake or unknown frame on an established connection",
+            )
+            .to_string()),
+        }
+    }
+
+    /// A message from a peer for local actor `to`.
+    fn deliver(
+        &mut self,
+        link: u64,
+        to: u64,
+        ty: u64,
+        payload: &[u8],
+        req: Option<u64>,
+    ) -> Result<(), String> {
+        if let Some(l) = self.links.get_mut(&link) {
+            l.count_received();
+        }
+        self.shared.counters.received.fetch_add(1, Ordering::Relaxed);
+        let Some(export) = self.shared.exports_by_id.get(&to).map(|e| e.clone()) else {
+            // Not (or no longer) here: a dead letter; an ask is told at once.
+            self.shared.counters.unknown_target.fetch_add(1, Ordering::Relaxed);
+            dead_letter();
+            if let Some(req) = req {
+                self.queue(link, &Frame::Reply { req, payload: None });
+            }
+            return Ok(());
+        };
+        let Some((decode, encode_reply)) = self.shared.codecs.decoder(export.actor_type, ty) else {
+            return Err(format!("message type {ty:#x} is not registered for {}", export.type_name));
+        };
+        if req.is_some() {
+            if let Some(l) = self.links.get_mut(&link) {
+                l.owe_reply();
+            }
+        }
+        let reply = req.map(|req| {
+            let me = self.me();
+            ReplyTo::remote(Box::new(move |v| {
+                let payload = v.and_then(encode_reply);
+                me.deliver_forced(SendReply { link, req, payload });
+            }))
+        });
+        let m = decode(payload, reply).map_err(|e| format!("message does not decode: {e}"))?;
+        (export.deliver)(m);
+        Ok(())
+    }
+}
+
+fn reason_text(r: &StopReason) -> String {
+    match r {
+        StopReason::Normal => "normal".into(),
+        StopReason::Shutdown => "shutdown".into(),
+        other => format!("{other:?}"),
+    }
+}
+
+fn reason_from_text(s: &str) -> StopReason {
+    match s {
+        "normal" => StopReason::Normal,
+        "shutdown" => StopReason::Shutdown,
+        other => StopReason::Failed(format!("remote: {other}")),
+    }
+}

@@ -1,0 +1,196 @@
+//! Stand-ins: the local face of an actor on another node.
+//!
+//! A reference to a remote actor ([`super::Node::lookup`]) is an ordinary
+//! `ActorRef` whose cell is hosted, on the node's gateway shard, by a
+//! [`Proxy`] instead of an actor. A stand-in takes every message sent to it
+//! and hands it, as an [`Outbound`], to the node's actor, which encodes it
+//! and writes it to the connection of the actor's node. It knows the
+//! node's actor only as an actor that handles `Outbound`.
+//!
+//! The node's actor binds each stand-in to its remote actor in a
+//! [`Proxies`] table (filled by [`RegisterProxy`], which follows the
+//! stand-in's spawn ahead of any message to it). Invariants:
+//!
+//! * a stand-in belongs to one incarnation of one peer: nothing it gets is
+//!   ever sent to a newer incarnation;
+//! * when that peer goes down, or the remote actor stops, its stand-ins
+//!   leave the table and are stopped ([`stop_proxy`]) with the reason, so
+//!   monitors and links of local actors fire;
+//! * the capacity slot a message took in the stand-in's mailbox is given
+//!   back exactly once: by the node's actor (at once for a dead letter, or
+//!   once the link's backlog drains), or by `Outbound`'s `Drop` if the
+//!   node's actor never handled it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::actor::{Actor, ActorRef, Handler, Message};
+use crate::error::StopReason;
+use crate::runtime::cell::ActorCell;
+use crate::runtime::envelope::{Body, Envelope, Erased, Hosted};
+use crate::runtime::route::send_control;
+use crate::runtime::shard::ShardHandle;
+
+/// The stand-in for an actor of another node, hosted on the gateway shard:
+/// every message it gets goes to the node's actor `N` to be sent.
+pub(crate) struct Proxy<N: Actor> {
+    pub(crate) cell: Arc<ActorCell>,
+    pub(crate) node: ActorRef<N>,
+}
+
+impl<N: Handler<Outbound>> Hosted for Proxy<N> {
+    fn started(&mut self) -> Option<StopReason> {
+        None
+    }
+    fn stopped(&mut self) {}
+    fn cell(&self) -> &ActorCell {
+        &self.cell
+    }
+    fn as_any(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+    fn forward(&mut self, m: Box<dyn Erased>) -> Result<(), Box<dyn Erased>> {
+        self.node.deliver_forced(Outbound {
+            proxy: self.cell.id,
+            stand_in: Some(self.cell.clone()),
+            msg: Some(m),
+        });
+        Ok(())
+    }
+    fn is_stand_in(&self) -> bool {
+        true
+    }
+}
+
+/// A message for a remote actor, from its stand-in.
+pub(crate) struct Outbound {
+    pub(crate) proxy: u64,
+    /// The stand-in's shared state: its capacity slot is released by the
+    /// handler, or by `Drop` if the node's actor never handles this.
+    pub(crate) stand_in: Option<Arc<ActorCell>>,
+    pub(crate) msg: Option<Box<dyn Erased>>,
+}
+
+impl Drop for Outbound {
+    fn drop(&mut self) {
+        if let Some(s) = self.stand_in.take() {
+            s.unreserve(); // never handled (the node's actor is gone)
+        }
+    }
+}
+impl Message for Outbound {
+    type Reply = ();
+}
+
+/// A stand-in was made: bind it to its peer and remote actor.
+pub(crate) struct RegisterProxy {
+    pub(crate) proxy: u64,
+    pub(crate) peer: String,
+    pub(crate) incarnation: u64,
+    pub(crate) remote_id: u64,
+}
+impl Message for RegisterProxy {
+    type Reply = ();
+}
+
+/// What a stand-in stands in for.
+pub(crate) struct ProxyEntry {
+    pub(crate) peer: String,
+    pub(crate) incarnation: u64,
+    pub(crate) remote_id: u64,
+}
+
+/// The node's stand-ins: stand-in id -> what it stands in for.
+#[derive(Default)]
+pub(crate) struct Proxies(HashMap<u64, ProxyEntry>);
+
+impl Proxies {
+    pub(crate) fn insert(&mut self, proxy: u64, entry: ProxyEntry) {
+        self.0.insert(proxy, entry);
+    }
+
+    pub(crate) fn get(&self, proxy: u64) -> Option<&ProxyEntry> {
+        self.0.get(&proxy)
+    }
+
+    /// Takes the stand-ins for the actors of `peer`'s incarnation `inc`
+    /// (it went down).
+    pub(crate) fn take_of_peer(&mut self, peer: &str, inc: u64) -> Vec<u64> {
+        self.take(|p| p.peer == peer && p.incarnation == inc)
+    }
+
+    /// Takes the stand-ins for actor `remote_id` of `peer`'s incarnation
+    /// `inc` (it stopped).
+    pub(crate) fn take_of_actor(&mut self, peer: &str, inc: u64, remote_id: u64) -> Vec<u64> {
+        self.take(|p| p.peer == peer && p.incarnation == inc && p.remote_id == remote_id)
+    }
+
+    /// Takes every stand-in (the node stops).
+    pub(crate) fn take_all(&mut self) -> Vec<u64> {
+        self.0.drain().map(|(id, _)| id).collect()
+    }
+
+    fn take(&mut self, which: impl Fn(&ProxyEntry) -> bool) -> Vec<u64> {
+        let gone: Vec<u64> = self.0.iter().filter(|(_, p)| which(p)).map(|(id, _)| *id).collect();
+        for id in &gone {
+            self.0.remove(id);
+        }
+        gone
+    }
+}
+
+/// Stops stand-in `id`, hosted on `gateway`, with `reason`.
+pub(crate) fn stop_proxy(gateway: &ShardHandle, id: u64, reason: StopReason) {
+    let env = Envelope { to: id, body: Body::Stop(reason) };
+    send_control(gateway.id, &gateway.addr, env, true);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(peer: &str, incarnation: u64, remote_id: u64) -> ProxyEntry {
+        ProxyEntry { peer: peer.into(), incarnation, remote_id }
+    }
+
+    fn sorted(mut v: Vec<u64>) -> Vec<u64> {
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn a_peer_going_down_takes_only_its_incarnations_stand_ins() {
+        let mut p = Proxies::default();
+        p.insert(1, entry("b", 10, 100));
+        p.insert(2, entry("b", 10, 101));
+        p.insert(3, entry("b", 11, 100)); // a newer incarnation of b
+        p.insert(4, entry("c", 10, 100));
+        assert_eq!(sorted(p.take_of_peer("b", 10)), vec![1, 2]);
+        assert!(p.get(1).is_none() && p.get(2).is_none());
+        assert_eq!(p.get(3).map(|e| e.incarnation), Some(11));
+        assert!(p.take_of_peer("b", 10).is_empty(), "taken once");
+        assert_eq!(sorted(p.take_all()), vec![3, 4]);
+        assert!(p.get(4).is_none());
+    }
+
+    #[test]
+    fn a_remote_actor_stopping_takes_only_its_stand_ins() {
+        let mut p = Proxies::default();
+        p.insert(1, entry("b", 10, 100));
+        p.insert(2, entry("b", 10, 101));
+        p.insert(3, entry("b", 11, 100));
+        p.insert(4, entry("c", 10, 100));
+        p.insert(5, entry("b", 10, 100)); // a second stand-in for it
+        assert_eq!(sorted(p.take_of_actor("b", 10, 100)), vec![1, 5]);
+        assert_eq!(sorted(p.take_all()), vec![2, 3, 4]);
+    }
+
+    #[test]
+    fn an_outbound_never_handled_gives_its_slot_back() {
+        let cell = Arc::new(ActorCell::new(1, 1));
+        assert!(cell.reserve());
+        assert!(!cell.reserve());
+        drop(Outbound { proxy: 1, stand_in: Some(cell.clone()), msg: None });
+        assert!(cell.reserve(), "the slot came back");
+    }
+}
