@@ -13,6 +13,9 @@ cd "$(dirname "$0")/.."
 echo "== cargo test --workspace"
 cargo test --workspace
 
+echo "== the actor crate's layers (runtime/ below actor/, no import cycle outside actor/)"
+python3 scripts/check_layers.py
+
 echo "== the book's links and includes"
 python3 scripts/check_book.py
 

@@ -56,7 +56,7 @@
 //! messages ([`Context::io`], [`io`]).
 
 #![deny(unsafe_op_in_unsafe_fn)]
-#![warn(missing_docs)]
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 // The layers, bottom up (dependencies point down only):
 //   runtime/  erased envelopes, the cell, the thread context, routing, the

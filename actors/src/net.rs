@@ -101,6 +101,16 @@ pub struct Acceptor<W: Actor> {
     stats: Arc<AcceptorStats>,
 }
 
+impl<W: Actor> std::fmt::Debug for Acceptor<W> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Acceptor")
+            .field("listener", &self.listener)
+            .field("workers", &self.workers)
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
 impl<W: FdHandler<NewConnection>> Acceptor<W> {
     /// An acceptor for `listener` handing connections to `workers`
     /// (round-robin). Panics if `workers` is empty.
@@ -128,12 +138,10 @@ impl<W: FdHandler<NewConnection>> Acceptor<W> {
         };
         if ctx.accept_multi(self.listener.as_raw_fd(), on).is_err() {
             // SQ full or the shard's I/O limit reached: try again shortly.
-            ctx.send_after(Duration::from_millis(5), Rearm(EBUSY));
+            ctx.send_after(Duration::from_millis(5), Rearm(libc::EBUSY));
         }
     }
 }
-
-const EBUSY: i32 = 16;
 
 static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
 
@@ -176,17 +184,13 @@ impl<W: FdHandler<NewConnection>> Actor for Acceptor<W> {
 impl<W: FdHandler<NewConnection>> Handler<Rearm> for Acceptor<W> {
     fn handle(&mut self, Rearm(errno): Rearm, ctx: &mut Context<Self>) {
         self.stats.rearmed.fetch_add(1, Ordering::Relaxed);
-        const ENFILE: i32 = 23;
-        const EMFILE: i32 = 24;
-        const EBADF: i32 = 9;
-        const EINVAL: i32 = 22;
         match errno {
             // The table is full of connections not yet handed off (or the
             // process is out of fds), or the SQ was: wait, then go on.
-            ENFILE | EMFILE | EBUSY => {
+            libc::ENFILE | libc::EMFILE | libc::EBUSY => {
                 ctx.send_after(Duration::from_millis(5), Rearm(0));
             }
-            EBADF | EINVAL => ctx.stop_with(crate::StopReason::Failed(format!(
+            libc::EBADF | libc::EINVAL => ctx.stop_with(crate::StopReason::Failed(format!(
                 "the listening socket is unusable (errno {errno})"
             ))),
             0 => self.arm(ctx),
@@ -265,6 +269,16 @@ pub struct Connections {
     zero_copy_above: Option<usize>,
 }
 
+impl std::fmt::Debug for Connections {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connections")
+            .field("open", &self.conns.len())
+            .field("output_limit", &self.limit)
+            .field("zero_copy_above", &self.zero_copy_above)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Default for Connections {
     fn default() -> Self {
         Self::new()
@@ -327,7 +341,7 @@ impl Connections {
         // Room for its receive, a send and a shutdown, or it is refused now
         // rather than starved later.
         if crate::runtime::thread::io_free() < 3 {
-            return Err(io::Error::from_raw_os_error(16)); // EBUSY; fd closed
+            return Err(io::Error::from_raw_os_error(libc::EBUSY)); // fd closed
         }
         let id = self.next;
         self.next += 1;
@@ -388,16 +402,14 @@ impl Connections {
                 c.in_flight = 0;
                 let was_zc = std::mem::take(&mut c.sending_zc);
                 let mut buf = done.buf.unwrap_or_default();
-                const EBUSY: i32 = 16;
-                const EINVAL: i32 = 22;
-                const EOPNOTSUPP: i32 = 95;
-                let no_zc = was_zc && (done.result == -EOPNOTSUPP || done.result == -EINVAL);
+                let no_zc =
+                    was_zc && (done.result == -libc::EOPNOTSUPP || done.result == -libc::EINVAL);
                 if no_zc {
                     // This kernel or socket has no zero-copy send: nothing
                     // was sent; plain sends from now on.
                     self.zero_copy_above = None;
                 }
-                if (done.result == -EBUSY || no_zc) && !c.abort {
+                if (done.result == -libc::EBUSY || no_zc) && !c.abort {
                     // Not submitted (the shard's I/O limit): nothing was
                     // sent; it goes first at the next flush.
                     buf.append(&mut c.out);
@@ -433,8 +445,7 @@ impl Connections {
             NetEvent::Shut(id, result) => {
                 let c = self.conns.get_mut(&id.0)?;
                 c.shut_pending = false;
-                const ENOTCONN: i32 = 107;
-                if result < 0 && result != -ENOTCONN {
+                if result < 0 && result != -libc::ENOTCONN {
                     c.shut = false; // not submitted (I/O limit): try again
                 }
             }

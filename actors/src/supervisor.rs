@@ -79,6 +79,20 @@ pub struct Supervisor {
     restarts: VecDeque<Instant>,
 }
 
+impl std::fmt::Debug for Supervisor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let running: Vec<Option<u64>> =
+            self.children.iter().map(|c| c.running.as_ref().map(|r| r.id)).collect();
+        f.debug_struct("Supervisor")
+            .field("strategy", &self.strategy)
+            .field("max_restarts", &self.max_restarts)
+            .field("within", &self.within)
+            .field("children", &running)
+            .field("recent_restarts", &self.restarts.len())
+            .finish()
+    }
+}
+
 impl Supervisor {
     /// A supervisor with `strategy` and the default intensity (3 restarts in 5 s).
     pub fn new(strategy: Strategy) -> Self {

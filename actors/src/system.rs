@@ -50,6 +50,12 @@ impl SystemConfig {
 #[derive(Clone)]
 pub struct Shard(Arc<ShardHandle>);
 
+impl std::fmt::Debug for Shard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Shard").field(&self.0.id).finish()
+    }
+}
+
 impl Shard {
     /// The shard's id.
     pub fn id(&self) -> u64 {
@@ -63,6 +69,18 @@ pub struct System {
     shards: Mutex<Vec<(Arc<ShardHandle>, JoinHandle<()>)>>,
     stats: Arc<SystemStats>,
     registry: Arc<Registry>,
+}
+
+impl std::fmt::Debug for System {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shards: Vec<u64> = lock(&self.shards).iter().map(|(h, _)| h.id).collect();
+        f.debug_struct("System")
+            .field("config", &self.cfg)
+            .field("shards", &shards)
+            .field("registered", &self.registry.len())
+            .field("panics", &self.panics())
+            .finish()
+    }
 }
 
 impl Default for System {

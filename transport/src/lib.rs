@@ -11,7 +11,7 @@
 //! (a `MSG_RING` to a `DEFER_TASKRUN` ring succeeds once queued, and the
 //! target's CQ may overflow silently), orders fd messages arbitrarily, and
 //! runs incoming messages only when the owner enters with `GETEVENTS`, this
-//! crate adds a [mailbox](mailbox) on top that restores the guarantees a
+//! crate adds a [mailbox] on top that restores the guarantees a
 //! program needs:
 //!
 //! * **nothing lost**: every accepted message is delivered once, or handed
@@ -57,16 +57,21 @@
 //!   forward the caller's promise) and raw `io_uring_register` calls.
 //! * `mailbox::handle`: turning a parcel pointer back into a `Box` when its
 //!   CQE arrives; the one-CQE-per-outcome rule that makes it sound is written
-//!   there.
-//! * [`Ring::push_io`]: the one public `unsafe fn`, for the ring's own I/O.
+//!   there. Its call sites are in `ring/send.rs` and `ring/recv.rs`, each
+//!   with the proof for its completion tag.
+//! * `ring/io.rs`: [`Ring::push_io`], the one public `unsafe fn`, for the
+//!   ring's own I/O, and the pushes of multishot accept and receive and of
+//!   cancels built on it.
+//! * `bufring`: the provided buffer ring's memory and its publication.
+//!
+//! `ARCHITECTURE.md` lists every contract.
 
 #![deny(unsafe_op_in_unsafe_fn)]
-#![warn(missing_docs)]
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 mod bufring;
 mod error;
 pub mod fd;
-pub mod hash;
 pub mod mailbox;
 mod ring;
 mod setup;
@@ -78,9 +83,3 @@ pub use fd::{FixedFd, ReservedSlot, SlotTicket};
 pub use io_uring;
 pub use mailbox::Addr;
 pub use ring::{dead_letters, Event, PushError, Ring, RingConfig, RingStats};
-
-/// Locks a std mutex that guards plain maps, ignoring poisoning (the maps
-/// stay consistent: every critical section is one insert, remove or get).
-pub(crate) fn sync_std_lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}

@@ -25,3 +25,11 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> impl std::ops::DerefMut<Target = T> + '_ 
         Err(poisoned) => poisoned.into_inner(),
     }
 }
+
+/// Locks a std mutex that guards plain maps outside the mailbox core
+/// (origins, hand-back queues), ignoring poisoning: every critical section
+/// is one insert, remove, push or get, so the data stays consistent. Not a
+/// loom primitive: these maps are not part of what the models cover.
+pub(crate) fn std_lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}

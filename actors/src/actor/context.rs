@@ -32,6 +32,12 @@ pub struct Context<A: Actor> {
     _not_send: PhantomData<*const ()>,
 }
 
+impl<A: Actor> std::fmt::Debug for Context<A> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context").field("me", &self.me).field("stop", &self.stop).finish()
+    }
+}
+
 impl<A: Actor> Context<A> {
     pub(crate) fn new(me: ActorRef<A>) -> Self {
         Context { me, stop: None, _not_send: PhantomData }

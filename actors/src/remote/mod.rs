@@ -408,6 +408,17 @@ pub struct Node {
     actor: ActorRef<NodeActor>,
 }
 
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("name", &self.shared.cfg.name)
+            .field("listen", &self.shared.listen)
+            .field("incarnation", &self.shared.incarnation)
+            .field("peers", &self.peers())
+            .finish_non_exhaustive()
+    }
+}
+
 impl Node {
     /// Binds the listen address and starts the node's gateway shard, which
     /// dials the seeds.

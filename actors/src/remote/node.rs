@@ -228,7 +228,7 @@ impl NodeActor {
             Accept::Ended(e) => me.deliver_forced(Rearm(e)),
         };
         if ctx.accept_multi(self.listener.as_raw_fd(), on).is_err() {
-            ctx.send_after(Duration::from_millis(5), Rearm(16));
+            ctx.send_after(Duration::from_millis(5), Rearm(libc::EBUSY));
         }
     }
 
@@ -694,7 +694,9 @@ impl Handler<Flush> for NodeActor {
 impl Handler<Rearm> for NodeActor {
     fn handle(&mut self, Rearm(errno): Rearm, ctx: &mut Context<Self>) {
         match errno {
-            9 | 22 => ctx.stop_with(StopReason::Failed("the listening socket is unusable".into())),
+            libc::EBADF | libc::EINVAL => {
+                ctx.stop_with(StopReason::Failed("the listening socket is unusable".into()))
+            }
             0 => self.arm_accept(ctx),
             // Out of slots or fds, SQ full, or anything else: go on after a
             // pause, never in a busy loop.

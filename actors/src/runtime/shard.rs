@@ -30,8 +30,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ringmail_transport::hash::IdHash;
 use ringmail_transport::Addr;
+use rustc_hash::FxBuildHasher;
 
 use super::cell::ActorCell;
 use super::envelope::{Body, Envelope, Hosted};
@@ -115,7 +115,7 @@ pub(crate) struct ShardLoop {
     handle: Arc<ShardHandle>,
     /// Looked up once per message: keyed by actor id with a cheap hasher
     /// (ids are process-unique counters, not attacker-chosen).
-    actors: HashMap<u64, Box<dyn Hosted>, IdHash>,
+    actors: HashMap<u64, Box<dyn Hosted>, FxBuildHasher>,
     early: HashMap<u64, Vec<Envelope>>,
     dedicated: bool,
     hosted_any: bool,

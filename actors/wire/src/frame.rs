@@ -124,6 +124,22 @@ pub struct Unsealer {
     max: usize,
 }
 
+// The session keys never appear in debug output.
+impl std::fmt::Debug for Sealer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sealer").field("seq", &self.seq).finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for Unsealer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Unsealer")
+            .field("seq", &self.seq)
+            .field("max", &self.max)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Bytes a segment adds to its payload: length and tag.
 pub const SEGMENT_OVERHEAD: usize = 4 + 32;
 

@@ -32,6 +32,8 @@
 //! anyone without the secret. (They are not encrypted: confidentiality is
 //! for the network underneath, e.g. a VPN.)
 
+#![warn(missing_debug_implementations, unreachable_pub)]
+
 pub mod frame;
 pub mod handshake;
 

@@ -3,7 +3,7 @@
 //! # How a message travels
 //!
 //! [`crate::Ring::send`] reserves room in the target's mailbox (capacity
-//! check, [`core::Core::reserve`]) and appends the message to the sender's
+//! check, `core::Core::reserve`) and appends the message to the sender's
 //! pending batch for that target. When the batch is full, or at the sender's
 //! next `flush`/`wait`, the batch becomes a **parcel**: a boxed
 //! `Parcel { from, to, seq, body }` with the next sequence number of this
@@ -11,7 +11,7 @@
 //!
 //! * **Ring path.** The sender takes a CQ credit from the target and issues one
 //!   `MSG_RING` whose target CQE carries the parcel's address in `user_data`
-//!   ([`handle`]), the message count in `res` and a Ringmail mark in the
+//!   (`handle`), the message count in `res` and a Ringmail mark in the
 //!   passed flags. Success is silent for the sender (`IOSQE_CQE_SKIP_SUCCESS`);
 //!   an error comes back on the sender's ring with the same parcel, which is
 //!   rerouted (ENOMEM/EBUSY/EAGAIN) or handed back.
@@ -24,7 +24,7 @@
 //! receiver that lags makes hand-offs wait, never fail with `ENFILE`);
 //! lacking either, it parks on the sender until a later flush.
 //!
-//! The receiver hands every parcel to the sender's [`reorder::Reorder`], which
+//! The receiver hands every parcel to the sender's `reorder::Reorder`, which
 //! releases parcels strictly by sequence number. fd hand-offs are parcels too
 //! (one message plus the slot the kernel allocated), so they are ordered with
 //! the data messages even though the kernel delivers fd messages in no
@@ -192,7 +192,7 @@ impl<T> Inbox<T> {
     /// doorbell. `Err`: the ring is gone (the messages are dead letters).
     pub(crate) fn push_returned(&self, r: Returned<T>) -> Result<bool, Returned<T>> {
         {
-            let mut q = crate::sync_std_lock(&self.returns);
+            let mut q = crate::sync::std_lock(&self.returns);
             let Some(items) = q.items.as_mut() else { return Err(r) };
             items.push(r);
             self.returns_pending.store(true, std::sync::atomic::Ordering::Release);
@@ -207,14 +207,14 @@ impl<T> Inbox<T> {
 
     /// Takes the hand-backs; with `shut`, refuses any further ones.
     pub(crate) fn take_returned(&self, shut: bool) -> Vec<Returned<T>> {
-        let mut q = crate::sync_std_lock(&self.returns);
+        let mut q = crate::sync::std_lock(&self.returns);
         self.returns_pending.store(false, std::sync::atomic::Ordering::Release);
         let out = if shut { q.items.take() } else { q.items.as_mut().map(std::mem::take) };
         out.unwrap_or_default()
     }
 
     pub(crate) fn origin(&self, id: u64) -> Option<Arc<Inbox<T>>> {
-        crate::sync_std_lock(&self.origins).get(&id).and_then(Weak::upgrade)
+        crate::sync::std_lock(&self.origins).get(&id).and_then(Weak::upgrade)
     }
 }
 

@@ -156,7 +156,7 @@ impl<T: Send + 'static> Drop for Ring<T> {
         let lanes: Vec<(Arc<Inbox<T>>, u64)> =
             self.out.values().map(|l| (l.target.clone(), l.next_seq)).collect();
         for (target, seq) in lanes {
-            crate::sync_std_lock(&target.origins).remove(&self.id);
+            crate::sync::std_lock(&target.origins).remove(&self.id);
             let end = Box::new(Parcel { from: self.id, to: target.id, seq, body: Body::End });
             if let Ok(true) = target.core.push_fallback(end) {
                 self.ring_doorbell(&target);

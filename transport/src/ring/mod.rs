@@ -68,11 +68,11 @@ use io_uring::{types, IoUring};
 use crate::bufring::BufRing;
 use crate::error::{RingError, SetupError};
 use crate::fd::{FdTable, SlotTicket};
-use crate::hash::IdHash;
 use crate::mailbox::handle::Internal;
 use crate::mailbox::reorder::Reorder;
 use crate::mailbox::{Addr, Inbox, Parcel};
 use crate::sys;
+use rustc_hash::FxBuildHasher;
 
 mod close;
 mod config;
@@ -103,14 +103,14 @@ pub struct Ring<T: Send + 'static> {
     fds: Rc<FdTable>,
     cfg: RingConfig,
     credit_cap: usize,
-    out: HashMap<u64, OutLane<T>, IdHash>,
+    out: HashMap<u64, OutLane<T>, FxBuildHasher>,
     dirty: Vec<u64>,
     parked: usize,
     fd_inflight: usize,
     silent: HashMap<u32, SlotTicket>,
     fd_seqs: HashMap<u32, (u64, u64)>,
     bells: Vec<Arc<Inbox<T>>>,
-    lanes: HashMap<u64, Reorder<Box<Parcel<T>>>, IdHash>,
+    lanes: HashMap<u64, Reorder<Box<Parcel<T>>>, FxBuildHasher>,
     in_order: Vec<Box<Parcel<T>>>,
     ready: VecDeque<(u64, Event<T>)>,
     scratch: VecDeque<Box<Parcel<T>>>,
@@ -122,11 +122,25 @@ pub struct Ring<T: Send + 'static> {
     /// Receive buffers of `recv_multi`, set up on first use.
     bufs: Option<BufRing>,
     /// Tokens of armed `accept_multi` operations.
-    accepts: HashSet<u64, IdHash>,
+    accepts: HashSet<u64, FxBuildHasher>,
     /// Tokens of armed `recv_multi` operations: only their completions may
     /// hand a receive buffer to the owner.
-    recvs: HashSet<u64, IdHash>,
+    recvs: HashSet<u64, FxBuildHasher>,
     _not_send: PhantomData<Rc<()>>,
+}
+
+impl<T: Send + 'static> std::fmt::Debug for Ring<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ring")
+            .field("id", &self.id)
+            .field("lanes_out", &self.out.len())
+            .field("lanes_in", &self.lanes.len())
+            .field("fds_in_flight", &self.fd_inflight)
+            .field("parked", &self.parked)
+            .field("closing", &self.close_started.is_some())
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
 }
 
 fn errno(e: &std::io::Error) -> i32 {

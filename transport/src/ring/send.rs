@@ -197,7 +197,7 @@ impl<T: Send + 'static> Ring<T> {
         let my_inbox = &self.inbox;
         let from = self.id;
         self.out.entry(to.inbox.id).or_insert_with(|| {
-            crate::sync_std_lock(&to.inbox.origins).insert(from, Arc::downgrade(my_inbox));
+            crate::sync::std_lock(&to.inbox.origins).insert(from, Arc::downgrade(my_inbox));
             OutLane {
                 target: to.inbox.clone(),
                 next_seq: 0,
