@@ -117,3 +117,64 @@ impl ActorCell {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::Arc;
+
+    use super::*;
+
+    #[test]
+    fn the_mailbox_bound_holds_and_slots_come_back() {
+        let cell = ActorCell::new(1, 2);
+        assert!(cell.reserve() && cell.reserve(), "two slots");
+        assert!(!cell.reserve(), "the third is refused at capacity 2");
+        cell.unreserve();
+        assert!(cell.reserve(), "a freed slot is taken again");
+        cell.reserve_forced();
+        assert!(!cell.reserve(), "a forced message counts against the bound");
+        cell.unreserve_n(3);
+        assert!(cell.reserve() && cell.reserve() && !cell.reserve(), "all three came back");
+    }
+
+    #[test]
+    fn the_first_stop_reason_wins_and_every_watcher_runs_once() {
+        let cell = ActorCell::new(7, 1);
+        let runs = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        for _ in 0..3 {
+            let (runs, seen) = (runs.clone(), seen.clone());
+            cell.watch(Box::new(move |r| {
+                runs.fetch_add(1, Ordering::Relaxed);
+                lock(&seen).push(r.clone());
+            }));
+        }
+        assert!(cell.is_alive() && cell.stop_reason().is_none());
+        cell.set_stopped(StopReason::Panicked("boom".into()));
+        cell.set_stopped(StopReason::Normal);
+        assert!(!cell.is_alive());
+        assert_eq!(cell.stop_reason(), Some(StopReason::Panicked("boom".into())));
+        assert_eq!(runs.load(Ordering::Relaxed), 3, "each watcher once, not once per stop");
+        assert!(lock(&seen).iter().all(|r| *r == StopReason::Panicked("boom".into())));
+    }
+
+    #[test]
+    fn a_watch_after_the_stop_runs_at_once_with_the_reason() {
+        let cell = ActorCell::new(8, 1);
+        cell.set_stopped(StopReason::Shutdown);
+        let got = Arc::new(Mutex::new(None));
+        let g = got.clone();
+        cell.watch(Box::new(move |r| *lock(&g) = Some(r.clone())));
+        assert_eq!(*lock(&got), Some(StopReason::Shutdown));
+    }
+
+    #[test]
+    fn names_are_taken_once() {
+        let cell = ActorCell::new(9, 1);
+        cell.add_name("a".into());
+        cell.add_name("b".into());
+        assert_eq!(cell.take_names(), vec!["a".to_string(), "b".to_string()]);
+        assert!(cell.take_names().is_empty());
+    }
+}

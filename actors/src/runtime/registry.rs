@@ -98,3 +98,59 @@ impl Registry {
         self.names.len()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::StopReason;
+
+    fn lookup_u32(r: &Registry, name: &str) -> Option<u32> {
+        r.lookup(name, TypeId::of::<u32>(), |a| a.downcast_ref::<u32>().copied())
+    }
+
+    #[test]
+    fn a_name_is_taken_once_and_typed() {
+        let r = Registry::default();
+        let a = ActorCell::new(1, 1);
+        let b = ActorCell::new(2, 1);
+        assert!(r.register("x", &a, TypeId::of::<u32>(), Box::new(10u32)));
+        assert!(!r.register("x", &b, TypeId::of::<u32>(), Box::new(20u32)), "taken");
+        assert_eq!(lookup_u32(&r, "x"), Some(10));
+        let as_string = r.lookup("x", TypeId::of::<String>(), |_| Some(()));
+        assert!(as_string.is_none(), "a lookup for another type finds nothing");
+        assert_eq!(a.take_names(), vec!["x".to_string()], "the cell lists its name");
+        assert!(b.take_names().is_empty());
+    }
+
+    #[test]
+    fn a_stopped_actor_is_not_registered() {
+        let r = Registry::default();
+        let a = ActorCell::new(1, 1);
+        a.set_stopped(StopReason::Normal);
+        assert!(!r.register("x", &a, TypeId::of::<u32>(), Box::new(1u32)));
+        assert_eq!(r.len(), 0);
+    }
+
+    #[test]
+    fn removal_is_by_id_so_a_replacement_survives_the_old_instance_stopping() {
+        let r = Registry::default();
+        let old = ActorCell::new(1, 1);
+        let new = ActorCell::new(2, 1);
+        assert!(r.register("svc", &old, TypeId::of::<u32>(), Box::new(1u32)));
+        r.replace("svc", &new, TypeId::of::<u32>(), Box::new(2u32));
+        r.remove("svc", old.id); // the old instance's stop removes only its own entry
+        assert_eq!(lookup_u32(&r, "svc"), Some(2));
+        r.remove("svc", new.id);
+        assert_eq!(lookup_u32(&r, "svc"), None);
+        assert_eq!(r.len(), 0);
+    }
+
+    #[test]
+    fn replacing_with_a_stopped_actor_leaves_no_entry() {
+        let r = Registry::default();
+        let dead = ActorCell::new(3, 1);
+        dead.set_stopped(StopReason::Normal);
+        r.replace("svc", &dead, TypeId::of::<u32>(), Box::new(3u32));
+        assert_eq!(r.len(), 0);
+    }
+}
