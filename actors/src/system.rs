@@ -12,7 +12,8 @@ use crate::error::SpawnError;
 use crate::runtime::envelope::{Body, Envelope};
 use crate::runtime::registry::Registry;
 use crate::runtime::route::{flush_if_present, send_control};
-use crate::runtime::shard::{ShardHandle, ShardLoop, SystemStats};
+use crate::runtime::shard::{ShardHandle, ShardLoop};
+use crate::runtime::SystemStats;
 use crate::runtime::{lock, thread};
 
 static NEXT_SHARD: AtomicU64 = AtomicU64::new(1);
@@ -115,7 +116,7 @@ impl System {
         let thread = std::thread::Builder::new()
             .name(format!("ringmail-shard-{id}"))
             .spawn(move || {
-                match thread::init_shard(id, ring_cfg) {
+                match thread::init_shard(id, ring_cfg, stats.clone()) {
                     Ok(addr) => {
                         let _ = ready_tx.send(Ok(addr));
                     }
@@ -125,7 +126,7 @@ impl System {
                     }
                 }
                 let Ok(handle) = handle_rx.recv() else { return };
-                ShardLoop::new(handle, dedicated, stats).run();
+                ShardLoop::new(handle, dedicated).run();
             })
             .map_err(SpawnError::Thread)?;
         let addr = match ready_rx.recv() {
@@ -139,7 +140,8 @@ impl System {
                 return Err(SpawnError::ShuttingDown);
             }
         };
-        let handle = Arc::new(ShardHandle::new(id, addr, cap, self.registry.clone()));
+        let handle = ShardHandle::new(id, addr, cap, self.registry.clone(), self.stats.clone());
+        let handle = Arc::new(handle);
         let _ = handle_tx.send(handle.clone());
         lock(&self.shards).push((handle.clone(), thread));
         Ok(handle)
@@ -205,6 +207,39 @@ impl System {
         self.stats.panics.load(Ordering::Relaxed)
     }
 
+    /// Dead letters of this system so far: messages for its actors that
+    /// reached no handler (sent to a stopped actor, still queued when their
+    /// actor stopped or its shard shut down, timer and I/O messages of a
+    /// stopped actor), replies of its actors that arrived after their ask
+    /// gave up, and whatever its shards' threads could not deliver. Unlike
+    /// the process-wide [`crate::dead_letters`], it is not moved by other
+    /// systems in the same process. Not counted here (only process-wide): a
+    /// message a ring hands back to a thread that runs no shard once the
+    /// target's ring closed, and the transport's own count.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ringmail::{Actor, System, TellError};
+    /// # use ringmail::{Context, Handler, Message};
+    /// # struct Ping; impl Message for Ping { type Reply = (); }
+    /// struct Quiet;
+    /// impl Actor for Quiet {}
+    /// # impl Handler<Ping> for Quiet { fn handle(&mut self, _: Ping, _: &mut Context<Self>) {} }
+    ///
+    /// let system = System::new();
+    /// let other = System::new();
+    /// let a = system.spawn(Quiet)?;
+    /// a.stop();
+    /// a.wait_stopped(Duration::from_secs(5));
+    /// assert!(matches!(a.tell(Ping), Err(TellError::Stopped(_))));
+    /// assert_eq!(system.dead_letters(), 1);
+    /// assert_eq!(other.dead_letters(), 0, "another system's count does not move");
+    /// # Ok::<(), ringmail::SpawnError>(())
+    /// ```
+    pub fn dead_letters(&self) -> u64 {
+        self.stats.dead_letters.load(Ordering::Relaxed)
+    }
+
     /// Stops every actor (running `stopped` hooks), closes every ring and
     /// joins every shard thread, in the order the shards were started.
     /// Messages still queued become dead letters ([`crate::dead_letters`]).
@@ -214,7 +249,7 @@ impl System {
             let env = Envelope { to: 0, body: Body::Shutdown };
             // Waits out a full mailbox; a shard that already ended (dedicated,
             // actor stopped) refuses, which is fine.
-            send_control(handle.id, &handle.addr, env, true);
+            send_control(handle.id, &handle.addr, env, true, None);
         }
         for (_, thread) in shards {
             let _ = thread.join();

@@ -18,7 +18,7 @@ use crate::runtime::cell::ActorCell;
 use crate::runtime::envelope::{Body, Envelope, Erased, ReplyTo};
 use crate::runtime::route::{self, flush_if_present, my_addr, send_control, SendFail};
 use crate::runtime::shard::ShardHandle;
-use crate::runtime::{dead_letter, thread};
+use crate::runtime::{dead_letter_in, thread};
 
 static NEXT_ASK: AtomicU64 = AtomicU64::new(1);
 
@@ -249,7 +249,7 @@ impl<A: Actor> ActorRef<A> {
 
     pub(crate) fn stop_with(&self, reason: StopReason) {
         let env = Envelope { to: self.cell.id, body: Body::Stop(reason) };
-        send_control(self.shard.id, &self.shard.addr, env, true);
+        send_control(self.shard.id, &self.shard.addr, env, true, Some(&self.shard.stats));
     }
 
     /// Makes `watcher` receive a [`Down`] when this actor stops, with the
@@ -270,12 +270,12 @@ impl<A: Actor> ActorRef<A> {
         M: Message,
     {
         if !self.cell.is_alive() {
-            dead_letter();
+            dead_letter_in(Some(&self.shard.stats));
             return;
         }
         self.cell.reserve_forced();
         let env = Typed::<A, M>::envelope(self.cell.id, msg, None);
-        if !send_control(self.shard.id, &self.shard.addr, env, true) {
+        if !send_control(self.shard.id, &self.shard.addr, env, true, Some(&self.shard.stats)) {
             self.cell.unreserve(); // counted as a dead letter by send_control
         }
     }
@@ -285,12 +285,12 @@ impl<A: Actor> ActorRef<A> {
     /// reply then goes back as "no reply").
     pub(crate) fn deliver_erased(&self, m: Box<dyn Erased>) {
         if !self.cell.is_alive() {
-            dead_letter();
+            dead_letter_in(Some(&self.shard.stats));
             return;
         }
         self.cell.reserve_forced();
         let env = Envelope { to: self.cell.id, body: Body::Msg(m) };
-        if !send_control(self.shard.id, &self.shard.addr, env, true) {
+        if !send_control(self.shard.id, &self.shard.addr, env, true, Some(&self.shard.stats)) {
             self.cell.unreserve();
         }
     }
@@ -314,7 +314,7 @@ impl<A: Actor> ActorRef<A> {
         M: Send + 'static,
     {
         if !self.cell.is_alive() {
-            dead_letter();
+            dead_letter_in(Some(&self.shard.stats));
             return Err(TellError::Stopped((msg, fd)));
         }
         if !self.cell.reserve() {
@@ -332,7 +332,7 @@ impl<A: Actor> ActorRef<A> {
                 Err(match why {
                     SendFail::Full => TellError::Full(item),
                     SendFail::Closed => {
-                        dead_letter();
+                        dead_letter_in(Some(&self.shard.stats));
                         TellError::Stopped(item)
                     }
                     SendFail::NoRing | SendFail::WrongRing => TellError::Unavailable(item),
@@ -355,7 +355,7 @@ impl<A: Actor> ActorRef<A> {
             }
         };
         if !self.cell.is_alive() {
-            dead_letter();
+            dead_letter_in(Some(&self.shard.stats));
             refuse(reply);
             return Err((msg, TellFail::Stopped));
         }
@@ -377,7 +377,7 @@ impl<A: Actor> ActorRef<A> {
                 let fail = match why {
                     SendFail::Full => TellFail::Full,
                     SendFail::Closed => {
-                        dead_letter();
+                        dead_letter_in(Some(&self.shard.stats));
                         TellFail::Stopped
                     }
                     SendFail::NoRing | SendFail::WrongRing => TellFail::Unavailable,

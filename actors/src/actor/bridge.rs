@@ -117,7 +117,7 @@ pub(crate) fn spawn_on<A: Actor>(shard: &Arc<ShardHandle>, actor: A) -> ActorRef
 /// it). `None`, and a dead letter, when the actor has stopped.
 pub(crate) fn requested<A: Handler<M>, M: Message>(me: &ActorRef<A>, msg: M) -> Option<Envelope> {
     if !me.is_alive() {
-        crate::runtime::dead_letter();
+        crate::runtime::dead_letter_in(Some(&me.shard.stats));
         return None;
     }
     me.cell.reserve_forced();

@@ -142,7 +142,7 @@ impl Proxies {
 /// Stops stand-in `id`, hosted on `gateway`, with `reason`.
 pub(crate) fn stop_proxy(gateway: &ShardHandle, id: u64, reason: StopReason) {
     let env = Envelope { to: id, body: Body::Stop(reason) };
-    send_control(gateway.id, &gateway.addr, env, true);
+    send_control(gateway.id, &gateway.addr, env, true, Some(&gateway.stats));
 }
 
 #[cfg(test)]

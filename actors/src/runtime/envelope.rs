@@ -7,10 +7,12 @@
 //! `actor/bridge.rs`, the only code that turns typed values into these.
 
 use std::any::Any;
+use std::sync::Arc;
 
 use ringmail_transport::{Addr, FixedFd};
 
 use super::cell::ActorCell;
+use super::SystemStats;
 use crate::error::StopReason;
 
 /// An envelope for actor `to` (a process-unique actor id; 0 for replies).
@@ -29,8 +31,10 @@ pub(crate) enum Body {
     Stop(StopReason),
     /// Install a new actor on the receiving shard.
     Spawn(Box<dyn Hosted>),
-    /// The reply to ask `ask`; `None` when the actor stopped without replying.
-    Reply { ask: u64, value: Option<Box<dyn Any + Send>> },
+    /// The reply to ask `ask`; `None` when the actor stopped without
+    /// replying. `from`: the replier's system, which counts the reply as a
+    /// dead letter if its ask gave up.
+    Reply { ask: u64, value: Option<Box<dyn Any + Send>>, from: Option<Arc<SystemStats>> },
     /// Stop every actor of the shard, close its ring, end its thread.
     Shutdown,
 }
@@ -110,7 +114,8 @@ impl ReplyTo {
     fn deliver(&mut self, value: Option<Box<dyn Any + Send>>) {
         match &mut self.to {
             ReplyKind::Ring { addr, ask, send } => {
-                let env = Envelope { to: 0, body: Body::Reply { ask: *ask, value } };
+                let from = super::thread_system();
+                let env = Envelope { to: 0, body: Body::Reply { ask: *ask, value, from } };
                 // A failure (the asker's thread is gone) is counted as a dead letter.
                 send(addr, env);
             }

@@ -35,7 +35,9 @@
 //! it from its ring (or local queue), frees the slot, and runs the handler
 //! under `catch_unwind`.
 
+use std::cell::OnceCell;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 pub(crate) mod ask;
 pub(crate) mod cell;
@@ -50,9 +52,54 @@ pub(crate) mod thread;
 
 static DEAD_LETTERS: AtomicU64 = AtomicU64::new(0);
 
-/// Counts one message that reached no handler (see [`crate::dead_letters`]).
+/// Counters of one actor system, shared by its shards and the handles its
+/// references hold.
+#[derive(Debug, Default)]
+pub(crate) struct SystemStats {
+    /// Handler panics (each stopped its actor).
+    pub(crate) panics: AtomicU64,
+    /// Dead letters attributed to this system (see [`dead_letter`]).
+    pub(crate) dead_letters: AtomicU64,
+}
+
+thread_local! {
+    /// The system whose shard this thread runs (unset on other threads).
+    static SYSTEM: OnceCell<Arc<SystemStats>> = const { OnceCell::new() };
+}
+
+/// Makes this thread count its dead letters to `stats` (a shard's thread).
+pub(crate) fn set_thread_system(stats: Arc<SystemStats>) {
+    let _ = SYSTEM.try_with(|s| s.set(stats));
+}
+
+/// The system whose shard this thread runs, if any.
+pub(crate) fn thread_system() -> Option<Arc<SystemStats>> {
+    SYSTEM.try_with(|s| s.get().cloned()).ok().flatten()
+}
+
+/// Counts one message that reached no handler (see [`crate::dead_letters`]),
+/// in the process-wide total and in the system whose shard runs this thread.
+/// Where the system of the message's target is known, use
+/// [`dead_letter_in`] instead.
 pub(crate) fn dead_letter() {
     DEAD_LETTERS.fetch_add(1, Ordering::Relaxed);
+    let _ = SYSTEM.try_with(|s| {
+        if let Some(s) = s.get() {
+            s.dead_letters.fetch_add(1, Ordering::Relaxed);
+        }
+    });
+}
+
+/// Counts one dead letter in the process-wide total and in `stats` (the
+/// system of the actor the message was for, or that sent a reply).
+pub(crate) fn dead_letter_in(stats: Option<&SystemStats>) {
+    match stats {
+        Some(s) => {
+            DEAD_LETTERS.fetch_add(1, Ordering::Relaxed);
+            s.dead_letters.fetch_add(1, Ordering::Relaxed);
+        }
+        None => dead_letter(),
+    }
 }
 
 /// Dead letters counted by the actor runtime (without the transport's).

@@ -16,7 +16,8 @@ use ringmail_transport::{Addr, FixedFd, SendError};
 
 use super::envelope::Envelope;
 pub(crate) use super::thread::SendFail;
-use super::thread::{discard, send_inner, with, with_ctx, Unavailable, BATCHING};
+use super::thread::{discard, discard_in, send_inner, with, with_ctx, Unavailable, BATCHING};
+use super::SystemStats;
 
 /// Sends `env` (a `Body::FdMsg`) with `fd` to the shard at `addr`.
 pub(crate) fn send_fd_to_shard(
@@ -77,7 +78,15 @@ pub(crate) fn send_to_shard(
 
 /// Sends a control envelope (DOWN, stop, reply): waits out a full transport
 /// mailbox for a while rather than refusing, since the receiver relies on it.
-pub(crate) fn send_control(shard: u64, addr: &Addr<Envelope>, env: Envelope, create: bool) -> bool {
+/// A message that cannot be delivered is a dead letter of `sys` (the
+/// target's system) when given.
+pub(crate) fn send_control(
+    shard: u64,
+    addr: &Addr<Envelope>,
+    env: Envelope,
+    create: bool,
+    sys: Option<&SystemStats>,
+) -> bool {
     let deadline = Instant::now() + Duration::from_secs(5);
     let mut env = env;
     loop {
@@ -91,7 +100,7 @@ pub(crate) fn send_control(shard: u64, addr: &Addr<Envelope>, env: Envelope, cre
                 pump(Duration::from_micros(100));
             }
             Err((e, _)) => {
-                discard(e);
+                discard_in(e, sys);
                 return false;
             }
         }
@@ -119,7 +128,7 @@ fn pump(d: Duration) {
 
 /// Sends to a thread's ring (replies to an asker), without creating one.
 pub(crate) fn reply_to(addr: &Addr<Envelope>, env: Envelope) -> bool {
-    send_control(u64::MAX, addr, env, false)
+    send_control(u64::MAX, addr, env, false, None)
 }
 
 /// Flushes this thread's ring if it has one (without creating one): lets it

@@ -37,10 +37,10 @@ use super::cell::ActorCell;
 use super::envelope::{Body, Envelope, Hosted};
 use super::io::{Accept, Recv};
 use super::io_table::{Completion, Done, Multi};
-use super::lock;
 use super::registry::Registry;
 use super::route::send_control;
 use super::thread::{self, discard, take_attached, with};
+use super::{lock, SystemStats};
 use crate::error::StopReason;
 
 static NEXT_ACTOR: AtomicU64 = AtomicU64::new(1);
@@ -53,6 +53,8 @@ pub(crate) struct ShardHandle {
     pending: Mutex<HashSet<u64>>,
     mailbox_capacity: usize,
     pub(crate) registry: Arc<Registry>,
+    /// The counters of the system this shard belongs to.
+    pub(crate) stats: Arc<SystemStats>,
 }
 
 impl ShardHandle {
@@ -61,8 +63,10 @@ impl ShardHandle {
         addr: Addr<Envelope>,
         mailbox_capacity: usize,
         registry: Arc<Registry>,
+        stats: Arc<SystemStats>,
     ) -> Self {
-        ShardHandle { id, addr, pending: Mutex::new(HashSet::new()), mailbox_capacity, registry }
+        let pending = Mutex::new(HashSet::new());
+        ShardHandle { id, addr, pending, mailbox_capacity, registry, stats }
     }
 
     fn pending(&self) -> std::sync::MutexGuard<'_, HashSet<u64>> {
@@ -78,7 +82,7 @@ impl ShardHandle {
         let env = Envelope { to: id, body: Body::Spawn(hosted) };
         // Waits out a full mailbox; if the shard is gone, the discarded
         // Spawn marks the actor stopped (ShardGone).
-        if !send_control(self.id, &self.addr, env, true) {
+        if !send_control(self.id, &self.addr, env, true, Some(&self.stats)) {
             self.pending().remove(&id);
         }
     }
@@ -104,12 +108,6 @@ fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
     }
 }
 
-/// Counters of a system, bumped by its shards.
-#[derive(Debug, Default)]
-pub(crate) struct SystemStats {
-    pub(crate) panics: AtomicU64,
-}
-
 /// The shard's thread state: the actors it hosts and its dispatch loop.
 pub(crate) struct ShardLoop {
     handle: Arc<ShardHandle>,
@@ -119,18 +117,16 @@ pub(crate) struct ShardLoop {
     early: HashMap<u64, Vec<Envelope>>,
     dedicated: bool,
     hosted_any: bool,
-    stats: Arc<SystemStats>,
 }
 
 impl ShardLoop {
-    pub(crate) fn new(handle: Arc<ShardHandle>, dedicated: bool, stats: Arc<SystemStats>) -> Self {
+    pub(crate) fn new(handle: Arc<ShardHandle>, dedicated: bool) -> Self {
         ShardLoop {
             handle,
             actors: HashMap::default(),
             early: HashMap::new(),
             dedicated,
             hosted_any: false,
-            stats,
         }
     }
 
@@ -200,7 +196,7 @@ impl ShardLoop {
                         }
                     }
                     Err(p) => {
-                        self.stats.panics.fetch_add(1, Ordering::Relaxed);
+                        self.handle.stats.panics.fetch_add(1, Ordering::Relaxed);
                         self.finished(slot.cell(), StopReason::Panicked(panic_message(p)));
                         self.dead_letter_early(to);
                     }
@@ -259,7 +255,8 @@ impl ShardLoop {
                         .push(Envelope { to, body: Body::Stop(reason) });
                 }
             }
-            Body::Reply { .. } => super::dead_letter(), // a reply after its ask gave up
+            // A reply after its ask gave up.
+            Body::Reply { from, .. } => super::dead_letter_in(from.as_deref()),
             Body::Shutdown => return false,
         }
         true
@@ -272,7 +269,7 @@ impl ShardLoop {
             Ok(None) => {}
             Ok(Some(reason)) => self.stop_actor(to, reason),
             Err(p) => {
-                self.stats.panics.fetch_add(1, Ordering::Relaxed);
+                self.handle.stats.panics.fetch_add(1, Ordering::Relaxed);
                 let slot = self.actors.remove(&to).expect("present");
                 self.finished(slot.cell(), StopReason::Panicked(panic_message(p)));
             }
@@ -282,7 +279,7 @@ impl ShardLoop {
     fn stop_actor(&mut self, id: u64, reason: StopReason) {
         if let Some(mut slot) = self.actors.remove(&id) {
             if let Err(p) = catch_unwind(AssertUnwindSafe(|| slot.stopped())) {
-                self.stats.panics.fetch_add(1, Ordering::Relaxed);
+                self.handle.stats.panics.fetch_add(1, Ordering::Relaxed);
                 self.finished(slot.cell(), StopReason::Panicked(panic_message(p)));
                 return;
             }

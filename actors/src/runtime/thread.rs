@@ -18,6 +18,7 @@ use std::any::Any;
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
 use std::time::Duration;
 
 use ringmail_transport::{Addr, Event, FixedFd, Ring, RingConfig, SendError, SetupError};
@@ -26,6 +27,7 @@ use super::envelope::{Body, Envelope};
 use super::fds::FdTable;
 use super::io::{PendingIo, Recv};
 use super::io_table::{io_limit, Done, IoTable};
+use super::SystemStats;
 use crate::error::StopReason;
 
 /// Why an envelope could not be sent; the envelope comes back with it.
@@ -91,7 +93,7 @@ impl ThreadCtx {
     /// the rest, to be discarded outside the borrow.
     pub(crate) fn sort(&mut self, e: Event<Envelope>, rest: &mut Vec<Envelope>) {
         match e {
-            Event::Message(Envelope { body: Body::Reply { ask, value }, .. })
+            Event::Message(Envelope { body: Body::Reply { ask, value, .. }, .. })
                 if self.awaiting == Some(ask) =>
             {
                 self.early_reply = Some(value)
@@ -175,8 +177,14 @@ thread_local! {
 #[derive(Debug)]
 pub(crate) struct Unavailable;
 
-/// Makes this thread a shard's thread, with a ring built from `cfg`.
-pub(crate) fn init_shard(id: u64, cfg: RingConfig) -> Result<Addr<Envelope>, SetupError> {
+/// Makes this thread a shard's thread of the system counted by `stats`,
+/// with a ring built from `cfg`.
+pub(crate) fn init_shard(
+    id: u64,
+    cfg: RingConfig,
+    stats: Arc<SystemStats>,
+) -> Result<Addr<Envelope>, SetupError> {
+    super::set_thread_system(stats);
     let limit = io_limit(&cfg);
     let ring = Ring::with_config(cfg)?;
     let addr = ring.addr();
@@ -310,15 +318,21 @@ pub(super) fn send_inner(
 
 /// An envelope nobody will handle: count it, and tell whoever waits on it.
 pub(crate) fn discard(env: Envelope) {
+    discard_in(env, None)
+}
+
+/// As [`discard`], counting a message's dead letter in `sys` (the system of
+/// the actor it was for) when known, else in this thread's system.
+pub(crate) fn discard_in(env: Envelope, sys: Option<&SystemStats>) {
     match env.body {
         Body::Msg(m) => {
-            super::dead_letter();
+            super::dead_letter_in(sys);
             drop(m); // an unanswered ask gets its NoReply from ReplyTo's drop
         }
         Body::Spawn(s) => s.cell().set_stopped(StopReason::ShardGone),
-        Body::Reply { .. } => super::dead_letter(), // its ask gave up
+        Body::Reply { from, .. } => super::dead_letter_in(from.as_deref()), // its ask gave up
         Body::FdMsg { key, msg } => {
-            super::dead_letter();
+            super::dead_letter_in(sys);
             drop(msg);
             drop(take_attached(key)); // closes the fd
         }
