@@ -66,6 +66,8 @@
 //   system, supervisor, net, remote: built on the two
 mod actor;
 mod error;
+#[cfg(feature = "fault-injection")]
+pub mod fault;
 pub mod io;
 pub mod net;
 pub mod remote;

@@ -6,6 +6,7 @@
 //! cargo run --release -p ringmail-benches -- <case> [--quick] [--rounds N] [--json PATH]
 //! cases: ping-pong, throughput, msg-lat, fd-handoff, spawn, echo, kv, remote, all
 //! cargo run --release -p ringmail-benches -- soak [--secs N]
+//! cargo run --release -p ringmail-benches --features fault-injection -- soak --secs 10 --inject-loss 1
 //! ```
 
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -55,7 +56,10 @@ fn usage() -> ! {
          --json PATH write every comparison as JSON\n\
          report BENCH.json DIR  draw the charts of a run's JSON into DIR (SVG)\n\
          soak [--secs N]  KV + 3-node cluster under random faults for N s (default 60),\n\
-         \x20                ending with `lost: N`; exit code 1 when anything was lost",
+         \x20                ending with `lost: N`; exit code 1 when anything was lost or duplicated\n\
+         \x20                or the fds or RSS drifted\n\
+         soak ... --inject-loss N | --inject-duplicate N  (build with --features fault-injection)\n\
+         \x20                make the framework drop or duplicate N remote tells: the soak must fail",
         CASES.join(", ")
     );
     std::process::exit(2)
@@ -66,13 +70,18 @@ fn main() {
     let Some(case) = args.first().cloned() else { usage() };
     if case == "soak" {
         // Not a comparison: a bounded run under faults with an exact account.
-        let secs = args
-            .iter()
-            .position(|a| a == "--secs")
-            .and_then(|i| args.get(i + 1))
-            .map(|v| v.parse().unwrap_or_else(|_| usage()))
-            .unwrap_or(60);
-        std::process::exit(soak::run(secs));
+        let flag = |name: &str| {
+            args.iter()
+                .position(|a| a == name)
+                .and_then(|i| args.get(i + 1))
+                .map(|v| v.parse::<u64>().unwrap_or_else(|_| usage()))
+        };
+        let secs = flag("--secs").unwrap_or(60);
+        let inject = soak::Inject {
+            loss: flag("--inject-loss").unwrap_or(0),
+            duplicate: flag("--inject-duplicate").unwrap_or(0),
+        };
+        std::process::exit(soak::run(secs, inject));
     }
     if case == "report" {
         let (Some(json), Some(dir)) = (args.get(1), args.get(2)) else { usage() };

@@ -19,13 +19,14 @@ use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ringmail::remote::{Node, NodeConfig, NodeEvent};
-use ringmail::{ActorRef, System, TellError};
-use ringmail_examples::cluster::{self, Seq, SeqCheck, SeqReport};
+use ringmail::{ActorRef, System};
+use ringmail_examples::account::{Ranges, Sender, Verdict};
+use ringmail_examples::cluster::{self, Seq, SeqCheck, SeqSeen};
 
 use crate::harness::{open_fds, rss_kib};
 
@@ -45,18 +46,19 @@ impl Rng {
     }
 }
 
-/// What the open fds are (for the drift line).
-fn fd_kinds() -> String {
+/// What the open fds are, by kind (for the drift check). Panics when
+/// `/proc/self/fd` cannot be read: a drift check that cannot measure must
+/// not pass.
+fn fd_kinds() -> std::collections::BTreeMap<String, usize> {
     let mut kinds: std::collections::BTreeMap<String, usize> = Default::default();
-    if let Ok(d) = std::fs::read_dir("/proc/self/fd") {
-        for e in d.flatten() {
-            let l = std::fs::read_link(e.path()).map(|p| p.to_string_lossy().into_owned());
-            let k = l.unwrap_or_default();
-            let k = k.split(':').next().unwrap_or("").to_string();
-            *kinds.entry(k).or_default() += 1;
-        }
+    let d = std::fs::read_dir("/proc/self/fd").expect("soak: cannot read /proc/self/fd");
+    for e in d.flatten() {
+        let l = std::fs::read_link(e.path()).map(|p| p.to_string_lossy().into_owned());
+        let k = l.unwrap_or_default();
+        let k = k.split(':').next().unwrap_or("").to_string();
+        *kinds.entry(k).or_default() += 1;
     }
-    format!("{kinds:?}")
+    kinds
 }
 
 #[derive(Default)]
@@ -211,8 +213,60 @@ fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
+/// Faults to inject on purpose (`--inject-loss N`, `--inject-duplicate N`),
+/// to show that the account catches them: the framework then drops or
+/// duplicates that many remote tells (only in a build with the benches'
+/// `fault-injection` feature).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Inject {
+    /// Remote tells to drop silently.
+    pub loss: u64,
+    /// Remote tells to write twice.
+    pub duplicate: u64,
+}
+
+fn arm(inject: Inject) -> Result<(), String> {
+    if inject.loss == 0 && inject.duplicate == 0 {
+        return Ok(());
+    }
+    #[cfg(feature = "fault-injection")]
+    {
+        ringmail::fault::inject_loss(inject.loss);
+        ringmail::fault::inject_duplicate(inject.duplicate);
+        println!(
+            "soak: injecting {} silent losses and {} duplicates of remote tells",
+            inject.loss, inject.duplicate
+        );
+        Ok(())
+    }
+    #[cfg(not(feature = "fault-injection"))]
+    Err("--inject-* needs a build with `--features fault-injection` (never on by default)".into())
+}
+
+/// The numbers `seq` on `peer` saw from sender `from`.
+fn seen(seq: &ActorRef<SeqCheck>, from: u64) -> Result<Ranges, String> {
+    seq.ask(SeqSeen(from), Duration::from_secs(20))
+        .map(Ranges::from_parts)
+        .map_err(|e| format!("{e:?}"))
+}
+
+/// Fds by kind that must not drift: sockets and pipes (io_uring instances,
+/// `anon_inode`, may: this thread keeps the client ring its first tell made).
+fn sockets_and_pipes(kinds: &std::collections::BTreeMap<String, usize>) -> usize {
+    kinds
+        .iter()
+        .filter(|(k, _)| k.starts_with("socket") || k.starts_with("pipe"))
+        .map(|(_, n)| n)
+        .sum()
+}
+
+/// RSS growth over the run above this fails it (a leak of the framework's,
+/// or memory the load left behind): the streams are bounded by mailboxes
+/// and the KV's keys by the clients' key space.
+const RSS_GROWTH_LIMIT_KIB: u64 = 64 << 10;
+
 /// Runs the soak for `secs` seconds; returns the process exit code.
-pub fn run(secs: u64) -> i32 {
+pub fn run(secs: u64, inject: Inject) -> i32 {
     let dur = Duration::from_secs(secs);
     println!("soak: {secs} s of KV and cluster load with random faults");
     let fds0 = open_fds();
@@ -224,9 +278,11 @@ pub fn run(secs: u64) -> i32 {
     let (pa, pb) = (free_port(), free_port());
     let wa = start_worker("wa", pa);
     let mut wb = start_worker("wb", pb);
+    // The node on a system of its own: its dead letters are the streams'.
+    let node_system = System::new();
     let cfg = NodeConfig::new("soak", "127.0.0.1:0".parse().unwrap(), SECRET)
         .seeds([SocketAddr::from(([127, 0, 0, 1], pa)), SocketAddr::from(([127, 0, 0, 1], pb))]);
-    let node = Arc::new(Node::start(&system, cfg).expect("node"));
+    let node = Arc::new(Node::start(&node_system, cfg).expect("node"));
     cluster::register_all(&node);
     let events = node.events();
     let setup = Instant::now() + Duration::from_secs(20);
@@ -236,6 +292,10 @@ pub fn run(secs: u64) -> i32 {
         eprintln!("soak: the worker nodes did not come up");
         return 1;
     };
+    if let Err(e) = arm(inject) {
+        eprintln!("soak: {e}");
+        return 2;
+    }
     let rss0 = rss_kib();
     let deadline = Instant::now() + dur;
 
@@ -248,36 +308,62 @@ pub fn run(secs: u64) -> i32 {
         })
         .collect();
 
-    // Cluster streams and faults, from this thread.
+    // Cluster streams and faults, from this thread. Every number is
+    // accounted for exactly (ringmail_examples::account): wa's stream across
+    // dropped connections (a generation per reference), wb's per process
+    // (checked in full before each kill -9, and at the end).
     let mut rng = Rng(0xdead_beef);
-    let (mut sent_a, mut back_a, mut n_a) = (0u64, 0u64, 0u64);
-    let (mut sent_b, mut back_b, mut n_b) = (0u64, 0u64, 0u64);
-    let (mut b_checked_sent, mut b_checked_recv) = (0u64, 0u64);
-    let mut b_lost = 0u64;
+    let mut acc_a = Sender::new();
+    let mut n_a = 0u64;
+    let mut acc_b = Sender::new();
+    let mut n_b = 0u64;
+    let mut b_verdicts: Vec<Verdict> = Vec::new();
+    let mut b_failures = 0u64;
+    let mut dead_b0 = node_system.dead_letters();
     let (mut disconnects, mut kills) = (0u64, 0u64);
+    let mut downs: Vec<NodeEvent> = Vec::new();
     let mut next_fault = Instant::now() + Duration::from_millis(500 + rng.below(1500));
-    let paused = AtomicBool::new(false);
+    let dead_a0 = node_system.dead_letters();
+    // The in-doubt count of wb's drops since its last check.
+    let take_b_doubt = |downs: &mut Vec<NodeEvent>| {
+        let mut d = 0;
+        downs.retain(|ev| match ev {
+            NodeEvent::Down { name, in_doubt, .. } if name == "wb" => {
+                d += in_doubt;
+                false
+            }
+            _ => true,
+        });
+        d
+    };
     while Instant::now() < deadline {
         ringmail::batched(|| {
             for _ in 0..200 {
                 match seq_a.tell(Seq { from: 1, n: n_a }) {
-                    Ok(()) => sent_a += 1,
-                    Err(TellError::Stopped(_)) => back_a += 1,
-                    Err(_) => back_a += 1,
+                    Ok(()) => acc_a.accepted(n_a),
+                    Err(_) => acc_a.handed_back(n_a),
                 }
                 n_a += 1;
-                if !paused.load(Relaxed) {
-                    match seq_b.tell(Seq { from: 2, n: n_b }) {
-                        Ok(()) => sent_b += 1,
-                        Err(_) => back_b += 1,
-                    }
-                    n_b += 1;
+                match seq_b.tell(Seq { from: 2, n: n_b }) {
+                    Ok(()) => acc_b.accepted(n_b),
+                    Err(_) => acc_b.handed_back(n_b),
                 }
+                n_b += 1;
             }
         });
+        while let Ok(ev) = events.try_recv() {
+            downs.push(ev);
+        }
         if !seq_a.is_alive() {
             if let Some(r) = lookup_seq(&node, "wa", Instant::now() + Duration::from_secs(20)) {
                 seq_a = r;
+                acc_a.next_generation();
+            }
+        }
+        if !seq_b.is_alive() {
+            if let Some(r) = lookup_seq(&node, "wb", Instant::now() + Duration::from_secs(20)) {
+                seq_b = r;
+                acc_b.next_generation();
             }
         }
         if Instant::now() >= next_fault {
@@ -285,19 +371,21 @@ pub fn run(secs: u64) -> i32 {
                 node.disconnect("wa");
                 disconnects += 1;
             } else {
-                // Pause wb's stream, check it exactly, then kill and restart it.
-                match seq_b.ask(SeqReport, Duration::from_secs(20)) {
-                    Ok((received, _)) => {
-                        b_checked_sent += sent_b;
-                        b_checked_recv += received;
-                        b_lost += sent_b.saturating_sub(received);
+                // Pause wb's stream, account for it exactly, then kill and
+                // restart it (a new process: its numbers start again).
+                match seen(&seq_b, 2) {
+                    Ok(s) => {
+                        while let Ok(ev) = events.try_recv() {
+                            downs.push(ev);
+                        }
+                        let dead = node_system.dead_letters() - dead_b0;
+                        b_verdicts.push(acc_b.account(&s, take_b_doubt(&mut downs), dead));
                     }
                     Err(e) => {
-                        eprintln!("soak: wb did not report before its kill: {e:?}");
-                        b_lost += sent_b;
+                        eprintln!("soak: wb did not report before its kill: {e}");
+                        b_failures += 1;
                     }
                 }
-                sent_b = 0;
                 let _ = wb.child.kill();
                 let _ = wb.child.wait();
                 kills += 1;
@@ -306,10 +394,17 @@ pub fn run(secs: u64) -> i32 {
                     Some(r) => seq_b = r,
                     None => {
                         eprintln!("soak: wb did not come back");
-                        b_lost += 1;
+                        b_failures += 1;
                     }
                 }
+                // The killed process's drop was accounted for above.
+                while let Ok(ev) = events.try_recv() {
+                    downs.push(ev);
+                }
+                take_b_doubt(&mut downs);
+                acc_b = Sender::new();
                 n_b = 0;
+                dead_b0 = node_system.dead_letters();
             }
             next_fault = Instant::now() + Duration::from_millis(500 + rng.below(1500));
         }
@@ -317,30 +412,51 @@ pub fn run(secs: u64) -> i32 {
     for c in clients {
         c.join().expect("kv client");
     }
-    // Let connections that were closing drain, then take the final counts.
-    std::thread::sleep(Duration::from_millis(1500));
-    let recv_a = match lookup_seq(&node, "wa", Instant::now() + Duration::from_secs(20))
-        .map(|r| r.ask(SeqReport, Duration::from_secs(20)))
-    {
-        Some(Ok(r)) => r.0,
-        other => {
-            eprintln!("soak: wa's final report failed: {other:?}");
-            0
-        }
-    };
-    let final_b = seq_b.ask(SeqReport, Duration::from_secs(20)).map_or(0, |r| r.0);
-    b_checked_sent += sent_b;
-    b_checked_recv += final_b;
-    b_lost += sent_b.saturating_sub(final_b);
-    let mut doubt_a = 0;
-    while let Ok(ev) = events.try_recv() {
-        if let NodeEvent::Down { name, in_doubt, .. } = ev {
-            if name == "wa" {
-                doubt_a += in_doubt;
+    // Final accounts: each report's ask travels behind every earlier
+    // message on its connection, and behind every message the old
+    // references forwarded to the node's actor.
+    let a_verdict = match lookup_seq(&node, "wa", Instant::now() + Duration::from_secs(20)) {
+        Some(r) => {
+            if r != seq_a {
+                acc_a.next_generation(); // the last reference had stopped
+            }
+            match seen(&r, 1) {
+                Ok(s) => {
+                    while let Ok(ev) = events.try_recv() {
+                        downs.push(ev);
+                    }
+                    let doubt: u64 = downs
+                        .iter()
+                        .map(|ev| match ev {
+                            NodeEvent::Down { name, in_doubt, .. } if name == "wa" => *in_doubt,
+                            _ => 0,
+                        })
+                        .sum();
+                    // wb's dead letters are counted from its last restart on.
+                    let dead_a = node_system.dead_letters() - dead_a0;
+                    Some(acc_a.account(&s, doubt, dead_a))
+                }
+                Err(e) => {
+                    eprintln!("soak: wa's final report failed: {e}");
+                    None
+                }
             }
         }
+        None => None,
+    };
+    match seen(&seq_b, 2) {
+        Ok(s) => {
+            while let Ok(ev) = events.try_recv() {
+                downs.push(ev);
+            }
+            let dead = node_system.dead_letters() - dead_b0;
+            b_verdicts.push(acc_b.account(&s, take_b_doubt(&mut downs), dead));
+        }
+        Err(e) => {
+            eprintln!("soak: wb's final report failed: {e}");
+            b_failures += 1;
+        }
     }
-    let a_lost = sent_a.saturating_sub(recv_a + doubt_a);
     let kv_lost = counts.lost.load(Relaxed);
 
     drop(kv);
@@ -351,14 +467,16 @@ pub fn run(secs: u64) -> i32 {
     drop(wa);
     drop(wb);
     let rss1 = rss_kib();
+    node_system.shutdown();
+    drop(node_system);
     system.shutdown();
     drop(system);
     std::thread::sleep(Duration::from_millis(200));
     // Let this thread's ring drop its lanes to the rings that closed.
     ringmail::batched(|| ());
     let fds1 = open_fds();
+    let kinds1 = fd_kinds();
 
-    let lost = kv_lost + a_lost + b_lost;
     println!(
         "soak kv: requests sent {}, answered {}, abandoned by {} client resets {} (outcome unknown), \
          reads checked {}, lost {kv_lost}",
@@ -368,27 +486,52 @@ pub fn run(secs: u64) -> i32 {
         counts.abandoned.load(Relaxed),
         counts.verified_reads.load(Relaxed),
     );
+    let (a_lost, a_dups) = match &a_verdict {
+        Some(v) => {
+            println!(
+                "soak cluster wa: {} references over {disconnects} dropped connections: {v}",
+                acc_a.generations.len()
+            );
+            (v.lost() + v.never_sent.len() as u64, v.duplicates)
+        }
+        None => {
+            println!(
+                "soak cluster wa: no final account (the report failed): all {n_a} counted lost"
+            );
+            (acc_a.accepted_count(), 0)
+        }
+    };
+    let (mut b_lost, mut b_dups) = (b_failures, 0);
+    for (i, v) in b_verdicts.iter().enumerate() {
+        b_lost += v.lost() + v.never_sent.len() as u64;
+        b_dups += v.duplicates;
+        if !v.ok() || i + 1 == b_verdicts.len() {
+            println!("soak cluster wb, process {}: {v}", i + 1);
+        }
+    }
+    let b_delivered: u64 = b_verdicts.iter().map(|v| v.delivered).sum();
     println!(
-        "soak cluster wa: sent {sent_a}, handed back {back_a}, delivered {recv_a}, in doubt {doubt_a} \
-         over {disconnects} dropped connections, lost {a_lost}"
+        "soak cluster wb: {kills} kill -9 + restart, {} processes accounted exactly, {b_delivered} \
+         delivered in all, {b_failures} reports missing, lost {b_lost}, duplicates {b_dups}",
+        b_verdicts.len()
     );
+    let sp0 = sockets_and_pipes(&kinds0);
+    let sp1 = sockets_and_pipes(&kinds1);
+    let rss_growth = rss1.saturating_sub(rss0);
     println!(
-        "soak cluster wb: sent {b_checked_sent}, handed back {back_b}, delivered {b_checked_recv} \
-         (checked before each of {kills} kill -9 + restart), lost {b_lost}"
+        "soak drift: fds {fds0} -> {fds1} ({kinds0:?} -> {kinds1:?}), sockets and pipes {sp0} -> \
+         {sp1} (must not grow), rss {rss0} KiB -> {rss1} KiB (+{rss_growth} KiB, at most \
+         {RSS_GROWTH_LIMIT_KIB} KiB)"
     );
-    println!(
-        "soak drift: fds {fds0} -> {fds1} ({:+}; {kinds0} -> {}), rss {rss0} KiB -> {rss1} KiB ({:+} KiB)",
-        fds1 as i64 - fds0 as i64,
-        fd_kinds(),
-        rss1 as i64 - rss0 as i64
-    );
-    println!(
-        "soak drift note: anon_inode fds are io_uring instances: this thread keeps the client \
-         ring its first tell made (and the duplicate fd behind its address); sockets and pipes \
-         must not drift"
-    );
+    let drift = sp1 > sp0 || rss_growth > RSS_GROWTH_LIMIT_KIB;
+    if drift {
+        println!("soak drift: FAILED");
+    }
+    let lost = kv_lost + a_lost + b_lost;
+    let duplicates = a_dups + b_dups;
+    println!("duplicates: {duplicates}");
     println!("lost: {lost}");
-    if lost > 0 {
+    if lost > 0 || duplicates > 0 || drift {
         1
     } else {
         0

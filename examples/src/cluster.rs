@@ -67,12 +67,15 @@ impl Handler<Totals> for WordCounter {
 }
 // ANCHOR_END: messages
 
-/// Checks that numbered messages from each sender arrive in order.
+/// Checks that numbered messages from each sender arrive in order, and
+/// records which numbers arrived (for an exact account, see
+/// [`crate::account`]).
 #[derive(Default)]
 pub struct SeqCheck {
     next: HashMap<u64, u64>,
     received: u64,
     out_of_order: u64,
+    seen: HashMap<u64, crate::account::Ranges>,
 }
 impl Actor for SeqCheck {}
 
@@ -90,6 +93,7 @@ impl Message for Seq {
 impl Handler<Seq> for SeqCheck {
     fn handle(&mut self, s: Seq, _: &mut Context<Self>) {
         self.received += 1;
+        self.seen.entry(s.from).or_default().insert(s.n);
         let next = self.next.entry(s.from).or_insert(0);
         if s.n != *next {
             self.out_of_order += 1;
@@ -107,6 +111,24 @@ impl Message for SeqReport {
 impl Handler<SeqReport> for SeqCheck {
     fn handle(&mut self, _: SeqReport, _: &mut Context<Self>) -> (u64, u64) {
         (self.received, self.out_of_order)
+    }
+}
+
+/// Asks a [`SeqCheck`] which numbers of sender `.0` arrived, as
+/// [`crate::account::Ranges::to_parts`]: the ranges (sorted, half-open),
+/// how many arrived more than once, and the first of those.
+#[derive(Serialize, Deserialize)]
+pub struct SeqSeen(pub u64);
+impl Message for SeqSeen {
+    type Reply = (Vec<(u64, u64)>, u64, Vec<u64>);
+}
+impl Handler<SeqSeen> for SeqCheck {
+    fn handle(
+        &mut self,
+        SeqSeen(from): SeqSeen,
+        _: &mut Context<Self>,
+    ) -> <SeqSeen as Message>::Reply {
+        self.seen.get(&from).map(|r| r.to_parts()).unwrap_or_default()
     }
 }
 
@@ -134,6 +156,7 @@ pub fn register_all(node: &Node) {
     node.register::<WordCounter, Totals>();
     node.register::<SeqCheck, Seq>();
     node.register::<SeqCheck, SeqReport>();
+    node.register::<SeqCheck, SeqSeen>();
     node.register::<Control, Quit>();
 }
 // ANCHOR_END: register

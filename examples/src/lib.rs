@@ -3,6 +3,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+pub mod account;
 pub mod cluster;
 pub mod echo;
 pub mod kv;

@@ -361,6 +361,12 @@ impl Link {
         self.owed.entry(proxy).or_insert((stand_in, 0)).1 += 1;
     }
 
+    /// Counts an injected duplicate as sent (`crate::fault`).
+    #[cfg(feature = "fault-injection")]
+    pub(crate) fn sent_copy(&mut self) {
+        self.sent += 1;
+    }
+
     /// The peer acknowledged having received `n` messages.
     pub(crate) fn on_ack(&mut self, n: u64) {
         self.acked = self.acked.max(n);

@@ -594,6 +594,23 @@ impl Handler<Outbound> for NodeActor {
             Frame::Ask { req, .. } => Some(*req),
             _ => None,
         };
+        #[cfg(feature = "fault-injection")]
+        if req.is_none() {
+            match crate::fault::next() {
+                crate::fault::Fault::Lose => {
+                    shared.unreserve(); // silently: no count anywhere
+                    return;
+                }
+                crate::fault::Fault::Duplicate => {
+                    if self.queue(link, &f) {
+                        if let Some(l) = self.links.get_mut(&link) {
+                            l.sent_copy(); // the copy is acknowledged like any frame
+                        }
+                    }
+                }
+                crate::fault::Fault::None => {}
+            }
+        }
         if self.queue(link, &f) {
             if let Some(l) = self.links.get_mut(&link) {
                 l.sent_for(o.proxy, shared);
