@@ -120,6 +120,8 @@ pub(crate) struct Link {
     /// Its connection in the node's connection table.
     pub(crate) conn: ConnId,
     state: State,
+    /// Closed by the node or lost by the peer (see [`Link::is_finished`]).
+    finished: bool,
     /// We dialled it (at this address).
     pub(crate) dialled: Option<SocketAddr>,
     /// Received, not yet parsed (from `inpos` on).
@@ -160,6 +162,7 @@ impl Link {
             id,
             conn,
             state: State::AwaitHello,
+            finished: false,
             dialled,
             inbuf: Vec::new(),
             inpos: 0,
@@ -180,6 +183,14 @@ impl Link {
     /// Closed: nothing more is read or queued.
     pub(crate) fn is_closed(&self) -> bool {
         matches!(self.state, State::Closed)
+    }
+
+    /// The connection was closed ([`Link::close`]) or lost
+    /// ([`Link::lost`]). A failed handshake step leaves the link `Closed`
+    /// (it reads nothing more) but not finished: the node must still close
+    /// the connection.
+    pub(crate) fn is_finished(&self) -> bool {
+        self.finished
     }
 
     /// Authenticated and open.
@@ -341,6 +352,7 @@ impl Link {
     /// it sees the connection end.
     pub(crate) fn close(&mut self) -> Option<Vec<u8>> {
         let last = self.take_segment();
+        self.finished = true;
         self.state = State::Closed;
         self.inbuf = Vec::new();
         self.inpos = 0;
@@ -350,6 +362,7 @@ impl Link {
     /// The connection is gone (the peer closed it): the link is closed
     /// with nothing more to write.
     pub(crate) fn lost(&mut self) {
+        self.finished = true;
         self.state = State::Closed;
     }
 
@@ -534,6 +547,7 @@ mod tests {
         assert_eq!(err, "handshake authentication failed (wrong secret or tampered transcript)");
         assert_eq!(err, WireError::BadMac.to_string());
         assert!(a.is_closed() && a.peer.is_none());
+        assert!(!a.is_finished(), "the node must still close the connection");
         assert!(!a.receive(b"more", Instant::now()), "a closed link reads nothing");
         assert_eq!(a.next_input(), Ok(None));
         // The listener fails alike on a Confirm it cannot verify (the

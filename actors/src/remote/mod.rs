@@ -334,7 +334,7 @@ pub struct NodeStats {
     /// Sent messages whose outcome is unknown (their connection dropped first).
     pub in_doubt: u64,
     /// Connections closed because the handshake failed (wrong secret, bad
-    /// frames, timeout).
+    /// frames, timeout), or closed by the peer before it authenticated.
     pub handshakes_failed: u64,
     /// Inbound connections closed because too many were in handshake.
     pub handshakes_refused: u64,

@@ -304,7 +304,9 @@ impl NodeActor {
     /// Closes a link, with the reason (logged); a peer it carried goes down.
     fn close(&mut self, link: u64, reason: &str, ctx: &Context<Self>) {
         let Some(l) = self.links.get_mut(&link) else { return };
-        if l.is_closed() {
+        // Closed once. A link whose handshake step just failed reads nothing
+        // more but is not finished: its connection is closed here.
+        if l.is_finished() {
             return;
         }
         // What this turn already framed still leaves, ahead of the FIN:
@@ -518,6 +520,12 @@ impl Handler<NetEvent> for NodeActor {
                     let was_open = self.links.get(&link).is_some_and(|l| !l.is_closed());
                     if was_open {
                         if let Some(l) = self.links.get_mut(&link) {
+                            if l.in_handshake() {
+                                // The peer gave up before authenticating (it
+                                // failed its side, or it timed out).
+                                let c = &self.shared.counters.handshakes_failed;
+                                c.fetch_add(1, Ordering::Relaxed);
+                            }
                             l.lost();
                             if let Some(addr) = l.dialled {
                                 if let Some(d) = self.dials.get_mut(&addr) {

@@ -1,0 +1,49 @@
+//! A peer with the wrong secret: every handshake fails with a counted
+//! error, its connection is closed at once on both sides, and the dialler
+//! tries again with backoff (a peer whose secret is fixed later joins).
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use ringmail::remote::{Node, NodeConfig};
+use ringmail::System;
+
+fn loopback() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 0))
+}
+
+#[test]
+fn a_dialler_with_the_wrong_secret_is_refused_closed_and_tries_again() {
+    let system = System::new();
+    let right =
+        Node::start(&system, NodeConfig::new("right", loopback(), "the right secret")).unwrap();
+    let cfg = NodeConfig::new("wrong", loopback(), "not the secret")
+        .seeds([right.local_addr()])
+        .redial(Duration::from_millis(20), Duration::from_millis(100));
+    let wrong = Node::start(&system, cfg).unwrap();
+    // Each attempt fails on the dialler (the Welcome does not verify) and
+    // on the listener (no Confirm comes; the dialler closed). Before the
+    // dialler closed its side, it dialled once and waited forever: the
+    // listener saw one failure (its handshake timeout, 2 s) and no more.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while wrong.stats().handshakes_failed < 3 || right.stats().handshakes_failed < 3 {
+        assert!(
+            Instant::now() < deadline,
+            "the dialler did not try again: dialler {:?}, listener {:?}",
+            wrong.stats(),
+            right.stats()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(wrong.peers().is_empty() && right.peers().is_empty(), "nobody authenticated");
+    // The failures are closed connections, not ones left half open: the
+    // listener holds no handshake in progress for long.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while right.stats().pending_handshakes > 1 {
+        assert!(Instant::now() < deadline, "handshakes left open: {:?}", right.stats());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    wrong.shutdown();
+    right.shutdown();
+    system.shutdown();
+}
