@@ -209,19 +209,42 @@ pub fn encode(frame: &Frame, out: &mut Vec<u8>, max: usize) -> Result<(), WireEr
 }
 
 /// Decodes the frame at the start of `buf`: `Ok(None)` when more bytes are
-/// needed, else the frame and the bytes it used. The announced length is
+/// needed, else the frame and the bytes it used (always at least 5: the
+/// length prefix and a body of at least one byte). The announced length is
 /// checked against `max` before anything is allocated.
+///
+/// Only the one encoding [`encode`] produces is accepted, so a decoded frame
+/// re-encodes to exactly the bytes it came from. postcard itself would also
+/// accept non-canonical varints (`0x80 0x00` for 0, say); those, an empty
+/// body and trailing bytes are [`WireError::Malformed`].
 pub fn decode(buf: &[u8], max: usize) -> Result<Option<(Frame, usize)>, WireError> {
     let Some(head) = buf.get(..4) else { return Ok(None) };
     let len = u32::from_be_bytes(head.try_into().expect("4 bytes")) as usize;
     if len > max {
         return Err(WireError::TooLarge { len, max });
     }
+    if len == 0 {
+        // Every frame has a variant tag: an empty body is never a frame.
+        return Err(WireError::Malformed("a frame of zero bytes".into()));
+    }
     let Some(body) = buf.get(4..4 + len) else { return Ok(None) };
     let (frame, rest): (Frame, &[u8]) =
         postcard::take_from_bytes(body).map_err(|e| WireError::Malformed(e.to_string()))?;
     if !rest.is_empty() {
         return Err(WireError::Malformed(format!("{} trailing bytes in a frame", rest.len())));
+    }
+    // The only freedom postcard's decoder leaves is a varint written longer
+    // than needed (bools, options and tags are checked, strings and byte
+    // arrays are copied as they are), and every such varint makes the body
+    // longer than the canonical encoding. So a body exactly as long as the
+    // frame's canonical encoding is that encoding; this counts bytes
+    // without allocating or copying payloads.
+    let canonical = postcard::serialize_with_flavor(&frame, postcard::ser_flavors::Size::default())
+        .map_err(|e| WireError::Malformed(e.to_string()))?;
+    if canonical != len {
+        return Err(WireError::Malformed(format!(
+            "non-canonical encoding ({len} bytes, canonically {canonical})"
+        )));
     }
     Ok(Some((frame, 4 + len)))
 }
@@ -299,6 +322,48 @@ mod tests {
     }
 
     #[test]
+    fn a_zero_length_frame_is_malformed_never_a_frame_of_no_bytes() {
+        // A decode that used no bytes would make every caller loop forever.
+        let buf = 0u32.to_be_bytes();
+        assert!(matches!(decode(&buf, 1024), Err(WireError::Malformed(_))));
+        // Even with more bytes after it.
+        let mut more = buf.to_vec();
+        encode(&Frame::Ping(1), &mut more, 1024).unwrap();
+        assert!(matches!(decode(&more, 1024), Err(WireError::Malformed(_))));
+    }
+
+    #[test]
+    fn non_canonical_varints_are_malformed() {
+        // Ping(1) is [tag, 1]; written with a two-byte varint for the tag
+        // or the value, postcard alone would decode it to the same frame.
+        let canonical = postcard::to_allocvec(&Frame::Ping(1)).unwrap();
+        let tag = canonical[0];
+        assert!(tag < 0x80 && canonical[1] == 1 && canonical.len() == 2);
+        for body in
+            [vec![tag | 0x80, 0x00, 0x01], vec![tag, 0x81, 0x00], vec![tag, 0x81, 0x80, 0x00]]
+        {
+            assert_eq!(postcard::from_bytes::<Frame>(&body).unwrap(), Frame::Ping(1));
+            let mut buf = (body.len() as u32).to_be_bytes().to_vec();
+            buf.extend_from_slice(&body);
+            assert!(
+                matches!(decode(&buf, 1024), Err(WireError::Malformed(ref m)) if m.contains("non-canonical")),
+                "{body:?}: {:?}",
+                decode(&buf, 1024)
+            );
+        }
+        // A non-canonical length of a byte string, inside a larger frame.
+        let f = Frame::Swim(vec![9; 3]);
+        let good = postcard::to_allocvec(&f).unwrap();
+        assert_eq!(good[1], 3);
+        let mut bad = vec![good[0], 0x83, 0x00];
+        bad.extend_from_slice(&good[2..]);
+        assert_eq!(postcard::from_bytes::<Frame>(&bad).unwrap(), f);
+        let mut buf = (bad.len() as u32).to_be_bytes().to_vec();
+        buf.extend_from_slice(&bad);
+        assert!(matches!(decode(&buf, 1024), Err(WireError::Malformed(_))));
+    }
+
+    #[test]
     fn garbage_is_malformed() {
         let mut buf = 3u32.to_be_bytes().to_vec();
         buf.extend_from_slice(&[0xff, 0xff, 0xff]);
@@ -310,8 +375,12 @@ mod tests {
         /// more bytes than it got.
         #[test]
         fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
-            if let Ok(Some((_, used))) = decode(&bytes, 4096) {
-                prop_assert!(used <= bytes.len());
+            if let Ok(Some((frame, used))) = decode(&bytes, 4096) {
+                prop_assert!(used > 0 && used <= bytes.len());
+                // Byte-exact: the frame re-encodes to the bytes it came from.
+                let mut again = Vec::new();
+                encode(&frame, &mut again, 4096).unwrap();
+                prop_assert_eq!(&again[..], &bytes[..used]);
             }
         }
 
