@@ -13,12 +13,22 @@ for l in sys.stdin:
     m=json.loads(l)
     if m.get("reason")=="compiler-artifact" and m.get("executable") and m["profile"]["test"]:
         print(m["executable"])')
+# No binaries means nothing was measured (a failed build, a changed cargo
+# message format): that is a failure, never a clean pass.
+total=$(printf '%s\n' $bins | grep -c . || true)
+if [ "$total" -eq 0 ]; then
+  echo "leak-check: no test binaries found"; exit 1
+fi
 fail=0
+ran=0
+skipped=0
 for b in $bins; do
   case "$(basename "$b")" in
     # Its children are iproute2's ip, which leaks by design (and is not ours).
-    partition-*) echo "leak-check: $(basename "$b") not run here (spawns ip; run by the test suite)"; continue ;;
+    partition-*) echo "leak-check: $(basename "$b") not run here (spawns ip; run by the test suite)"
+                 skipped=$((skipped + 1)); continue ;;
   esac
+  ran=$((ran + 1))
   log="$(mktemp)"
   # Leaks only: no other ASan checks apply to an uninstrumented binary.
   if ! LD_PRELOAD="$ASAN" ASAN_OPTIONS=detect_leaks=1:exitcode=23:verify_asan_link_order=0 \
@@ -31,4 +41,8 @@ for b in $bins; do
   fi
   rm -f "$log"
 done
+echo "leak-check: ran $ran of $total test binaries ($skipped skipped)"
+if [ "$ran" -eq 0 ]; then
+  echo "leak-check: no test binaries were run"; exit 1
+fi
 exit $fail
