@@ -6,20 +6,32 @@
 use serde::Serialize;
 
 /// Resident memory of this process, in KiB (`VmRSS`).
+///
+/// # Panics
+///
+/// When `/proc/self/status` cannot be read or has no `VmRSS` line: a
+/// measurement that cannot be made must not read as 0 KiB (every memory
+/// figure and growth check would then pass).
 pub fn rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
+    let status = std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_else(|e| panic!("rss_kib: cannot read /proc/self/status: {e}"));
+    status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or_else(|| panic!("rss_kib: no VmRSS figure in /proc/self/status"))
 }
 
 /// Open fds of this process (entries of `/proc/self/fd`).
+///
+/// # Panics
+///
+/// When `/proc/self/fd` cannot be read: a count that cannot be made must
+/// not read as 0 (every fd-baseline check would then pass).
 pub fn open_fds() -> usize {
-    std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0)
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap_or_else(|e| panic!("open_fds: cannot read /proc/self/fd: {e}"))
+        .count()
 }
 
 /// Whether a bigger figure is better (throughput) or worse (latency).
@@ -240,5 +252,17 @@ mod tests {
         // per-round ratios 2, 1, 3 -> median 2
         assert_eq!(c.rows[1].ratio_to_ringmail, 2.0);
         assert_eq!(c.rows[1].median, 20.0);
+    }
+
+    #[test]
+    fn the_process_measurements_measure() {
+        // Tests run in parallel threads of this process, so fds may come
+        // and go meanwhile: only lower bounds are checked.
+        assert!(open_fds() >= 3, "at least stdin, stdout, stderr");
+        let files: Vec<_> =
+            (0..64).map(|_| std::fs::File::open("/proc/self/status").unwrap()).collect();
+        assert!(open_fds() >= 64, "64 files open");
+        drop(files);
+        assert!(rss_kib() > 0, "a running process has resident memory");
     }
 }

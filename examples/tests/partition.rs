@@ -153,15 +153,15 @@ fn a_partition_is_detected_within_the_bound_and_healed() {
     wait_line(&rx, "na: event Up { name: \"nb\"", Duration::from_secs(15));
 }
 
-/// The effective uid, read from /proc (no unsafe needed).
+/// The effective uid, read from /proc (no unsafe needed). Panics when it
+/// cannot be read, rather than reporting "not root" for a uid it never saw.
 fn unsafe_free_uid() -> u32 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(2))
-                .and_then(|u| u.parse().ok())
-        })
-        .unwrap_or(u32::MAX)
+    let status = std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_else(|e| panic!("cannot read /proc/self/status for the uid: {e}"));
+    status
+        .lines()
+        .find(|l| l.starts_with("Uid:"))
+        .and_then(|l| l.split_whitespace().nth(2))
+        .and_then(|u| u.parse().ok())
+        .unwrap_or_else(|| panic!("no effective uid in /proc/self/status"))
 }

@@ -28,8 +28,15 @@ pub fn wait_for<T: Send + 'static>(
 }
 
 /// Number of open fds of this process (entries of `/proc/self/fd`).
+///
+/// # Panics
+///
+/// When `/proc/self/fd` cannot be read: a count that cannot be made must
+/// not read as 0 (every fd-baseline assertion would then pass).
 pub fn open_fds() -> usize {
-    std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0)
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap_or_else(|e| panic!("open_fds: cannot read /proc/self/fd: {e}"))
+        .count()
 }
 
 /// A non-blocking, close-on-exec pipe: (read end, write end).

@@ -30,17 +30,22 @@ fn served(srv: &EchoServer) -> usize {
 }
 
 /// Server-side sockets on `port` that are not closed yet (CLOSE_WAIT:
-/// the client closed, the server did not), from /proc/net/tcp.
+/// the client closed, the server did not), from /proc/net/tcp. Panics
+/// unless the table shows the server's listener on `port`: a table that
+/// does not show this process's sockets would otherwise count 0.
 fn close_wait_on(port: u16) -> usize {
     let tcp = std::fs::read_to_string("/proc/net/tcp").unwrap();
-    tcp.lines()
+    let states: Vec<&str> = tcp
+        .lines()
         .skip(1)
-        .filter(|l| {
+        .filter_map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
             let local_port = f[1].rsplit(':').next().unwrap();
-            u16::from_str_radix(local_port, 16).unwrap() == port && f[3] == "08"
+            (u16::from_str_radix(local_port, 16).unwrap() == port).then_some(f[3])
         })
-        .count()
+        .collect();
+    assert!(states.contains(&"0A"), "no listener on port {port} in /proc/net/tcp: cannot count");
+    states.iter().filter(|s| **s == "08").count()
 }
 
 /// Makes closing `s` send a reset instead of a FIN (SO_LINGER 0).

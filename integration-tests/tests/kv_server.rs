@@ -31,17 +31,24 @@ fn client(srv: &KvServer) -> Connection {
 fn all_closed(srv: &KvServer) {
     use ringmail_examples::kv::server::Clients;
     let port = srv.addr.port();
+    // Panics unless the table shows the server's listener on `port`: a
+    // table that does not show this process's sockets would count 0.
     let close_wait = || {
-        std::fs::read_to_string("/proc/net/tcp")
-            .unwrap()
+        let tcp = std::fs::read_to_string("/proc/net/tcp").unwrap();
+        let states: Vec<&str> = tcp
             .lines()
             .skip(1)
-            .filter(|l| {
+            .filter_map(|l| {
                 let f: Vec<&str> = l.split_whitespace().collect();
                 let p = u16::from_str_radix(f[1].rsplit(':').next().unwrap(), 16).unwrap();
-                p == port && f[3] == "08"
+                (p == port).then_some(f[3])
             })
-            .count()
+            .collect();
+        assert!(
+            states.contains(&"0A"),
+            "no listener on port {port} in /proc/net/tcp: cannot count"
+        );
+        states.iter().filter(|s| **s == "08").count()
     };
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     loop {

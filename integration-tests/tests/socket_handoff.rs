@@ -63,6 +63,9 @@ fn ten_thousand_sockets_handed_off_and_all_closed() {
         // Every server-side socket closed: no CLOSE_WAIT (client gone,
         // server socket still open), only the listener (0A) and TIME_WAITs.
         let states = tcp_states_on(addr.port());
+        // The listener must show: a table without this process's sockets
+        // would have nothing open, and the test would pass unmeasured.
+        assert!(states.iter().any(|s| s == "0A"), "no listener on {addr} in /proc/net/tcp");
         let open = states.iter().filter(|s| *s != "0A" && *s != "06").count();
         if count(&srv) == 0 && open == 0 {
             break;
