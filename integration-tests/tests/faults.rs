@@ -3,7 +3,7 @@
 
 use std::sync::{mpsc, Arc, Barrier};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ringmail::transport::{dead_letters, Event, ReturnReason, Ring, RingConfig, SendError};
 
@@ -27,7 +27,9 @@ fn stall_500ms_under_a_200k_burst_into_a_32_entry_cq() {
         let mut next = [0u64; SENDERS as usize];
         let mut total = 0;
         let mut evs = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(60);
         while total < SENDERS as u64 * PER {
+            assert!(Instant::now() < deadline, "only {total} arrived: {:?}", rx.stats());
             evs.clear();
             rx.wait(&mut evs, Some(Duration::from_secs(10))).unwrap();
             assert!(!evs.is_empty(), "stuck at {total}");
@@ -61,8 +63,81 @@ fn stall_500ms_under_a_200k_burst_into_a_32_entry_cq() {
     let st = receiver.join().unwrap();
     assert_eq!(st.messages_received, SENDERS as u64 * PER);
     assert!(st.fallback_parcels_received > 0);
+    assert_eq!(st.cq_overflows, 0, "message completions overflowed the CQ: {st:?}");
     assert_eq!(addr.queued(), 0);
     println!("{st:?}");
+}
+
+/// Eight senders stream into a ring whose CQ has 8 entries (5 message
+/// credits, 2 kept for I/O, 1 for the doorbell) while its owner stalls
+/// before every reap, first for 100 ms, then for 1 ms each time: the kernel
+/// never has to park a completion in the CQ overflow list
+/// (`RingStats::cq_overflows` stays 0) although the messages outnumber the
+/// CQ 20 000 times and the ring path is taken again and again. Everything
+/// arrives once, in per-sender order.
+#[test]
+fn eight_senders_never_overflow_the_8_entry_cq_of_a_stalling_receiver() {
+    const SENDERS: u32 = 8;
+    const PER: u64 = 20_000;
+    let (addr_s, addr_r) = mpsc::channel();
+    let go = Arc::new(Barrier::new(SENDERS as usize + 1));
+    let go2 = go.clone();
+    let receiver = thread::spawn(move || {
+        let cfg = RingConfig::default().cq_entries(8).mailbox_capacity(1 << 20);
+        let mut rx = Ring::<Msg>::with_config(cfg).unwrap();
+        assert_eq!(rx.credit_capacity(), 8 - 2 - 1);
+        addr_s.send(rx.addr()).unwrap();
+        go2.wait();
+        thread::sleep(Duration::from_millis(100)); // the stream piles up
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut next = [0u64; SENDERS as usize];
+        let mut total = 0;
+        let mut evs = Vec::new();
+        while total < SENDERS as u64 * PER {
+            assert!(Instant::now() < deadline, "stuck at {total}: {:?}", rx.stats());
+            thread::sleep(Duration::from_millis(1)); // not reaping meanwhile
+            evs.clear();
+            rx.wait(&mut evs, Some(Duration::from_millis(100))).unwrap();
+            for e in evs.drain(..) {
+                let Event::Message((s, i)) = e else { panic!("unexpected event") };
+                assert_eq!(i, next[s as usize], "sender {s}: duplicate or reordered");
+                next[s as usize] += 1;
+                total += 1;
+            }
+        }
+        go2.wait();
+        rx.stats()
+    });
+    let addr = addr_r.recv_timeout(Duration::from_secs(10)).unwrap();
+    let senders: Vec<_> = (0..SENDERS)
+        .map(|s| {
+            let addr = addr.clone();
+            let go = go.clone();
+            thread::spawn(move || {
+                let mut tx = Ring::<Msg>::new().unwrap();
+                go.wait();
+                for i in 0..PER {
+                    tx.send(&addr, (s, i)).unwrap(); // capacity covers the stream
+                    if i % 64 == 63 {
+                        tx.flush().unwrap(); // one parcel
+                        thread::sleep(Duration::from_millis(2));
+                    }
+                }
+                tx.flush().unwrap();
+                go.wait();
+                tx.stats()
+            })
+        })
+        .collect();
+    let sent: Vec<_> = senders.into_iter().map(|h| h.join().unwrap()).collect();
+    let st = receiver.join().unwrap();
+    println!("receiver: {st:?}");
+    assert_eq!(st.messages_received, SENDERS as u64 * PER);
+    assert!(st.ring_parcels_received >= 100, "the ring path, again and again: {st:?}");
+    assert!(st.fallback_parcels_received > 0, "the credits ran out: {st:?}");
+    assert_eq!(st.cq_overflows, 0, "message completions overflowed the receiver's CQ: {st:?}");
+    assert!(sent.iter().all(|s| s.cq_overflows == 0), "a sender's CQ overflowed: {sent:?}");
+    assert_eq!(addr.queued(), 0);
 }
 
 /// A receiver ring closed (or dropped) while a stream is in flight, 100
@@ -79,7 +154,9 @@ fn receiver_shut_down_mid_stream_100_times() {
             let stop_after = 200 + (round * 7919) % 5_000;
             let mut delivered = 0u64;
             let mut evs = Vec::new();
+            let deadline = Instant::now() + Duration::from_secs(30);
             while delivered < stop_after {
+                assert!(Instant::now() < deadline, "only {delivered} of {stop_after} arrived");
                 evs.clear();
                 rx.wait(&mut evs, Some(Duration::from_millis(20))).unwrap();
                 delivered += evs.len() as u64;
@@ -87,6 +164,7 @@ fn receiver_shut_down_mid_stream_100_times() {
             if close_first {
                 rx.close();
                 while !rx.is_closed() {
+                    assert!(Instant::now() < deadline, "the close never completed");
                     evs.clear();
                     rx.wait(&mut evs, Some(Duration::from_millis(5))).unwrap();
                     delivered += evs.len() as u64;

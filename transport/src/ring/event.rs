@@ -102,6 +102,16 @@ pub struct RingStats {
     pub messages_received: u64,
     /// Messages handed back to this ring's owner.
     pub returned: u64,
+    /// Times this ring found completions waiting in the kernel's CQ
+    /// overflow list (`IORING_SQ_CQ_OVERFLOW` set when it looked): more
+    /// completions were posted than its CQ holds. Nothing is lost (the
+    /// kernel keeps them, in order, until the CQ has room), but with message
+    /// traffic alone it stays 0: credits keep message completions, plus one
+    /// doorbell, within the CQ. I/O completions beyond `io_reserve` can move
+    /// it. (The kernel's own `overflow` counter in the CQ ring counts only
+    /// completions it dropped, which [`Ring::wait`] reports as
+    /// [`RingError::CompletionsDropped`](crate::RingError::CompletionsDropped).)
+    pub cq_overflows: u64,
 }
 
 /// The SQ stayed full even after a submit; the entry was not queued.

@@ -381,6 +381,9 @@ impl<T: Send + 'static> Ring<T> {
                 let sq = self.uring.submission();
                 (sq.taskrun(), sq.cq_overflow())
             };
+            if overflow {
+                self.stats.cq_overflows += 1;
+            }
             if taskrun || overflow {
                 if let Err(e) = sys::enter_getevents(&self.uring) {
                     match errno(&e) {
