@@ -42,7 +42,9 @@ fn fd_handoffs_with_random_receiver_shutdowns() {
             addr_s.send(rx.addr()).unwrap();
             let mut got = 0u64;
             let mut evs = Vec::new();
+            let deadline = Instant::now() + Duration::from_secs(30);
             while got < stop_after {
+                assert!(Instant::now() < deadline, "only {got} of {stop_after} hand-offs arrived");
                 evs.clear();
                 rx.wait(&mut evs, Some(Duration::from_millis(20))).unwrap();
                 for e in evs.drain(..) {
@@ -73,7 +75,9 @@ fn fd_handoffs_with_random_receiver_shutdowns() {
         // Keep flushing while the receiver runs: parked hand-offs only leave
         // during our own flush/wait calls.
         let mut evs = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(60);
         while !receiver.is_finished() {
+            assert!(Instant::now() < deadline, "window {w}: the receiver never finished");
             tx.wait(&mut evs, Some(Duration::from_millis(1))).unwrap();
         }
         count_returns(evs, &mut returned_with_fd, &mut returned_closed);

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::sync::mpsc;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ringmail::transport::{Event, Ring};
 use ringmail_integration_tests::{open_fds, pipe, read_byte, wait_for};
@@ -38,7 +38,9 @@ fn ten_thousand_fd_handoffs_interleaved_with_data() {
         let mut next = 0u64;
         let mut fds = 0u64;
         let mut evs = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(120);
         while fds < FDS {
+            assert!(Instant::now() < deadline, "only {fds} of {FDS} hand-offs arrived");
             evs.clear();
             rx.wait(&mut evs, Some(Duration::from_secs(5))).unwrap();
             for e in evs.drain(..) {
@@ -94,7 +96,9 @@ fn ten_thousand_fd_handoffs_interleaved_with_data() {
             tx.send(&addr, Msg::Data(seq)).unwrap();
             seq += 1;
         }
+        let deadline = Instant::now() + Duration::from_secs(60);
         while read_ends.len() >= WINDOW {
+            assert!(Instant::now() < deadline, "no hand-off acknowledged for 60 s");
             tx.wait(&mut evs, Some(Duration::from_millis(50))).unwrap();
             check(&mut evs, &mut read_ends);
         }

@@ -3,17 +3,20 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Barrier};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ringmail::transport::{Event, ReturnReason, Ring, RingConfig, SendError};
 use ringmail_integration_tests::wait_for;
 
 type Msg = (u32, u64); // (sender, sequence)
 
-/// Sends `msg`, waiting (and flushing) while the mailbox is full.
+/// Sends `msg`, waiting (and flushing) while the mailbox is full, for at
+/// most 60 s.
 fn send_retrying(tx: &mut Ring<Msg>, to: &ringmail::transport::Addr<Msg>, mut msg: Msg) -> usize {
     let mut fulls = 0;
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
+        assert!(Instant::now() < deadline, "the mailbox stayed full for 60 s");
         match tx.send(to, msg) {
             Ok(()) => return fulls,
             Err(SendError::Full(m)) => {
@@ -61,7 +64,9 @@ fn four_senders_into_a_32_entry_cq() {
     let mut next = [0u64; SENDERS as usize];
     let mut total = 0u64;
     let mut evs = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
     while total < SENDERS as u64 * PER {
+        assert!(Instant::now() < deadline, "only {total} messages arrived: {:?}", rx.stats());
         evs.clear();
         rx.wait(&mut evs, Some(Duration::from_secs(10))).unwrap();
         for e in evs.drain(..) {
@@ -78,6 +83,7 @@ fn four_senders_into_a_32_entry_cq() {
     assert_eq!(st.messages_received, SENDERS as u64 * PER);
     assert!(st.fallback_parcels_received > 0, "the fallback path must have been taken: {st:?}");
     assert!(st.ring_parcels_received > 0, "the ring path must have been taken: {st:?}");
+    assert_eq!(st.cq_overflows, 0, "message completions overflowed the CQ: {st:?}");
     let fb: u64 = sent.iter().map(|s| s.fallback_parcels_sent).sum();
     let rp: u64 = sent.iter().map(|s| s.ring_parcels_sent).sum();
     assert_eq!(fb, st.fallback_parcels_received);
@@ -141,7 +147,9 @@ fn close_mid_flight(drop_instead_of_close: bool, round: u64) -> (u64, u64, u64) 
         let mut evs = Vec::new();
         // Take some, then close (or just go away) in the middle of the stream.
         let stop_after = 1_000 + (round * 7919) % 20_000;
+        let deadline = Instant::now() + Duration::from_secs(30);
         while (delivered.len() as u64) < stop_after {
+            assert!(Instant::now() < deadline, "only {} of {stop_after} arrived", delivered.len());
             rx.wait(&mut evs, Some(Duration::from_millis(20))).unwrap();
             for e in evs.drain(..) {
                 let Event::Message((_, i)) = e else { panic!("unexpected event") };
@@ -151,6 +159,7 @@ fn close_mid_flight(drop_instead_of_close: bool, round: u64) -> (u64, u64, u64) 
         if !drop_instead_of_close {
             rx.close();
             while !rx.is_closed() {
+                assert!(Instant::now() < deadline, "the close never completed");
                 rx.wait(&mut evs, Some(Duration::from_millis(20))).unwrap();
                 for e in evs.drain(..) {
                     let Event::Message((_, i)) = e else { panic!("unexpected event") };
@@ -209,6 +218,9 @@ fn receiver_closed_mid_flight_delivered_plus_returned_equals_sent() {
     for round in 0..10 {
         let (a, d, r) = close_mid_flight(false, round);
         assert_eq!(a, d + r);
+        // The sender flushes at once, well within `close_timeout`: a close
+        // delivers everything it had accepted and hands nothing back.
+        assert_eq!((d, r), (a, 0), "round {round}: accepted before the close, not delivered");
     }
     assert_eq!(ringmail::transport::dead_letters(), before);
 }
