@@ -76,8 +76,8 @@ mod supervisor;
 mod system;
 
 pub use actor::{
-    Actor, ActorRef, Context, Down, FdHandler, Handler, Message, NameTaken, Recipient, TimerId,
-    WeakActorRef,
+    Actor, ActorRef, Context, Down, FdHandler, Handler, Message, NameTaken, Recipient, ReplyHandle,
+    TimerId, WeakActorRef,
 };
 pub use error::{AskError, SpawnError, StopReason, TellError};
 pub use supervisor::{Strategy, Supervisor};

@@ -121,6 +121,16 @@ impl<A: Actor> ActorRef<A> {
         self.send_typed(msg, None).map_err(|(m, e)| e.with(m))
     }
 
+    /// Sends `msg` with where its reply goes, without waiting (an ask from
+    /// inside an actor).
+    pub(crate) fn try_send<M>(&self, msg: M, reply: Option<ReplyTo>) -> Result<(), TellError<M>>
+    where
+        A: Handler<M>,
+        M: Message,
+    {
+        self.send_typed(msg, reply).map_err(|(m, e)| e.with(m))
+    }
+
     /// Sends `msg`, waiting while the mailbox is full (up to `patience`).
     ///
     /// Waiting inside a handler blocks that handler's whole shard: a
@@ -194,7 +204,9 @@ impl<A: Actor> ActorRef<A> {
     ///
     /// Blocks the calling thread (and, inside a handler, its shard), also
     /// while the actor's mailbox is full (up to `timeout`); asking an actor
-    /// of one's own shard would deadlock and is refused.
+    /// of one's own shard would deadlock and is refused. Inside an actor,
+    /// use [`Context::ask`](crate::Context::ask) instead: it never waits,
+    /// and its answer comes back to the actor as a callback.
     pub fn ask<M>(&self, msg: M, timeout: Duration) -> Result<M::Reply, AskError<M>>
     where
         A: Handler<M>,

@@ -7,7 +7,7 @@
 //! ever reaches its own actor, by id, so the downcast cannot fail), build
 //! the handler's [`Context`], and report whether the handler asked to stop.
 
-use std::any::Any;
+use std::any::{Any, TypeId};
 use std::marker::PhantomData;
 use std::sync::Arc;
 
@@ -37,10 +37,12 @@ impl<A: Handler<M>, M: Message> Typed<A, M> {
 impl<A: Handler<M>, M: Message> Erased for Typed<A, M> {
     fn handle(self: Box<Self>, slot: &mut dyn Any) -> Option<StopReason> {
         let slot = slot.downcast_mut::<Slot<A>>().expect("an envelope reaches only its actor type");
-        let mut ctx = Context::new(slot.me.clone());
         let Typed { msg, reply, .. } = *self;
+        let mut ctx = Context::for_request(slot.me.clone(), TypeId::of::<M>(), reply);
         let r = slot.actor.handle(msg, &mut ctx);
-        if let Some(reply) = reply {
+        // Unless the handler took it (`reply_later`), the return value is
+        // the reply.
+        if let Some(reply) = ctx.reply.take() {
             reply.send(Some(Box::new(r)));
         }
         ctx.stop
@@ -50,8 +52,8 @@ impl<A: Handler<M>, M: Message> Erased for Typed<A, M> {
         self
     }
 
-    fn msg_type(&self) -> std::any::TypeId {
-        std::any::TypeId::of::<M>()
+    fn msg_type(&self) -> TypeId {
+        TypeId::of::<M>()
     }
 
     fn split(self: Box<Self>) -> (Box<dyn Any + Send>, Option<ReplyTo>) {
@@ -110,6 +112,58 @@ pub(crate) fn spawn_on<A: Actor>(shard: &Arc<ShardHandle>, actor: A) -> ActorRef
     let me = ActorRef { cell: cell.clone(), shard: shard.clone(), _a: PhantomData };
     shard.spawn_hosted(&cell, Box::new(Slot { actor, me: me.clone() }));
     me
+}
+
+/// A closure to run on actor `A` as one of its messages (the answer to an
+/// ask it made from inside, see `request.rs`).
+pub(crate) struct RunOn<A: Actor> {
+    f: OnActor<A>,
+}
+
+/// A closure run on actor `A`, on its shard.
+type OnActor<A> = Box<dyn FnOnce(&mut A, &mut Context<A>) + Send>;
+
+impl<A: Actor> RunOn<A> {
+    pub(crate) fn new(f: impl FnOnce(&mut A, &mut Context<A>) + Send + 'static) -> Self {
+        RunOn { f: Box::new(f) }
+    }
+
+    /// Its envelope to `me`, counted past the mailbox bound (the actor
+    /// asked for it); `None`, and a dead letter, when `me` has stopped.
+    pub(crate) fn envelope(
+        me: &ActorRef<A>,
+        f: impl FnOnce(&mut A, &mut Context<A>) + Send + 'static,
+    ) -> Option<Envelope> {
+        if !me.is_alive() {
+            crate::runtime::dead_letter_in(Some(&me.shard.stats));
+            return None;
+        }
+        me.cell.reserve_forced();
+        Some(Envelope { to: me.id(), body: Body::Msg(Box::new(RunOn::new(f))) })
+    }
+}
+
+impl<A: Actor> Erased for RunOn<A> {
+    fn handle(self: Box<Self>, slot: &mut dyn Any) -> Option<StopReason> {
+        let slot = slot.downcast_mut::<Slot<A>>().expect("an envelope reaches only its actor type");
+        let mut ctx = Context::new(slot.me.clone());
+        (self.f)(&mut slot.actor, &mut ctx);
+        ctx.stop
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn Any> {
+        self
+    }
+
+    fn msg_type(&self) -> TypeId {
+        TypeId::of::<RunOn<A>>()
+    }
+
+    fn split(self: Box<Self>) -> (Box<dyn Any + Send>, Option<ReplyTo>) {
+        // Only ever sent to a local actor (the asker itself), never over a
+        // wire: nothing to split off.
+        (Box::new(()), None)
+    }
 }
 
 /// A message the actor asked for (a timer, an I/O completion, a receive):

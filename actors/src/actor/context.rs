@@ -7,6 +7,7 @@
 //! files belong to that thread's ring, and every method here that reaches
 //! the ring goes through the runtime's thread context.
 
+use std::any::TypeId;
 use std::io;
 use std::marker::PhantomData;
 use std::os::fd::{OwnedFd, RawFd};
@@ -16,8 +17,10 @@ use ringmail_transport::FixedFd;
 
 use super::bridge::{self, requested};
 use super::monitor::{self, Down};
+use super::request::{Pending, ReplyHandle};
 use super::{Actor, ActorRef, Handler, Message};
-use crate::error::StopReason;
+use crate::error::{AskError, StopReason};
+use crate::runtime::envelope::ReplyTo;
 use crate::runtime::io::{Accept, IoDone, IoOp, PendingIo, Recv};
 use crate::runtime::thread;
 
@@ -29,6 +32,10 @@ use crate::runtime::thread;
 pub struct Context<A: Actor> {
     pub(crate) me: ActorRef<A>,
     pub(crate) stop: Option<StopReason>,
+    /// The type of the message being handled, and where its reply goes (an
+    /// ask) until the handler returns or takes it (`reply_later`).
+    request: Option<TypeId>,
+    pub(crate) reply: Option<ReplyTo>,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -40,7 +47,13 @@ impl<A: Actor> std::fmt::Debug for Context<A> {
 
 impl<A: Actor> Context<A> {
     pub(crate) fn new(me: ActorRef<A>) -> Self {
-        Context { me, stop: None, _not_send: PhantomData }
+        Context { me, stop: None, request: None, reply: None, _not_send: PhantomData }
+    }
+
+    /// The context of a handler of a message of type `request` (with its
+    /// reply's destination, for an ask).
+    pub(crate) fn for_request(me: ActorRef<A>, request: TypeId, reply: Option<ReplyTo>) -> Self {
+        Context { me, stop: None, request: Some(request), reply, _not_send: PhantomData }
     }
 
     /// This actor's own reference.
@@ -165,9 +178,152 @@ impl<A: Actor> Context<A> {
         thread::start_io(PendingIo::prepare(op, deliver));
     }
 
+    /// Takes the reply of the request being handled out of the handler's
+    /// hands: the asker is answered when the returned [`ReplyHandle`] is
+    /// sent (from this actor or any other, now or later), and the
+    /// handler's own return value is dropped. A handle dropped unanswered
+    /// answers [`AskError::NoReply`]. While handling a `tell` (nobody
+    /// asked), the handle answers nobody.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ringmail::{Actor, Context, Handler, Message, ReplyHandle, System};
+    ///
+    /// /// Answers `Get` only once a `Put` came.
+    /// #[derive(Default)]
+    /// struct Cell { value: Option<u32>, waiting: Vec<ReplyHandle<u32>> }
+    /// impl Actor for Cell {}
+    ///
+    /// struct Get;
+    /// impl Message for Get { type Reply = u32; }
+    /// impl Handler<Get> for Cell {
+    ///     fn handle(&mut self, _: Get, ctx: &mut Context<Self>) -> u32 {
+    ///         match self.value {
+    ///             Some(v) => v,
+    ///             None => {
+    ///                 self.waiting.push(ctx.reply_later::<Get>());
+    ///                 0 // dropped: the handle answers
+    ///             }
+    ///         }
+    ///     }
+    /// }
+    ///
+    /// struct Put(u32);
+    /// impl Message for Put { type Reply = (); }
+    /// impl Handler<Put> for Cell {
+    ///     fn handle(&mut self, Put(v): Put, _: &mut Context<Self>) {
+    ///         self.value = Some(v);
+    ///         self.waiting.drain(..).for_each(|w| w.send(v));
+    ///     }
+    /// }
+    ///
+    /// let system = System::new();
+    /// let cell = system.spawn(Cell::default())?;
+    /// let waiter = {
+    ///     let cell = cell.clone();
+    ///     std::thread::spawn(move || cell.ask(Get, Duration::from_secs(10)).unwrap())
+    /// };
+    /// std::thread::sleep(Duration::from_millis(50)); // the Get waits in the cell
+    /// cell.tell(Put(7)).unwrap();
+    /// assert_eq!(waiter.join().unwrap(), 7);
+    /// # Ok::<(), ringmail::SpawnError>(())
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// When `M` is not the type of the message being handled (the reply
+    /// would not have the type its asker waits for), or outside a message
+    /// handler (in `started`, `stopped`, a callback).
+    pub fn reply_later<M>(&mut self) -> ReplyHandle<M::Reply>
+    where
+        A: Handler<M>,
+        M: Message,
+    {
+        assert_eq!(
+            self.request,
+            Some(TypeId::of::<M>()),
+            "reply_later::<{}>() outside a handler of that message type",
+            std::any::type_name::<M>()
+        );
+        ReplyHandle::new(self.reply.take())
+    }
+
+    /// Asks `target` without waiting: the request is sent now, and `then`
+    /// runs later on this actor's shard, with `&mut` this actor, when the
+    /// answer comes: the reply, [`AskError::Timeout`] after `timeout`, or
+    /// [`AskError::NoReply`] when the target stopped (or dropped a deferred
+    /// reply) without answering. Meanwhile this actor goes on handling
+    /// messages, and nothing blocks its shard, so asking an actor of the
+    /// same shard works. A request the target refuses at once comes back
+    /// here: `Full` (its mailbox is at capacity), `Stopped`, or
+    /// `Unavailable` (no timer could be armed for the timeout on this
+    /// shard); `then` does not run.
+    ///
+    /// ```
+    /// use std::sync::mpsc;
+    /// use std::time::Duration;
+    /// use ringmail::{Actor, Context, Handler, Message, System};
+    ///
+    /// struct Doubler;
+    /// impl Actor for Doubler {}
+    /// struct Double(u32);
+    /// impl Message for Double { type Reply = u32; }
+    /// impl Handler<Double> for Doubler {
+    ///     fn handle(&mut self, Double(n): Double, _: &mut Context<Self>) -> u32 { 2 * n }
+    /// }
+    ///
+    /// struct Client { doubler: ringmail::ActorRef<Doubler>, out: mpsc::Sender<u32> }
+    /// impl Actor for Client {
+    ///     fn started(&mut self, ctx: &mut Context<Self>) {
+    ///         let d = self.doubler.clone();
+    ///         ctx.ask(&d, Double(21), Duration::from_secs(5), |me: &mut Client, answer, _ctx| {
+    ///             me.out.send(answer.unwrap()).unwrap();
+    ///         })
+    ///         .unwrap();
+    ///     }
+    /// }
+    ///
+    /// let system = System::new();
+    /// let shard = system.shard()?; // both on one shard: the ask does not block it
+    /// let doubler = system.spawn_on(&shard, Doubler);
+    /// let (tx, rx) = mpsc::channel();
+    /// system.spawn_on(&shard, Client { doubler, out: tx });
+    /// assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), 42);
+    /// # Ok::<(), ringmail::SpawnError>(())
+    /// ```
+    pub fn ask<B, M>(
+        &self,
+        target: &ActorRef<B>,
+        msg: M,
+        timeout: Duration,
+        then: impl FnOnce(&mut A, Result<M::Reply, AskError<M>>, &mut Context<A>) + Send + 'static,
+    ) -> Result<(), AskError<M>>
+    where
+        B: Handler<M>,
+        M: Message,
+    {
+        let pending = Pending::<A, M::Reply, M>::new(Box::new(then));
+        let (me, on_timeout) = (self.me.clone(), pending.clone());
+        let make = Box::new(move || on_timeout.timed_out(&me));
+        let timer = thread::with(|t| t.io.add_timer(&mut t.ring, timeout, None, make));
+        let Some(timer) = timer.ok().flatten().map(TimerId) else {
+            return Err(AskError::Unavailable(msg));
+        };
+        let reply = pending.reply_to(self.me.clone(), timer);
+        target.try_send(msg, Some(reply)).map_err(|e| {
+            self.cancel_timer(timer);
+            drop(pending.take()); // `then` never runs
+            match e {
+                crate::TellError::Full(m) => AskError::Full(m),
+                crate::TellError::Stopped(m) => AskError::Stopped(m),
+                crate::TellError::Unavailable(m) => AskError::Unavailable(m),
+            }
+        })
+    }
+
     /// Cancels a timer of this actor: it delivers nothing more.
     pub fn cancel_timer(&self, id: TimerId) {
-        let _ = thread::with(|t| t.io.cancel_timer(id.0));
+        let _ = thread::with(|t| t.io.cancel_timer(&mut t.ring, id.0));
     }
 
     /// Registers `fd` in this shard's fixed-file table (taking ownership),

@@ -1,8 +1,9 @@
 //! The typed API a user writes against: the traits an application
 //! implements ([`Actor`], [`Message`], [`Handler`], [`FdHandler`]), the
 //! [`Context`] a handler gets, references ([`ActorRef`], [`WeakActorRef`],
-//! [`Recipient`]), monitors and links ([`Down`]), and names
-//! ([`NameTaken`]).
+//! [`Recipient`]), monitors and links ([`Down`]), names ([`NameTaken`]),
+//! and requests between actors that never block a shard (deferred replies
+//! with [`ReplyHandle`], asks from inside an actor with [`Context::ask`]).
 //!
 //! This layer sits on the runtime (`crate::runtime`), which knows no actor
 //! types. `bridge.rs` is the only place typed values become the runtime's
@@ -17,12 +18,14 @@ mod context;
 mod monitor;
 mod recipient;
 pub(crate) mod registry;
+mod request;
 
 pub use actor_ref::{ActorRef, WeakActorRef};
 pub use context::{Context, ShardFd, TimerId};
 pub use monitor::Down;
 pub use recipient::Recipient;
 pub use registry::NameTaken;
+pub use request::ReplyHandle;
 
 /// A unit of state that handles messages one at a time, on the thread of the
 /// shard (ring) that hosts it.

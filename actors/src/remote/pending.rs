@@ -145,7 +145,7 @@ mod tests {
     fn reply_to() -> (ReplyTo, Replies) {
         let (tx, rx) = mpsc::channel();
         // The receiver may be gone when a test is done with it.
-        let reply = ReplyTo::remote(Box::new(move |v| {
+        let reply = ReplyTo::callback(Box::new(move |v| {
             let _ = tx.send(v);
         }));
         (reply, rx)

@@ -77,24 +77,28 @@ pub(crate) trait Hosted: Send {
     }
 }
 
-/// Where a reply goes: the asker's ring (and the ask's id), or, for an ask
-/// from another node, a closure that sends it back over the wire.
+/// Where a reply goes: the asker's ring (and the ask's id, for a thread
+/// waiting in `ask`), or a closure that takes it on (for an ask from
+/// another node: back over the wire; for an ask from inside an actor: to
+/// the asking actor, as a message). Exactly one answer is given: the reply,
+/// or `None` ("no reply") when the `ReplyTo` is dropped unanswered.
 pub(crate) struct ReplyTo {
     pub(crate) to: ReplyKind,
     pub(crate) sent: bool,
 }
 
-/// Sends a reply (`None`: the actor will not reply) to a remote asker.
-pub(crate) type RemoteReply = Box<dyn FnOnce(Option<Box<dyn Any + Send>>) + Send>;
+/// Takes a reply on (`None`: the actor will not reply).
+pub(crate) type ReplyFn = Box<dyn FnOnce(Option<Box<dyn Any + Send>>) + Send>;
 
-/// Sends a reply envelope to the asker's ring; false (and a dead letter)
-/// when the asker's thread is gone. Given by the maker of the `ReplyTo`
-/// (`ask.rs`), so that envelopes need not know how routing works.
-pub(crate) type SendReply = fn(&Addr<Envelope>, Envelope) -> bool;
+/// Sends a reply envelope to the asker's ring (`create`: from a thread that
+/// may not have a ring yet); false (and a dead letter) when the asker's
+/// thread is gone. Given by the maker of the `ReplyTo` (`ask.rs`), so that
+/// envelopes need not know how routing works.
+pub(crate) type SendReply = fn(&Addr<Envelope>, Envelope, bool) -> bool;
 
 pub(crate) enum ReplyKind {
     Ring { addr: Addr<Envelope>, ask: u64, send: SendReply },
-    Remote(Option<RemoteReply>),
+    Callback(Option<ReplyFn>),
 }
 
 impl ReplyTo {
@@ -102,24 +106,33 @@ impl ReplyTo {
         ReplyTo { to: ReplyKind::Ring { addr, ask, send }, sent: false }
     }
 
-    pub(crate) fn remote(f: RemoteReply) -> Self {
-        ReplyTo { to: ReplyKind::Remote(Some(f)), sent: false }
+    /// A reply taken on by `f` (on the thread that answers).
+    pub(crate) fn callback(f: ReplyFn) -> Self {
+        ReplyTo { to: ReplyKind::Callback(Some(f)), sent: false }
     }
 
+    /// Answers from a shard's thread (the handler's own reply).
     pub(crate) fn send(mut self, value: Option<Box<dyn Any + Send>>) {
         self.sent = true;
-        self.deliver(value);
+        self.deliver(value, false);
     }
 
-    fn deliver(&mut self, value: Option<Box<dyn Any + Send>>) {
+    /// Answers from any thread: one without a ring gets a client ring
+    /// (a deferred reply sent from a plain thread).
+    pub(crate) fn send_anywhere(mut self, value: Option<Box<dyn Any + Send>>) {
+        self.sent = true;
+        self.deliver(value, true);
+    }
+
+    fn deliver(&mut self, value: Option<Box<dyn Any + Send>>, create: bool) {
         match &mut self.to {
             ReplyKind::Ring { addr, ask, send } => {
                 let from = super::thread_system();
                 let env = Envelope { to: 0, body: Body::Reply { ask: *ask, value, from } };
                 // A failure (the asker's thread is gone) is counted as a dead letter.
-                send(addr, env);
+                send(addr, env, create);
             }
-            ReplyKind::Remote(f) => {
+            ReplyKind::Callback(f) => {
                 if let Some(f) = f.take() {
                     f(value);
                 }
@@ -134,7 +147,7 @@ impl Drop for ReplyTo {
             // The handler never ran (the actor stopped or panicked first):
             // tell the asker now rather than leave it to its timeout.
             self.sent = true;
-            self.deliver(None);
+            self.deliver(None, false);
         }
     }
 }

@@ -152,10 +152,20 @@ impl IoTable {
         }
     }
 
-    /// Cancels a timer: it delivers nothing more.
-    pub(crate) fn cancel_timer(&mut self, token: u64) {
+    /// Cancels a timer: it delivers nothing more. Its pending timeout is
+    /// cancelled in the kernel too, so that its entry (and its share of
+    /// the budget) is freed at once, when the timeout completes with
+    /// `-ECANCELED`, rather than when it would have expired (a timer per
+    /// ask from inside an actor would otherwise hold the budget for the
+    /// whole timeout). The entry stays until that completion: the kernel
+    /// may read its timespec until then.
+    pub(crate) fn cancel_timer(&mut self, ring: &mut Ring<Envelope>, token: u64) {
         if let Some(t) = self.timers.get_mut(&token) {
-            t.cancelled = true; // freed when its pending timeout completes
+            if !t.cancelled {
+                t.cancelled = true;
+                // Not pushed (SQ full): it is freed when it expires instead.
+                let _ = ring.cancel_io(token);
+            }
         }
     }
 

@@ -126,9 +126,11 @@ fn pump(d: Duration) {
     }
 }
 
-/// Sends to a thread's ring (replies to an asker), without creating one.
-pub(crate) fn reply_to(addr: &Addr<Envelope>, env: Envelope) -> bool {
-    send_control(u64::MAX, addr, env, false, None)
+/// Sends to a thread's ring (replies to an asker); `create`: this thread
+/// may make itself a client ring to send it (a deferred reply from a plain
+/// thread), else a thread without one counts a dead letter.
+pub(crate) fn reply_to(addr: &Addr<Envelope>, env: Envelope, create: bool) -> bool {
+    send_control(u64::MAX, addr, env, create, None)
 }
 
 /// Flushes this thread's ring if it has one (without creating one): lets it

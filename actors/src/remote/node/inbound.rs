@@ -216,7 +216,7 @@ impl NodeActor {
         }
         let reply = req.map(|req| {
             let me = self.me();
-            ReplyTo::remote(Box::new(move |v| {
+            ReplyTo::callback(Box::new(move |v| {
                 let payload = v.and_then(encode_reply);
                 me.deliver_forced(SendReply { link, req, payload });
             }))
