@@ -43,16 +43,42 @@ macro_rules! msg_error_impls {
                 }
             }
         }
-        impl<M> fmt::Display for $t<M> {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                fmt::Debug::fmt(self, f)
-            }
-        }
         impl<M> std::error::Error for $t<M> {}
     };
 }
 msg_error_impls!(TellError { Full, Stopped, Unavailable } []);
 msg_error_impls!(AskError { Full, Stopped, Unavailable, WouldDeadlock } [Timeout, NoReply]);
+
+const FULL: &str = "the actor's mailbox is full";
+const STOPPED: &str = "the actor has stopped";
+const UNAVAILABLE: &str =
+    "this thread has no ring (io_uring unavailable, or the thread is exiting)";
+
+impl<M> fmt::Display for TellError<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TellError::Full(_) => FULL,
+            TellError::Stopped(_) => STOPPED,
+            TellError::Unavailable(_) => UNAVAILABLE,
+        })
+    }
+}
+
+impl<M> fmt::Display for AskError<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            AskError::Full(_) => "the actor's mailbox stayed full for the whole timeout",
+            AskError::Stopped(_) => STOPPED,
+            AskError::Unavailable(_) => UNAVAILABLE,
+            AskError::WouldDeadlock(_) => {
+                "the actor is on the asking thread's own shard: waiting would deadlock \
+                 (inside an actor, use Context::ask)"
+            }
+            AskError::Timeout => "no reply within the timeout",
+            AskError::NoReply => "the actor stopped (or dropped the request) without replying",
+        })
+    }
+}
 
 impl<M> TellError<M> {
     /// The message that was not sent.
