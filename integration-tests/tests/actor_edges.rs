@@ -31,21 +31,143 @@ impl Handler<Ping> for Quitter {
     }
 }
 
+/// `Quit` then an ask, from one thread: the ask never waits out its
+/// timeout. Two outcomes are both right, depending on whether the actor
+/// had stopped when the ask was sent: `Stopped` (refused at the reference,
+/// the message handed back) or `NoReply` (it was queued behind `Quit` and
+/// discarded when the actor stopped). Either way it is exactly one dead
+/// letter of this system, counted before the asker hears of it.
 #[test]
 fn asking_an_actor_that_stops_first_gets_no_reply_quickly() {
+    const TIMEOUT: Duration = Duration::from_secs(20);
     let system = System::new();
+    let (mut no_reply, mut stopped) = (0, 0);
     for _ in 0..20 {
         let a = system.spawn(Quitter).unwrap();
         a.tell(Quit).unwrap();
+        let before = system.dead_letters();
         let t = Instant::now();
-        match a.ask(Ping, Duration::from_secs(20)) {
-            Err(AskError::NoReply) | Err(AskError::Stopped(_)) => {}
+        match a.ask(Ping, TIMEOUT) {
+            Err(AskError::NoReply) => no_reply += 1,
+            Err(AskError::Stopped(Ping)) => stopped += 1,
             other => panic!("expected no reply, got {other:?}"),
         }
-        assert!(t.elapsed() < Duration::from_secs(10), "the asker is told, not left to time out");
+        assert!(t.elapsed() < TIMEOUT / 4, "the asker is told, not left to time out");
+        assert_eq!(system.dead_letters(), before + 1, "the unanswered ask is one dead letter");
+        assert_eq!(a.wait_stopped(T), Some(StopReason::Normal));
     }
+    println!("no reply: {no_reply}, refused as stopped: {stopped}");
     assert_eq!(system.panics(), 0);
     system.shutdown(); // joins every shard: none died
+}
+
+const T: Duration = Duration::from_secs(10);
+
+/// Holds its shard in `Hold` until released, then stops or panics; answers
+/// `Ping`; panics on `Boom` (an ask it never answers).
+struct Holder {
+    release: mpsc::Receiver<()>,
+    held: mpsc::Sender<()>,
+    panic: bool,
+}
+impl Actor for Holder {}
+struct Hold;
+impl Message for Hold {
+    type Reply = ();
+}
+impl Handler<Hold> for Holder {
+    fn handle(&mut self, _: Hold, ctx: &mut Context<Self>) {
+        self.held.send(()).unwrap();
+        self.release.recv_timeout(T).expect("released");
+        if self.panic {
+            panic!("gave up holding");
+        }
+        ctx.stop();
+    }
+}
+impl Handler<Ping> for Holder {
+    fn handle(&mut self, _: Ping, _ctx: &mut Context<Self>) -> u8 {
+        3
+    }
+}
+struct Boom;
+impl Message for Boom {
+    type Reply = u8;
+}
+impl Handler<Boom> for Holder {
+    fn handle(&mut self, _: Boom, _ctx: &mut Context<Self>) -> u8 {
+        panic!("no answer to this");
+    }
+}
+
+/// Whether thread `tid` of this process is inside `io_uring_enter` (426 on
+/// every architecture), from `/proc/self/task/<tid>/syscall`.
+fn in_io_uring_enter(tid: i32) -> bool {
+    let path = format!("/proc/self/task/{tid}/syscall");
+    let s = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {path}: {e}"));
+    s.split_whitespace().next() == Some("426")
+}
+
+/// An ask queued behind a message whose handler then stops its actor (or
+/// panics): the asker gets `NoReply` at once, not a timeout, and the ask is
+/// one dead letter. The ask is known to be queued before the actor stops:
+/// the asking thread sent `Hold` first (same sender, same actor: handled in
+/// send order), and the handler is released only once that thread is
+/// blocked in `io_uring_enter` inside the ask, which it enters only after
+/// the message was accepted. And an ask whose own handler panics gets
+/// `NoReply` at once too.
+#[test]
+fn an_ask_queued_behind_a_stop_or_a_panic_gets_no_reply_at_once() {
+    const TIMEOUT: Duration = Duration::from_secs(20);
+    let system = System::new();
+    for panic in [false, true] {
+        let (release_s, release) = mpsc::channel();
+        let (held, held_r) = mpsc::channel();
+        let a = system.spawn(Holder { release, held, panic }).unwrap();
+        let before = system.dead_letters();
+        let (ready_s, ready_r) = mpsc::channel();
+        let asker = {
+            let a = a.clone();
+            std::thread::spawn(move || {
+                a.tell(Hold).unwrap(); // also makes this thread's ring
+                ready_s.send(my_tid()).unwrap();
+                let r = a.ask(Ping, TIMEOUT);
+                (r, Instant::now())
+            })
+        };
+        held_r.recv_timeout(T).expect("Hold is being handled");
+        let tid = ready_r.recv_timeout(T).expect("the asker is about to ask");
+        let deadline = Instant::now() + T;
+        while !in_io_uring_enter(tid) {
+            assert!(Instant::now() < deadline, "the asker never blocked in its ask");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let released = Instant::now();
+        release_s.send(()).unwrap();
+        let (r, answered) = asker.join().unwrap();
+        assert!(matches!(r, Err(AskError::NoReply)), "panic {panic}: expected NoReply, got {r:?}");
+        assert!(answered - released < TIMEOUT / 4, "told after {:?}", answered - released);
+        let want =
+            if panic { StopReason::Panicked("gave up holding".into()) } else { StopReason::Normal };
+        assert_eq!(a.wait_stopped(T), Some(want));
+        assert_eq!(system.dead_letters(), before + 1, "panic {panic}: the ask is a dead letter");
+    }
+    // The ask's own handler panics: no reply was ever made.
+    let (_release_s, release) = mpsc::channel();
+    let b = system.spawn(Holder { release, held: mpsc::channel().0, panic: false }).unwrap();
+    let t = Instant::now();
+    assert!(matches!(b.ask(Boom, TIMEOUT), Err(AskError::NoReply)));
+    assert!(t.elapsed() < TIMEOUT / 4, "told after {:?}", t.elapsed());
+    assert_eq!(b.wait_stopped(T), Some(StopReason::Panicked("no answer to this".into())));
+    assert_eq!(system.panics(), 2);
+}
+
+/// This thread's id, from `/proc/thread-self` (a link to `<pid>/task/<tid>`).
+fn my_tid() -> i32 {
+    let link = std::fs::read_link("/proc/thread-self")
+        .unwrap_or_else(|e| panic!("cannot read /proc/thread-self: {e}"));
+    let tid = link.file_name().and_then(|t| t.to_str()).and_then(|t| t.parse().ok());
+    tid.unwrap_or_else(|| panic!("no thread id in {}", link.display()))
 }
 
 struct Slow;
