@@ -127,6 +127,168 @@ fn tell_ask_and_monitor_across_two_nodes() {
     system.shutdown();
 }
 
+/// Signals when it is handling `Hang`, then holds its shard until released.
+struct Hanger {
+    held: std::sync::mpsc::Sender<()>,
+    release: std::sync::mpsc::Receiver<()>,
+}
+impl Actor for Hanger {}
+
+#[derive(Serialize, Deserialize)]
+struct Hang;
+impl Message for Hang {
+    type Reply = u8;
+}
+impl Handler<Hang> for Hanger {
+    fn handle(&mut self, _: Hang, _: &mut Context<Self>) -> u8 {
+        let _ = self.held.send(());
+        let _ = self.release.recv_timeout(T);
+        1
+    }
+}
+
+/// Two nodes on systems of their own (so each system's dead letters are
+/// its own node's), `{prefix}b` connected to `{prefix}a`, with `{prefix}a`
+/// exporting a `Hanger`. A secret of their own: a node of another test that
+/// is given a port one of these had cannot join them, nor they it.
+fn hanging_pair(
+    prefix: &str,
+) -> (System, Node, System, Node, std::sync::mpsc::Receiver<()>, std::sync::mpsc::Sender<()>) {
+    let (sa, sb) = (System::new(), System::new());
+    let secret = format!("{prefix}-secret");
+    let a = Node::start(&sa, NodeConfig::new(format!("{prefix}a"), loopback(), &*secret)).unwrap();
+    let b = Node::start(
+        &sb,
+        NodeConfig::new(format!("{prefix}b"), loopback(), &*secret).seeds([a.local_addr()]),
+    )
+    .unwrap();
+    for n in [&a, &b] {
+        register(n);
+        n.register::<Hanger, Hang>();
+    }
+    let (held, held_r) = std::sync::mpsc::channel();
+    let (release_s, release) = std::sync::mpsc::channel();
+    let hanger = sa.spawn(Hanger { held, release }).unwrap();
+    a.export("hanger", &hanger);
+    assert!(b.wait_for_peers(1, T), "{prefix}b connects to {prefix}a");
+    (sa, a, sb, b, held_r, release_s)
+}
+
+/// Waits (bounded) for an `Up` event on `events`.
+fn wait_up(events: &std::sync::mpsc::Receiver<NodeEvent>) {
+    let deadline = std::time::Instant::now() + T;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match events.recv_timeout(left).expect("the peer comes back") {
+            NodeEvent::Up { .. } => return,
+            _ => continue,
+        }
+    }
+}
+
+/// An ask waiting for an actor of a node that goes down gets `NoReply` as
+/// soon as the connection is gone, not `Timeout`: once when the asking node
+/// drops the connection (`disconnect`), once when the other node shuts
+/// down. The actor is inside the ask's handler both times, so the ask was
+/// on the wire. When the connection dropped and the answering node has seen
+/// it go, the reply it makes later has no connection to go back on: exactly
+/// one dead letter of its system. (Not checked after a shutdown: the
+/// node's own last flush, queued by its stopping, may count there too.)
+#[test]
+fn an_ask_to_a_node_that_goes_down_gets_no_reply_at_once() {
+    const TIMEOUT: Duration = Duration::from_secs(20);
+    let (sa, a, sb, b, held, release) = hanging_pair("h");
+    let held = std::sync::Mutex::new(held);
+    let (a_events, b_events) = (a.events(), b.events());
+    for down_by_shutdown in [false, true] {
+        let remote = b.lookup::<Hanger>("ha", "hanger", T).unwrap();
+        let dead_before = sa.dead_letters();
+        let (gone_s, gone_r) = std::sync::mpsc::channel();
+        std::thread::scope(|scope| {
+            let (held, a, b) = (&held, &a, &b);
+            let killer = scope.spawn(move || {
+                held.lock().unwrap().recv_timeout(T).expect("the ask reached the handler");
+                let at = std::time::Instant::now();
+                if down_by_shutdown {
+                    a.shutdown();
+                } else {
+                    b.disconnect("ha");
+                }
+                gone_s.send(at).unwrap();
+            });
+            let r = remote.ask(Hang, TIMEOUT);
+            let answered = std::time::Instant::now();
+            killer.join().unwrap();
+            let gone = gone_r.recv().unwrap();
+            assert!(
+                matches!(r, Err(AskError::NoReply)),
+                "shutdown {down_by_shutdown}: expected NoReply, got {r:?}"
+            );
+            assert!(answered - gone < TIMEOUT / 4, "told after {:?}", answered - gone);
+        });
+        assert_eq!(remote.wait_stopped(T), Some(StopReason::NodeDown("ha".into())));
+        if down_by_shutdown {
+            release.send(()).unwrap(); // lets the handler end
+            break;
+        }
+        // The answering node has seen the connection go: its reply cannot
+        // be written to it any more.
+        loop {
+            match a_events.recv_timeout(T).expect("ha sees hb go") {
+                NodeEvent::Down { name, .. } if name == "hb" => break,
+                _ => continue,
+            }
+        }
+        release.send(()).unwrap(); // the handler answers, to nobody
+        let deadline = std::time::Instant::now() + T;
+        while sa.dead_letters() == dead_before {
+            assert!(std::time::Instant::now() < deadline, "the late reply was not counted");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(sa.dead_letters(), dead_before + 1, "the reply with no connection left");
+        wait_up(&b_events); // redialled: the next round asks over a new connection
+    }
+    sb.shutdown();
+    sa.shutdown();
+}
+
+/// Once a node is down, a reference to one of its actors has stopped with
+/// `NodeDown`, and a tell (or a try_tell) fails with `TellError::Stopped`,
+/// handing the message back, and counts exactly one dead letter in the
+/// sending system, like a tell to a stopped local actor. Checked when the
+/// connection is dropped and when the node shuts down.
+#[test]
+fn a_tell_to_an_actor_of_a_node_that_is_down_is_stopped_and_one_dead_letter() {
+    let (sa, a, sb, b, _held, _release) = hanging_pair("t");
+    let counter = sa.spawn(Counter::default()).unwrap();
+    a.export("counter", &counter);
+    let events = b.events();
+    for down_by_shutdown in [false, true] {
+        let remote = b.lookup::<Counter>("ta", "counter", T).unwrap();
+        remote.tell(Add(1)).unwrap();
+        assert!(!remote.ask(Get, T).unwrap().is_empty());
+        if down_by_shutdown {
+            a.shutdown();
+        } else {
+            b.disconnect("ta");
+        }
+        assert_eq!(remote.wait_stopped(T), Some(StopReason::NodeDown("ta".into())));
+        let before = sb.dead_letters();
+        match remote.tell(Add(7)) {
+            Err(ringmail::TellError::Stopped(Add(7))) => {}
+            other => panic!("expected Stopped with the message back, got {other:?}"),
+        }
+        assert_eq!(sb.dead_letters(), before + 1, "exactly the refused tell");
+        assert!(matches!(remote.try_tell(Add(8)), Err(ringmail::TellError::Stopped(Add(8)))));
+        assert_eq!(sb.dead_letters(), before + 2);
+        if !down_by_shutdown {
+            wait_up(&events);
+        }
+    }
+    sb.shutdown();
+    sa.shutdown();
+}
+
 #[test]
 fn a_wrong_secret_is_refused_before_any_message() {
     let system = System::new();
