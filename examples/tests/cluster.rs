@@ -9,8 +9,10 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use ringmail::remote::{Node, NodeConfig, NodeEvent};
-use ringmail::{Actor, Context, Down, Handler, StopReason, System, TellError};
-use ringmail_examples::cluster::{self, Ping, Pong, Seq, SeqCheck, SeqReport};
+use ringmail::{Actor, Context, Down, Handler, StopReason, System, SystemConfig, TellError};
+use ringmail_examples::cluster::{
+    self, Line, Ping, Pong, Seq, SeqCheck, SeqReport, Totals, WordCounter,
+};
 
 const SECRET: &str = "test-cluster-secret";
 const T: Duration = Duration::from_secs(20);
@@ -192,7 +194,11 @@ fn closed_after(addr: SocketAddr, bytes: &[u8], within: Duration) -> bool {
     s.set_read_timeout(Some(within)).unwrap();
     let _ = s.write_all(bytes);
     let mut buf = [0u8; 256];
+    let deadline = Instant::now() + within;
     loop {
+        if Instant::now() >= deadline {
+            return false; // still open (and talking) after `within`
+        }
         match s.read(&mut buf) {
             Ok(0) => return true,
             Ok(_) => continue, // a Welcome, say
@@ -241,8 +247,10 @@ fn twenty_kill_9_restarts_give_exactly_one_down_per_monitor_per_incarnation() {
     for round in 0..20 {
         let mut w = worker("w5", addr, SECRET);
         // Up for this round's incarnation (skipping nothing: each Up is new).
+        let deadline = Instant::now() + T;
         let up = loop {
-            match events.recv_timeout(T).expect("the worker comes up") {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match events.recv_timeout(left).expect("the worker comes up") {
                 NodeEvent::Up { name, incarnation } if name == "w5" => break incarnation,
                 NodeEvent::Up { .. } => continue,
                 other => panic!("round {round}: unexpected {other:?}"),
@@ -319,8 +327,10 @@ fn a_frozen_node_is_declared_down_by_membership_and_rejoins_when_it_thaws() {
     println!("frozen node declared down after {took:?} (bound {bound:?})");
     assert!(took <= bound, "DOWN after {took:?}, bound {bound:?}");
     assert!(rx.recv_timeout(Duration::from_millis(300)).is_err(), "exactly one DOWN");
+    let deadline = Instant::now() + T;
     let down = loop {
-        match events.recv_timeout(T).expect("a Down event for f2") {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match events.recv_timeout(left).expect("a Down event for f2") {
             NodeEvent::Down { name, reason, .. } if name == "f2" => break reason,
             _ => continue,
         }
@@ -339,5 +349,165 @@ fn a_frozen_node_is_declared_down_by_membership_and_rejoins_when_it_thaws() {
     }
     let pong = lookup::<Pong>(&node, "f2", "pong");
     assert_eq!(pong.ask(Ping(3), T).unwrap(), 3, "a new reference works");
+    system.shutdown();
+}
+
+/// The `in_doubt` count of the next `Down` event for `name` (other events
+/// skipped), within `T`.
+fn in_doubt_at_down(events: &mpsc::Receiver<NodeEvent>, name: &str) -> u64 {
+    let deadline = Instant::now() + T;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match events.recv_timeout(left).expect("a Down event") {
+            NodeEvent::Down { name: n, in_doubt, .. } if n == name => return in_doubt,
+            _ => continue,
+        }
+    }
+}
+
+/// A stream to a peer that is killed with SIGKILL while it cannot
+/// acknowledge anything (frozen first with SIGSTOP, after everything sent
+/// before had been acknowledged): every message the reference accepted is
+/// accounted for exactly once, either in `in_doubt` of the `Down` event
+/// (written to the connection, outcome unknown) or as a dead letter of the
+/// sending system (accepted, but the connection was gone before it was
+/// written). The killed process cannot report what it received, so which
+/// of the in-doubt messages arrived is not known; what is checked is that
+/// the two counts together are exactly what was accepted, that some were
+/// in flight (`in_doubt > 0`), and that none was resent.
+#[test]
+fn kill_9_during_a_stream_counts_every_unacknowledged_message_in_doubt() {
+    let addr = free_addr();
+    let mut w = worker("w6", addr, SECRET);
+    let system = System::new();
+    let node = me(&system, &[addr]);
+    let events = node.events();
+    assert!(node.wait_for_peers(1, T));
+    let seq = lookup::<SeqCheck>(&node, "w6", "seq");
+    for n in 0..100 {
+        seq.tell(Seq { from: 6, n }).unwrap();
+    }
+    assert_eq!(seq.ask(SeqReport, T).unwrap(), (100, 0));
+    // The worker acknowledges every 50 ms while its count changes: after a
+    // quiet second, all 101 messages (100 tells and the ask) are.
+    std::thread::sleep(Duration::from_secs(1));
+    signal(&w, "-STOP");
+    let dead_before = system.dead_letters();
+    let sent_before = node.stats().sent;
+    const K: u64 = 10_000;
+    for n in 100..100 + K {
+        seq.tell(Seq { from: 6, n }).unwrap(); // accepted: a few hundred KiB, buffers take it
+    }
+    w.0.kill().unwrap(); // SIGKILL, while frozen
+    w.0.wait().unwrap();
+    let in_doubt = in_doubt_at_down(&events, "w6");
+    assert_eq!(seq.wait_stopped(T), Some(StopReason::NodeDown("w6".into())));
+    // Messages the node's actor takes up after the connection closed are
+    // dead letters as it reaches them.
+    let deadline = Instant::now() + T;
+    while in_doubt + (system.dead_letters() - dead_before) < K {
+        assert!(
+            Instant::now() < deadline,
+            "{K} accepted, {in_doubt} in doubt, {} dead letters",
+            system.dead_letters() - dead_before
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(200)); // nothing more may be counted
+    let dead = system.dead_letters() - dead_before;
+    println!("{K} accepted while frozen: {in_doubt} in doubt, {dead} dead letters");
+    assert_eq!(in_doubt + dead, K, "each accepted message counted once");
+    assert!(in_doubt > 0, "a stream was in flight");
+    assert_eq!(node.stats().sent - sent_before, in_doubt, "written once each, none resent");
+    assert_eq!(node.stats().in_doubt, in_doubt);
+    system.shutdown();
+}
+
+/// `(min, default, max)` of a `/proc/sys/net/ipv4/tcp_*mem` file, in bytes.
+fn tcp_mem(which: &str) -> [usize; 3] {
+    let path = format!("/proc/sys/net/ipv4/tcp_{which}");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {path}: {e}"));
+    let v: Vec<usize> = text.split_whitespace().map(|x| x.parse().expect("a number")).collect();
+    [v[0], v[1], v[2]]
+}
+
+/// A peer that stops reading (frozen with SIGSTOP: its socket stays open,
+/// its kernel takes bytes until its receive buffer is full) holds the
+/// sender back instead of letting the connection's backlog grow. A stand-in
+/// keeps each message's capacity slot (64 here) until the connection has
+/// less than 4 MiB unsent (`HIGH_WATER` in `remote/node.rs`); so `try_tell`
+/// of 64 KiB lines soon finds it `Full` for good, and the messages accepted
+/// (none of which the frozen peer handled) are at most the slots held plus
+/// what fits in 4 MiB of backlog, the two sockets' buffers (the system's
+/// `tcp_wmem`/`tcp_rmem` maxima) and one more turn of slots. Once the peer
+/// thaws, every accepted message is handled, in order of acceptance, and
+/// the sender is let go.
+#[test]
+fn a_peer_that_stops_reading_holds_the_sender_back() {
+    const CAP: usize = 64;
+    const LINE: usize = 64 << 10;
+    let addr = free_addr();
+    let w = worker("w7", addr, SECRET);
+    let system = System::with_config(SystemConfig::default().mailbox_capacity(CAP));
+    // Slow failure detection: the frozen peer must stay a member meanwhile.
+    let cfg = NodeConfig::new("tester", "127.0.0.1:0".parse().unwrap(), SECRET)
+        .seeds([addr])
+        .failure_detection(Duration::from_secs(10), Duration::from_secs(20));
+    let node = Node::start(&system, cfg).unwrap();
+    cluster::register_all(&node);
+    assert!(node.wait_for_peers(1, T));
+    let words = lookup::<WordCounter>(&node, "w7", "words");
+    words.tell(Line("warm up".into())).unwrap();
+    assert_eq!(words.ask(Totals, T).unwrap().0, 1);
+
+    signal(&w, "-STOP");
+    let bound = {
+        let bytes = (4 << 20) + tcp_mem("wmem")[2] + tcp_mem("rmem")[2];
+        2 * CAP + bytes.div_ceil(LINE)
+    };
+    let mut line = Some(Line("x".repeat(LINE)));
+    let mut accepted = 0usize;
+    let (mut last_accept, mut fulls) = (Instant::now(), 0u64);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    // Held back: nothing accepted for a whole second.
+    while last_accept.elapsed() < Duration::from_secs(1) {
+        assert!(
+            Instant::now() < deadline,
+            "never held back: {accepted} lines of 64 KiB accepted, {fulls} refusals"
+        );
+        match words.try_tell(line.take().expect("a line")) {
+            Ok(()) => {
+                accepted += 1;
+                last_accept = Instant::now();
+                line = Some(Line("x".repeat(LINE)));
+            }
+            Err(TellError::Full(l)) => {
+                fulls += 1;
+                line = Some(l);
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) => panic!("{e}"),
+        }
+        assert!(accepted <= bound, "{accepted} lines accepted unhandled, bound {bound}");
+    }
+    println!("held back after {accepted} lines of 64 KiB (bound {bound}), {fulls} refusals");
+    assert!(fulls > 0 && accepted > CAP, "the buffers filled, then Full");
+    assert_eq!(node.peers().len(), 1, "the frozen peer is still a member");
+
+    signal(&w, "-CONT");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (lines, _) = words.ask(Totals, T).unwrap();
+        if lines == 1 + accepted as u64 {
+            break;
+        }
+        assert!(lines <= 1 + accepted as u64, "{lines} lines handled, {accepted} sent");
+        assert!(Instant::now() < deadline, "only {lines} of {} lines handled", 1 + accepted);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Let go: a tell goes through again.
+    words.tell_timeout(Line("after".into()), T).unwrap();
+    assert_eq!(words.ask(Totals, T).unwrap().0, 2 + accepted as u64);
+    assert_eq!(node.stats().in_doubt, 0);
     system.shutdown();
 }
