@@ -1,15 +1,51 @@
 //! The examples run as part of the test suite, with small parameters.
+//! Every run, read and wait is bounded: a hung example fails its test,
+//! saying which, instead of hanging the suite.
 
-use std::process::Command;
+use std::io::Read;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long any example may take.
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// Reads `r` to its end on a thread of its own.
+fn read_all(mut r: impl Read + Send + 'static) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = r.read_to_string(&mut s);
+        s
+    })
+}
+
+/// Waits for `child` to exit within `LIMIT`; kills it and fails if not.
+fn wait_within(child: &mut Child, bin: &str) -> ExitStatus {
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            return status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{bin} did not finish within {LIMIT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
 
 fn run(bin: &str, args: &[&str]) -> String {
-    let out = Command::new(bin).args(args).output().expect("example runs");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{bin} failed: {stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let mut child = Command::new(bin)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("example runs");
+    let out = read_all(child.stdout.take().unwrap());
+    let err = read_all(child.stderr.take().unwrap());
+    let status = wait_within(&mut child, bin);
+    let (stdout, stderr) = (out.join().unwrap(), err.join().unwrap());
+    assert!(status.success(), "{bin} failed: {stdout}\n{stderr}");
     stdout
 }
 
@@ -58,12 +94,27 @@ fn serve_and_stop(bin: &str, talk: impl FnOnce(u16)) -> String {
     use std::io::{BufRead, BufReader};
     let mut child = Command::new(bin)
         .args(["--port", "0", "--workers", "2"])
-        .stdout(std::process::Stdio::piped())
+        .stdout(Stdio::piped())
         .spawn()
         .expect("server starts");
     let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut first = String::new();
-    out.read_line(&mut first).unwrap();
+    let (first_s, first_r) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut first = String::new();
+        out.read_line(&mut first).unwrap();
+        first_s.send(first).unwrap();
+        let mut rest = String::new();
+        let _ = out.read_to_string(&mut rest);
+        rest
+    });
+    let first = match first_r.recv_timeout(LIMIT) {
+        Ok(first) => first,
+        Err(_) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{bin} printed nothing within {LIMIT:?}");
+        }
+    };
     let port: u16 = first
         .split("127.0.0.1:")
         .nth(1)
@@ -73,9 +124,8 @@ fn serve_and_stop(bin: &str, talk: impl FnOnce(u16)) -> String {
     talk(port);
     // SAFETY: plain kill(2) on our own child's pid.
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
-    let status = child.wait().unwrap();
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    let status = wait_within(&mut child, bin);
+    let rest = reader.join().unwrap();
     assert!(status.success(), "{first}{rest}");
     first + &rest
 }
@@ -92,9 +142,10 @@ fn servers_document_their_flags() {
 
 #[test]
 fn kv_and_echo_serve_and_stop_cleanly_on_sigterm() {
-    use std::io::{Read, Write};
+    use std::io::Write;
     let out = serve_and_stop(env!("CARGO_BIN_EXE_kv"), |port| {
         let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(LIMIT)).unwrap();
         s.write_all(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n*2\r\n$3\r\nGET\r\n$1\r\nk\r\n")
             .unwrap();
         let mut got = [0u8; 12];
@@ -104,6 +155,7 @@ fn kv_and_echo_serve_and_stop_cleanly_on_sigterm() {
     assert!(out.contains("kv: stopped") && out.contains("accepted 1 connections"), "{out}");
     let out = serve_and_stop(env!("CARGO_BIN_EXE_echo"), |port| {
         let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(LIMIT)).unwrap();
         s.write_all(b"ring ring").unwrap();
         let mut got = [0u8; 9];
         s.read_exact(&mut got).unwrap();
