@@ -79,3 +79,57 @@ fn a_client_that_never_reads_is_disconnected_at_the_output_limit() {
     assert!(got.iter().all(|&b| b == b'x'));
     system.shutdown();
 }
+
+/// A burst of 1 000 connections at an acceptor whose ring has a 32-entry
+/// CQ (8 entries of I/O reserve, far less than the burst): the multishot
+/// accept's completions find the CQ full, the kernel ends the operation
+/// and the acceptor arms it again (`AcceptorStats::rearmed` > 0). Nothing
+/// is lost: every one of the 1 000 clients is accepted, handed off and
+/// echoed. (The echo workers run on rings sized for many connections, as
+/// `server_config` makes them.)
+#[test]
+fn an_accept_burst_past_a_small_cq_rearms_and_loses_no_connection() {
+    use ringmail_examples::{echo::EchoWorker, server};
+    use std::sync::atomic::Ordering::Relaxed;
+    const THREADS: u32 = 8;
+    const PER: u32 = 125;
+    let workers_system = System::with_config(server::server_config());
+    let ring = RingConfig::default().cq_entries(32).fixed_files(4096);
+    let acceptor_system = System::with_config(SystemConfig::default().ring(ring));
+    let (listener, addr) = server::listen(0).unwrap();
+    let workers: Vec<_> =
+        (0..2).map(|_| workers_system.spawn(EchoWorker::default()).unwrap()).collect();
+    let acceptor = Acceptor::new(listener, workers);
+    let stats = acceptor.stats();
+    let _acceptor = acceptor_system.spawn(acceptor).unwrap();
+    let go = std::sync::Arc::new(std::sync::Barrier::new(THREADS as usize));
+    let clients: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let go = go.clone();
+            std::thread::spawn(move || {
+                go.wait();
+                // All connect first (the burst), then each is echoed.
+                let mut conns: Vec<TcpStream> =
+                    (0..PER).map(|_| TcpStream::connect(addr).unwrap()).collect();
+                for (i, c) in conns.iter_mut().enumerate() {
+                    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+                    let msg = (t * PER + i as u32).to_le_bytes();
+                    c.write_all(&msg).unwrap();
+                    let mut got = [0u8; 4];
+                    c.read_exact(&mut got).unwrap();
+                    assert_eq!(got, msg);
+                }
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join().unwrap();
+    }
+    let (accepted, rearmed) = (stats.accepted.load(Relaxed), stats.rearmed.load(Relaxed));
+    println!("accepted {accepted}, rearmed {rearmed}");
+    assert_eq!(accepted, (THREADS * PER) as u64);
+    assert_eq!(stats.handed_off.load(Relaxed), accepted);
+    assert!(rearmed > 0, "the burst never overflowed the acceptor's CQ");
+    acceptor_system.shutdown();
+    workers_system.shutdown();
+}
