@@ -139,6 +139,81 @@ fn full_mailbox_returns_the_message_and_stopped_actor_counts_dead_letters() {
     assert!(dead_letters() > before_all, "and in the process-wide total");
 }
 
+/// Holds its shard in its first `Shut` until its gate opens; reports every
+/// DOWN and timer message it handles.
+struct Gated {
+    gate: Option<(mpsc::Sender<()>, mpsc::Receiver<()>)>,
+    got: mpsc::Sender<&'static str>,
+}
+impl Actor for Gated {
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        ctx.send_after(Duration::from_millis(30), Tock).expect("armed");
+    }
+}
+#[derive(Debug)]
+struct Shut;
+impl Message for Shut {
+    type Reply = ();
+}
+impl Handler<Shut> for Gated {
+    fn handle(&mut self, _: Shut, _ctx: &mut Context<Self>) {
+        if let Some((held, open)) = self.gate.take() {
+            held.send(()).unwrap();
+            open.recv_timeout(Duration::from_secs(10)).expect("the gate opens");
+        }
+    }
+}
+struct Tock;
+impl Message for Tock {
+    type Reply = ();
+}
+impl Handler<Tock> for Gated {
+    fn handle(&mut self, _: Tock, _ctx: &mut Context<Self>) {
+        self.got.send("timer").unwrap();
+    }
+}
+impl Handler<ringmail::Down> for Gated {
+    fn handle(&mut self, _: ringmail::Down, _ctx: &mut Context<Self>) {
+        self.got.send("down").unwrap();
+    }
+}
+
+/// Control messages are never refused: an actor held in a handler with a
+/// full mailbox (4 of 4) still gets the DOWN of an actor it monitors and
+/// its timer's message, both counted in its mailbox meanwhile (a tell is
+/// still refused as full), and nothing is a dead letter.
+#[test]
+fn a_full_mailbox_still_takes_down_and_timer_messages() {
+    let system = System::with_config(SystemConfig::default().mailbox_capacity(4));
+    let (held_s, held) = mpsc::channel();
+    let (open, gate) = mpsc::channel();
+    let (got_s, got) = mpsc::channel();
+    let w = system.spawn(Gated { gate: Some((held_s, gate)), got: got_s }).unwrap();
+    w.tell(Shut).unwrap();
+    held.recv_timeout(Duration::from_secs(10)).expect("held in its handler");
+    let mut accepted = 0;
+    while w.try_tell(Shut).is_ok() {
+        accepted += 1;
+        assert!(accepted <= 4, "capacity 4 must hold");
+    }
+    assert_eq!(accepted, 4);
+    let before = system.dead_letters();
+    let target = system.spawn(Echo).unwrap();
+    target.monitor(&w);
+    target.stop();
+    assert_eq!(target.wait_stopped(Duration::from_secs(10)), Some(StopReason::Normal));
+    std::thread::sleep(Duration::from_millis(60)); // the timer is due
+    assert!(matches!(w.try_tell(Shut), Err(TellError::Full(Shut))), "still full");
+    open.send(()).unwrap();
+    let mut seen = vec![
+        got.recv_timeout(Duration::from_secs(10)).expect("a control message"),
+        got.recv_timeout(Duration::from_secs(10)).expect("the other one"),
+    ];
+    seen.sort_unstable();
+    assert_eq!(seen, ["down", "timer"]);
+    assert_eq!(system.dead_letters(), before, "nothing was refused or dropped");
+}
+
 // ---- panics ----
 
 struct Fragile(Arc<AtomicUsize>);

@@ -289,6 +289,85 @@ fn a_tell_to_an_actor_of_a_node_that_is_down_is_stopped_and_one_dead_letter() {
     sa.shutdown();
 }
 
+/// Holds its shard in its first `Hold` until its gate opens; counts `Add`s.
+struct Gated {
+    gate: Option<(std::sync::mpsc::Sender<()>, std::sync::mpsc::Receiver<()>)>,
+    added: Vec<u64>,
+}
+impl Actor for Gated {}
+#[derive(Serialize, Deserialize)]
+struct Hold;
+impl Message for Hold {
+    type Reply = ();
+}
+impl Handler<Hold> for Gated {
+    fn handle(&mut self, _: Hold, _: &mut Context<Self>) {
+        if let Some((held, open)) = self.gate.take() {
+            held.send(()).unwrap();
+            open.recv_timeout(T).expect("the gate opens");
+        }
+    }
+}
+impl Handler<Add> for Gated {
+    fn handle(&mut self, Add(n): Add, _: &mut Context<Self>) {
+        self.added.push(n);
+    }
+}
+impl Handler<Get> for Gated {
+    fn handle(&mut self, _: Get, _: &mut Context<Self>) -> Vec<u64> {
+        self.added.clone()
+    }
+}
+
+/// Messages from another node are never refused by a full mailbox (the
+/// wire cannot hand a message back): an actor with a mailbox of 4, held in
+/// a handler, is sent 100 tells from another node; once it is let go it
+/// handles all 100, in order, and its system counts no dead letter.
+#[test]
+fn messages_from_another_node_are_never_refused_by_a_full_mailbox() {
+    let sa = System::with_config(ringmail::SystemConfig::default().mailbox_capacity(4));
+    let sb = System::new();
+    let a = Node::start(&sa, NodeConfig::new("ga", loopback(), "gated-secret")).unwrap();
+    let b =
+        Node::start(&sb, NodeConfig::new("gb", loopback(), "gated-secret").seeds([a.local_addr()]))
+            .unwrap();
+    for n in [&a, &b] {
+        n.register::<Gated, Hold>();
+        n.register::<Gated, Add>();
+        n.register::<Gated, Get>();
+    }
+    let (held_s, held) = std::sync::mpsc::channel();
+    let (open, gate) = std::sync::mpsc::channel();
+    let gated = sa.spawn(Gated { gate: Some((held_s, gate)), added: Vec::new() }).unwrap();
+    a.export("gated", &gated);
+    assert!(b.wait_for_peers(1, T));
+    let remote = b.lookup::<Gated>("ga", "gated", T).unwrap();
+    remote.tell(Hold).unwrap();
+    held.recv_timeout(T).expect("held in its handler");
+    let (dead_a, dead_b) = (sa.dead_letters(), sb.dead_letters());
+    for i in 0..100 {
+        remote.tell(Add(i)).unwrap();
+    }
+    // All arrive (and go to the actor) while it is held: Hold and 100 Adds.
+    let deadline = std::time::Instant::now() + T;
+    while a.stats().received < 101 {
+        assert!(std::time::Instant::now() < deadline, "{} arrived", a.stats().received);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // A local sender is refused meanwhile: the mailbox is full.
+    while gated.try_tell(Add(1000)).is_ok() {
+        assert!(std::time::Instant::now() < deadline, "the mailbox never filled");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    open.send(()).unwrap();
+    let got = remote.ask(Get, T).unwrap();
+    let from_b: Vec<u64> = got.iter().copied().filter(|&n| n < 1000).collect();
+    assert_eq!(from_b, (0..100).collect::<Vec<_>>(), "every remote message, in order");
+    assert_eq!((sa.dead_letters(), sb.dead_letters()), (dead_a, dead_b), "none refused");
+    sb.shutdown();
+    sa.shutdown();
+}
+
 #[test]
 fn a_wrong_secret_is_refused_before_any_message() {
     let system = System::new();
