@@ -230,6 +230,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_close_states_go_open_closing_closed_in_order() {
+        let c: Core<u32> = Core::new(2, 8);
+        assert_eq!(c.cap(), 8, "the configured capacity");
+        assert!(!c.is_closing() && !c.is_closed(), "open");
+        assert_eq!(c.take_credit(), Credit::Granted);
+        c.begin_close();
+        assert!(c.is_closing() && !c.is_closed(), "closing: a credit is still out");
+        assert_eq!(c.take_credit(), Credit::Closing);
+        assert_eq!(c.outstanding(), 1);
+        c.return_credits(1);
+        assert_eq!(c.outstanding(), 0);
+        let mut out = std::collections::VecDeque::new();
+        c.finish_close(&mut out);
+        assert!(c.is_closing() && c.is_closed(), "closed");
+    }
+
+    #[test]
     fn reserve_stops_at_cap_and_unreserve_frees() {
         let c: Core<()> = Core::new(4, 3);
         assert_eq!(c.reserve(2), Ok(()));
