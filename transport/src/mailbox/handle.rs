@@ -128,6 +128,25 @@ mod tests {
     use crate::mailbox::Body;
 
     #[test]
+    fn every_tag_is_told_apart_by_its_low_bits() {
+        let all = [
+            Tag::Io,
+            Tag::Parcel,
+            Tag::FdParcel,
+            Tag::Doorbell,
+            Tag::SentData,
+            Tag::SentFd,
+            Tag::Internal,
+        ];
+        for tag in all {
+            assert_ne!(tag.bare(), 0, "{tag:?} has a non-zero tag");
+            assert_eq!(Tag::of(tag.bare()), Some(tag));
+            assert_eq!(Tag::of((12_345 << 3) | tag.bare()), Some(tag), "{tag:?} under a value");
+        }
+        assert_eq!(Tag::of(0), None, "an untagged user_data is no completion of ours");
+    }
+
+    #[test]
     fn round_trip_keeps_parcel_and_tag() {
         let p =
             Box::new(Parcel { from: 7, to: 9, seq: 3, body: Body::Batch(vec![String::from("x")]) });

@@ -479,3 +479,31 @@ fn accepted_socket_is_handed_off_and_received_into_provided_buffers() {
     let _second = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     wait_for_event(&mut acceptor, |_, e| matches!(e, Event::Accepted { token: 7, .. }));
 }
+
+#[test]
+fn an_address_reports_its_ring_capacity_backlog_and_close() {
+    let mut rx = Ring::<u32>::with_config(RingConfig::default().mailbox_capacity(37)).unwrap();
+    let other = Ring::<u32>::new().unwrap();
+    let addr = rx.addr();
+    assert_eq!(addr.ring_id(), rx.id());
+    assert_ne!(addr.ring_id(), other.addr().ring_id());
+    assert_eq!(addr.capacity(), 37);
+    assert!(addr == rx.addr() && addr != other.addr(), "equal by ring");
+    assert!(format!("{addr:?}").contains(&rx.id().to_string()), "{addr:?}");
+    let mut tx = Ring::<u32>::new().unwrap();
+    for i in 0..5 {
+        tx.send(&addr, i).unwrap();
+    }
+    assert_eq!(addr.queued(), 5, "accepted, not yet delivered");
+    tx.flush().unwrap();
+    assert_eq!(messages(drain_until(&mut rx, 5)), vec![0, 1, 2, 3, 4]);
+    assert_eq!(addr.queued(), 0);
+    assert!(!addr.is_closed());
+    rx.close();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !addr.is_closed() {
+        assert!(std::time::Instant::now() < deadline, "the ring did not close");
+        let mut evs = Vec::new();
+        rx.wait(&mut evs, Some(std::time::Duration::from_millis(1))).unwrap();
+    }
+}
