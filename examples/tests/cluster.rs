@@ -15,6 +15,15 @@ use ringmail_examples::cluster::{self, Ping, Pong, Seq, SeqCheck, SeqReport};
 const SECRET: &str = "test-cluster-secret";
 const T: Duration = Duration::from_secs(20);
 
+/// The tests of this binary run one at a time: each starts node processes
+/// and some stream a million messages, and two or three of them at once on
+/// a 2-core machine starved each other past their 20 s deadlines (seen once
+/// in CI: an ask timed out while two streams ran beside it).
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 struct Proc(Child);
 impl Drop for Proc {
     fn drop(&mut self) {
@@ -82,6 +91,7 @@ impl Handler<Down> for Watcher {
 
 #[test]
 fn the_demo_runs_three_processes_and_exits_0() {
+    let _serial = one_at_a_time();
     let out = Command::new(env!("CARGO_BIN_EXE_cluster")).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
@@ -97,6 +107,7 @@ fn the_demo_runs_three_processes_and_exits_0() {
 
 #[test]
 fn a_million_messages_between_two_processes_arrive_in_order() {
+    let _serial = one_at_a_time();
     let addr = free_addr();
     let _w = worker("w1", addr, SECRET);
     let system = System::new();
@@ -127,6 +138,7 @@ fn a_million_messages_between_two_processes_arrive_in_order() {
 
 #[test]
 fn kill_9_fires_monitors_in_bound_and_a_restart_is_a_new_incarnation() {
+    let _serial = one_at_a_time();
     let addr = free_addr();
     let mut w = worker("w2", addr, SECRET);
     let system = System::new();
@@ -173,6 +185,7 @@ fn kill_9_fires_monitors_in_bound_and_a_restart_is_a_new_incarnation() {
 
 #[test]
 fn a_wrong_secret_is_rejected() {
+    let _serial = one_at_a_time();
     let addr = free_addr();
     let _w = worker("w3", addr, "another-secret");
     let system = System::new();
@@ -208,6 +221,7 @@ fn closed_after(addr: SocketAddr, bytes: &[u8], within: Duration) -> bool {
 
 #[test]
 fn hostile_bytes_close_only_their_own_connection() {
+    let _serial = one_at_a_time();
     let addr = free_addr();
     let _w = worker("w4", addr, SECRET);
     let system = System::new();
@@ -235,6 +249,7 @@ fn hostile_bytes_close_only_their_own_connection() {
 
 #[test]
 fn twenty_kill_9_restarts_give_exactly_one_down_per_monitor_per_incarnation() {
+    let _serial = one_at_a_time();
     let addr = free_addr();
     let system = System::new();
     let node = me(&system, &[addr]);
@@ -301,6 +316,7 @@ fn signal(p: &Proc, sig: &str) {
 /// through membership.
 #[test]
 fn a_frozen_node_is_declared_down_by_membership_and_rejoins_when_it_thaws() {
+    let _serial = one_at_a_time();
     let (a1, a2) = (free_addr(), free_addr());
     let _w1 = worker("f1", a1, SECRET);
     let w2 = worker_joining("f2", a2, SECRET, &[a1]);
@@ -375,6 +391,7 @@ fn in_doubt_at_down(events: &mpsc::Receiver<NodeEvent>, name: &str) -> u64 {
 /// in flight (`in_doubt > 0`), and that none was resent.
 #[test]
 fn kill_9_during_a_stream_counts_every_unacknowledged_message_in_doubt() {
+    let _serial = one_at_a_time();
     let addr = free_addr();
     let mut w = worker("w6", addr, SECRET);
     let system = System::new();
