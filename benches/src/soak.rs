@@ -250,6 +250,25 @@ fn seen(seq: &ActorRef<SeqCheck>, from: u64) -> Result<Ranges, String> {
         .map_err(|e| format!("{e:?}"))
 }
 
+/// Takes in the node's events, and takes out the in-doubt counts of
+/// `peer`'s drops reported since the last call for it.
+fn take_doubt(
+    events: &std::sync::mpsc::Receiver<NodeEvent>,
+    downs: &mut Vec<NodeEvent>,
+    peer: &str,
+) -> u64 {
+    downs.extend(events.try_iter());
+    let mut doubt = 0;
+    downs.retain(|ev| match ev {
+        NodeEvent::Down { name, in_doubt, .. } if name == peer => {
+            doubt += in_doubt;
+            false
+        }
+        _ => true,
+    });
+    doubt
+}
+
 /// Fds by kind that must not drift: sockets and pipes (io_uring instances,
 /// `anon_inode`, may: this thread keeps the client ring its first tell made).
 fn sockets_and_pipes(kinds: &std::collections::BTreeMap<String, usize>) -> usize {
@@ -324,18 +343,6 @@ pub fn run(secs: u64, inject: Inject) -> i32 {
     let mut downs: Vec<NodeEvent> = Vec::new();
     let mut next_fault = Instant::now() + Duration::from_millis(500 + rng.below(1500));
     let dead_a0 = node_system.dead_letters();
-    // The in-doubt count of wb's drops since its last check.
-    let take_b_doubt = |downs: &mut Vec<NodeEvent>| {
-        let mut d = 0;
-        downs.retain(|ev| match ev {
-            NodeEvent::Down { name, in_doubt, .. } if name == "wb" => {
-                d += in_doubt;
-                false
-            }
-            _ => true,
-        });
-        d
-    };
     while Instant::now() < deadline {
         ringmail::batched(|| {
             for _ in 0..200 {
@@ -351,9 +358,6 @@ pub fn run(secs: u64, inject: Inject) -> i32 {
                 n_b += 1;
             }
         });
-        while let Ok(ev) = events.try_recv() {
-            downs.push(ev);
-        }
         if !seq_a.is_alive() {
             if let Some(r) = lookup_seq(&node, "wa", Instant::now() + Duration::from_secs(20)) {
                 seq_a = r;
@@ -375,11 +379,9 @@ pub fn run(secs: u64, inject: Inject) -> i32 {
                 // restart it (a new process: its numbers start again).
                 match seen(&seq_b, 2) {
                     Ok(s) => {
-                        while let Ok(ev) = events.try_recv() {
-                            downs.push(ev);
-                        }
+                        let doubt = take_doubt(&events, &mut downs, "wb");
                         let dead = node_system.dead_letters() - dead_b0;
-                        b_verdicts.push(acc_b.account(&s, take_b_doubt(&mut downs), dead));
+                        b_verdicts.push(acc_b.account(&s, doubt, dead));
                     }
                     Err(e) => {
                         eprintln!("soak: wb did not report before its kill: {e}");
@@ -398,10 +400,7 @@ pub fn run(secs: u64, inject: Inject) -> i32 {
                     }
                 }
                 // The killed process's drop was accounted for above.
-                while let Ok(ev) = events.try_recv() {
-                    downs.push(ev);
-                }
-                take_b_doubt(&mut downs);
+                take_doubt(&events, &mut downs, "wb");
                 acc_b = Sender::new();
                 n_b = 0;
                 dead_b0 = node_system.dead_letters();
@@ -422,17 +421,9 @@ pub fn run(secs: u64, inject: Inject) -> i32 {
             }
             match seen(&r, 1) {
                 Ok(s) => {
-                    while let Ok(ev) = events.try_recv() {
-                        downs.push(ev);
-                    }
-                    let doubt: u64 = downs
-                        .iter()
-                        .map(|ev| match ev {
-                            NodeEvent::Down { name, in_doubt, .. } if name == "wa" => *in_doubt,
-                            _ => 0,
-                        })
-                        .sum();
-                    // wb's dead letters are counted from its last restart on.
+                    let doubt = take_doubt(&events, &mut downs, "wa");
+                    // All the node's dead letters of the run (wb's too: that
+                    // only loosens the bound; the suffix rule stays exact).
                     let dead_a = node_system.dead_letters() - dead_a0;
                     Some(acc_a.account(&s, doubt, dead_a))
                 }
@@ -446,11 +437,9 @@ pub fn run(secs: u64, inject: Inject) -> i32 {
     };
     match seen(&seq_b, 2) {
         Ok(s) => {
-            while let Ok(ev) = events.try_recv() {
-                downs.push(ev);
-            }
+            let doubt = take_doubt(&events, &mut downs, "wb");
             let dead = node_system.dead_letters() - dead_b0;
-            b_verdicts.push(acc_b.account(&s, take_b_doubt(&mut downs), dead));
+            b_verdicts.push(acc_b.account(&s, doubt, dead));
         }
         Err(e) => {
             eprintln!("soak: wb's final report failed: {e}");
