@@ -22,10 +22,12 @@
 //!   is either seen by a drain that is already due or triggers a new doorbell.
 //! * **Close.** `state` goes Open -> Closing -> Closed. In Closing, no new
 //!   messages are reserved and no credit is granted: the closing flag lives in
-//!   the top bit of the credit word itself, so a credit grant and the start of
-//!   close are read-modify-writes of one atomic and cannot miss each other
-//!   (no store/load handshake across two variables). The fallback still
-//!   accepts parcels already reserved. The
+//!   the top bit of the credit word and of the `queued` word, so a credit
+//!   grant or a reservation and the start of close are read-modify-writes of
+//!   one atomic and cannot miss each other (no store/load handshake across two
+//!   variables). A reservation is therefore either counted in `queued` before
+//!   the close began, and the close waits for it, or refused. The fallback
+//!   still accepts parcels already reserved. The
 //!   receiver waits until every granted credit is back (all ring parcels
 //!   reaped), then moves to Closed under the fallback lock and drains it one
 //!   last time; a push after that fails and the sender hands the parcel back.
@@ -37,6 +39,8 @@ use crate::sync::{lock, AtomicBool, AtomicU8, AtomicUsize, Mutex, Ordering};
 const OPEN: u8 = 0;
 /// Top bit of the credit word: set once closing began; no credit is granted after.
 const CREDITS_CLOSED: usize = 1 << (usize::BITS - 1);
+/// Top bit of the `queued` word: set once closing began; no reservation succeeds after.
+const QUEUED_CLOSED: usize = 1 << (usize::BITS - 1);
 const CLOSING: u8 = 1;
 const CLOSED: u8 = 2;
 
@@ -88,13 +92,15 @@ impl<P> Core<P> {
 
     /// Reserves room for `n` messages.
     pub(crate) fn reserve(&self, n: usize) -> Result<(), Refused> {
-        if self.state.load(Ordering::Acquire) != OPEN {
-            return Err(Refused::Closed);
-        }
         let mut cur = self.queued.load(Ordering::Relaxed);
         loop {
+            if cur & QUEUED_CLOSED != 0 {
+                return Err(Refused::Closed);
+            }
             let next = match cur.checked_add(n) {
-                Some(v) if v <= self.cap => v,
+                // The top bit is the closing flag: an unbounded mailbox
+                // (`cap == usize::MAX`) holds at most 2^63 - 1 messages.
+                Some(v) if v <= self.cap && v & QUEUED_CLOSED == 0 => v,
                 _ => return Err(Refused::Full),
             };
             match self.queued.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Relaxed)
@@ -107,13 +113,13 @@ impl<P> Core<P> {
 
     /// Releases room for `n` messages that were delivered or handed back.
     pub(crate) fn unreserve(&self, n: usize) {
-        let prev = self.queued.fetch_sub(n, Ordering::AcqRel);
+        let prev = self.queued.fetch_sub(n, Ordering::AcqRel) & !QUEUED_CLOSED;
         debug_assert!(prev >= n, "mailbox capacity accounting underflow");
     }
 
     /// Messages accepted and not yet delivered or handed back.
     pub(crate) fn queued(&self) -> usize {
-        self.queued.load(Ordering::Acquire)
+        self.queued.load(Ordering::Acquire) & !QUEUED_CLOSED
     }
 
     /// The configured capacity.
@@ -203,6 +209,9 @@ impl<P> Core<P> {
         // After this RMW no credit is granted; every credit granted before it
         // is counted by `outstanding` until the receiver reaps its CQE.
         self.credits.fetch_or(CREDITS_CLOSED, Ordering::AcqRel);
+        // Likewise no reservation succeeds after this one; every reservation
+        // made before it is counted by `queued` until delivered or handed back.
+        self.queued.fetch_or(QUEUED_CLOSED, Ordering::AcqRel);
     }
 
     /// Closing -> Closed, draining the fallback queue one last time. Call
