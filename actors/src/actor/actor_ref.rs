@@ -16,6 +16,7 @@ use crate::error::{AskError, StopReason, TellError};
 use crate::runtime::ask;
 use crate::runtime::cell::ActorCell;
 use crate::runtime::envelope::{Body, Envelope, Erased, ReplyTo};
+use crate::runtime::outbox::{self, Parked};
 use crate::runtime::route::{self, flush_if_present, my_addr, send_control, SendFail};
 use crate::runtime::shard::ShardHandle;
 use crate::runtime::{dead_letter_in, thread};
@@ -121,26 +122,20 @@ impl<A: Actor> ActorRef<A> {
         self.send_typed(msg, None).map_err(|(m, e)| e.with(m))
     }
 
-    /// Sends `msg` with where its reply goes, without waiting (an ask from
-    /// inside an actor).
-    pub(crate) fn try_send<M>(&self, msg: M, reply: Option<ReplyTo>) -> Result<(), TellError<M>>
-    where
-        A: Handler<M>,
-        M: Message,
-    {
-        self.send_typed(msg, reply).map_err(|(m, e)| e.with(m))
-    }
-
     /// Sends `msg`, waiting while the mailbox is full (up to `patience`).
     ///
-    /// Waiting inside a handler blocks that handler's whole shard: a
-    /// co-located target cannot make room meanwhile, so inside handlers
-    /// prefer [`try_tell`](ActorRef::try_tell).
+    /// Inside a handler nothing waits on the shard's thread: `tell_timeout`
+    /// then does not wait either and hands a message that does not fit back
+    /// at once as [`TellError::Full`] (use [`tell`](ActorRef::tell), which
+    /// pauses the actor instead).
     pub fn tell_timeout<M>(&self, mut msg: M, patience: Duration) -> Result<(), TellError<M>>
     where
         A: Handler<M>,
         M: Message,
     {
+        if outbox::in_handler() {
+            return self.try_tell(msg);
+        }
         let deadline = Instant::now().checked_add(patience); // None: no limit
         let mut waits = 0u32;
         loop {
@@ -167,14 +162,23 @@ impl<A: Actor> ActorRef<A> {
         }
     }
 
-    /// Sends `msg`, waiting as long as the mailbox stays full (see
-    /// [`tell_timeout`](ActorRef::tell_timeout)); fails only if the actor
-    /// stopped or this thread has no ring.
+    /// Sends `msg`, waiting as long as the mailbox stays full; fails only
+    /// if the actor stopped or this thread has no ring.
+    ///
+    /// Inside a handler it never waits on the shard's thread: a message
+    /// that does not fit is parked in the running actor's outbox and sent,
+    /// in order, as soon as the target has room; meanwhile the *actor* is
+    /// paused after this handler (it takes no new message; every other actor
+    /// of its shard keeps running). Its later sends queue behind the parked
+    /// one. A parked message whose target stops is a dead letter.
     pub fn tell<M>(&self, msg: M) -> Result<(), TellError<M>>
     where
         A: Handler<M>,
         M: Message,
     {
+        if outbox::in_handler() {
+            return self.send_or_park(msg, None);
+        }
         self.tell_timeout(msg, Duration::MAX)
     }
 
@@ -358,46 +362,91 @@ impl<A: Actor> ActorRef<A> {
         A: Handler<M>,
         M: Message,
     {
-        // Refused before sending: the caller gets the error, so the reply
-        // slot must not answer "no reply" (a retried ask would take that
-        // stale answer as its own).
-        let refuse = |reply: Option<ReplyTo>| {
-            if let Some(mut r) = reply {
-                r.sent = true;
-            }
-        };
         if !self.cell.is_alive() {
             dead_letter_in(Some(&self.shard.stats));
             refuse(reply);
             return Err((msg, TellFail::Stopped));
         }
-        if !self.cell.reserve() {
+        // A handler that parked a message for this actor: later ones queue
+        // behind it, so a direct send now would overtake it.
+        if outbox::parked_for(&self.cell) || !self.cell.reserve() {
             refuse(reply);
             return Err((msg, TellFail::Full));
         }
         let env = Typed::<A, M>::envelope(self.cell.id, msg, reply);
-        match route::send_to_shard(self.shard.id, &self.shard.addr, env) {
-            Ok(()) => Ok(()),
-            Err((env, why)) => {
-                self.cell.unreserve();
-                let Body::Msg(erased) = env.body else { unreachable!("sent a Msg") };
-                let typed = erased.into_any().downcast::<Typed<A, M>>().expect("same type");
-                let Typed { msg, reply, .. } = *typed;
-                if let Some(mut r) = reply {
-                    r.sent = true; // the caller gets the error, no reply needed
+        self.send_reserved(env).map_err(|(env, fail)| (take_back::<A, M>(env).0, fail))
+    }
+
+    /// Sends `env`, whose slot in the mailbox is reserved; on failure the
+    /// slot is freed and the envelope comes back.
+    fn send_reserved(&self, env: Envelope) -> Result<(), (Envelope, TellFail)> {
+        route::send_to_shard(self.shard.id, &self.shard.addr, env).map_err(|(env, why)| {
+            self.cell.unreserve();
+            let fail = match why {
+                SendFail::Full => TellFail::Full,
+                SendFail::Closed => {
+                    dead_letter_in(Some(&self.shard.stats));
+                    TellFail::Stopped
                 }
-                let fail = match why {
-                    SendFail::Full => TellFail::Full,
-                    SendFail::Closed => {
-                        dead_letter_in(Some(&self.shard.stats));
-                        TellFail::Stopped
-                    }
-                    SendFail::NoRing | SendFail::WrongRing => TellFail::Unavailable,
-                };
-                Err((msg, fail))
+                SendFail::NoRing | SendFail::WrongRing => TellFail::Unavailable,
+            };
+            (env, fail)
+        })
+    }
+
+    /// Sends `msg` from inside a handler, never waiting: when the mailbox
+    /// is full (or this handler already parked a message), the message is
+    /// parked in the running actor's outbox and the actor pauses after this
+    /// handler (`runtime/outbox.rs`). Fails only if this actor has stopped.
+    pub(crate) fn send_or_park<M>(&self, msg: M, reply: Option<ReplyTo>) -> Result<(), TellError<M>>
+    where
+        A: Handler<M>,
+        M: Message,
+    {
+        if !self.cell.is_alive() {
+            dead_letter_in(Some(&self.shard.stats));
+            refuse(reply);
+            return Err(TellError::Stopped(msg));
+        }
+        let mut env = Typed::<A, M>::envelope(self.cell.id, msg, reply);
+        if !outbox::parking() && self.cell.reserve() {
+            match self.send_reserved(env) {
+                Ok(()) => return Ok(()),
+                // The shard's ring is full (not the mailbox): park it too.
+                Err((e, TellFail::Full)) => env = e,
+                Err((e, fail)) => {
+                    let (msg, reply) = take_back::<A, M>(e);
+                    refuse(reply);
+                    return Err(fail.with(msg));
+                }
             }
         }
+        outbox::park(Parked {
+            cell: self.cell.clone(),
+            shard: self.shard.id,
+            addr: self.shard.addr.clone(),
+            stats: self.shard.stats.clone(),
+            env,
+        });
+        Ok(())
     }
+}
+
+/// Marks a reply slot answered without answering: the caller gets the
+/// error instead, so the slot must not answer "no reply" (a retried ask
+/// would take that stale answer as its own).
+fn refuse(reply: Option<ReplyTo>) {
+    if let Some(mut r) = reply {
+        r.sent = true;
+    }
+}
+
+/// The typed message (and its reply slot) of an envelope made by `Typed`.
+fn take_back<A: Handler<M>, M: Message>(env: Envelope) -> (M, Option<ReplyTo>) {
+    let Body::Msg(erased) = env.body else { unreachable!("sent a Msg") };
+    let typed = erased.into_any().downcast::<Typed<A, M>>().expect("same type");
+    let Typed { msg, reply, .. } = *typed;
+    (msg, reply)
 }
 
 fn far_future() -> Instant {

@@ -97,7 +97,7 @@ impl<A: Actor> Hosted for Slot<A> {
         let mut ctx = Context::new(self.me.clone());
         self.actor.stopped(&mut ctx);
     }
-    fn cell(&self) -> &ActorCell {
+    fn cell(&self) -> &Arc<ActorCell> {
         &self.me.cell
     }
     fn as_any(&mut self) -> &mut dyn Any {

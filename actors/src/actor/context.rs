@@ -254,10 +254,11 @@ impl<A: Actor> Context<A> {
     /// [`AskError::NoReply`] when the target stopped (or dropped a deferred
     /// reply) without answering. Meanwhile this actor goes on handling
     /// messages, and nothing blocks its shard, so asking an actor of the
-    /// same shard works. A request the target refuses at once comes back
-    /// here: `Full` (its mailbox is at capacity), `Stopped`, or
-    /// `Unavailable` (no timer could be armed for the timeout on this
-    /// shard); `then` does not run.
+    /// same shard works. A target whose mailbox is full does not refuse:
+    /// the request is parked and this actor pauses, as with
+    /// [`ActorRef::tell`] (the timeout runs meanwhile). A request refused at
+    /// once comes back here: `Stopped`, or `Unavailable` (no timer could be
+    /// armed for the timeout on this shard); `then` does not run.
     ///
     /// ```
     /// use std::sync::mpsc;
@@ -310,7 +311,7 @@ impl<A: Actor> Context<A> {
             return Err(AskError::Unavailable(msg));
         };
         let reply = pending.reply_to(self.me.clone(), timer);
-        target.try_send(msg, Some(reply)).map_err(|e| {
+        target.send_or_park(msg, Some(reply)).map_err(|e| {
             self.cancel_timer(timer);
             drop(pending.take()); // `then` never runs
             match e {

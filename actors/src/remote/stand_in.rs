@@ -43,7 +43,7 @@ impl<N: Handler<Outbound>> Hosted for Proxy<N> {
         None
     }
     fn stopped(&mut self) {}
-    fn cell(&self) -> &ActorCell {
+    fn cell(&self) -> &Arc<ActorCell> {
         &self.cell
     }
     fn as_any(&mut self) -> &mut dyn std::any::Any {

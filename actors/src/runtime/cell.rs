@@ -6,9 +6,21 @@
 //! names it is registered under, and who is told when it stops (monitors,
 //! links, remote watchers). Typed references (`ActorRef<A>`) are an
 //! `Arc<ActorCell>` plus the shard they live on.
+//!
+//! # Paused senders
+//!
+//! An actor that tells a full mailbox from inside a handler is paused (see
+//! `outbox.rs`); it registers a [`Waker`] here and is resumed when this
+//! mailbox drains to half its capacity. The check-then-park race is closed
+//! the classic way: the sender raises `has_waiters` and then looks at
+//! `queued` again; the receiver lowers `queued` and then looks at
+//! `has_waiters`; all four are `SeqCst`, so at least one of them sees the
+//! other (the sender retries at once, or the receiver wakes it).
+//! `waiting_on` records whom a paused actor waits for, so that a cycle of
+//! paused actors can be found and broken (`outbox.rs`).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, Weak};
 
 use super::lock;
 use crate::error::StopReason;
@@ -24,9 +36,17 @@ pub(crate) struct ActorCell {
     names: Mutex<Vec<String>>,
     /// Who is told when it stops; `None` once it has (then `watch` calls at once).
     watchers: Mutex<Option<Vec<Watcher>>>,
+    /// Actors paused on this mailbox being full, and whether there are any.
+    wakers: Mutex<Vec<Waker>>,
+    has_waiters: AtomicBool,
+    /// The actor this one is paused on, while it is.
+    waiting_on: Mutex<Option<Weak<ActorCell>>>,
 }
 
 pub(crate) type Watcher = Box<dyn FnOnce(&StopReason) + Send>;
+
+/// Resumes one paused actor (sends it a `Resume` envelope); made by its shard.
+pub(crate) type Waker = Box<dyn FnOnce() + Send>;
 
 impl ActorCell {
     pub(crate) fn new(id: u64, cap: usize) -> Self {
@@ -38,7 +58,57 @@ impl ActorCell {
             reason: Mutex::new(None),
             names: Mutex::new(Vec::new()),
             watchers: Mutex::new(Some(Vec::new())),
+            wakers: Mutex::new(Vec::new()),
+            has_waiters: AtomicBool::new(false),
+            waiting_on: Mutex::new(None),
         }
+    }
+
+    /// Registers `w` to run once this mailbox has drained to half its
+    /// capacity. The caller must look at [`ActorCell::has_room`] afterwards
+    /// and retry at once if there is room (the wake-up may have been missed).
+    pub(crate) fn add_waker(&self, w: Waker) {
+        let mut ws = lock(&self.wakers);
+        ws.push(w);
+        self.has_waiters.store(true, Ordering::SeqCst);
+    }
+
+    /// True when a message would fit now (a `SeqCst` look, for the park
+    /// protocol; [`ActorCell::reserve`] is what takes the room).
+    pub(crate) fn has_room(&self) -> bool {
+        self.queued.load(Ordering::SeqCst) < self.cap
+    }
+
+    /// Wakes the paused senders when `left` messages remain queued and that
+    /// is at most half the capacity (not at every freed slot: a sender
+    /// resumed for one slot would pause again at once).
+    fn after_release(&self, left: usize) {
+        if left <= self.cap / 2 && self.has_waiters.load(Ordering::SeqCst) {
+            self.wake_all();
+        }
+    }
+
+    /// Runs every registered waker (also when the actor stops: its senders
+    /// then find it stopped and count their parked messages as dead letters).
+    pub(crate) fn wake_all(&self) {
+        let ws = {
+            let mut ws = lock(&self.wakers);
+            self.has_waiters.store(false, Ordering::SeqCst);
+            std::mem::take(&mut *ws)
+        };
+        for w in ws {
+            w();
+        }
+    }
+
+    /// Records that this actor is paused on `target` (`None`: it is not).
+    pub(crate) fn set_waiting_on(&self, target: Option<&Arc<ActorCell>>) {
+        *lock(&self.waiting_on) = target.map(Arc::downgrade);
+    }
+
+    /// The actor this one is paused on, if it is.
+    pub(crate) fn waiting_on(&self) -> Option<Arc<ActorCell>> {
+        lock(&self.waiting_on).as_ref().and_then(Weak::upgrade)
     }
 
     /// Calls `w` with the stop reason once the actor stops (at once if it has).
@@ -87,12 +157,14 @@ impl ActorCell {
     }
 
     pub(crate) fn unreserve(&self) {
-        self.queued.fetch_sub(1, Ordering::AcqRel);
+        let prev = self.queued.fetch_sub(1, Ordering::SeqCst);
+        self.after_release(prev.saturating_sub(1));
     }
 
     /// Releases `n` capacity slots at once.
     pub(crate) fn unreserve_n(&self, n: usize) {
-        self.queued.fetch_sub(n, Ordering::AcqRel);
+        let prev = self.queued.fetch_sub(n, Ordering::SeqCst);
+        self.after_release(prev.saturating_sub(n));
     }
 
     /// Why the actor stopped, once it has.
@@ -115,6 +187,9 @@ impl ActorCell {
         for w in watchers.into_iter().flatten() {
             w(&reason);
         }
+        // Senders paused on us: they find us stopped and count what they
+        // parked for us as dead letters.
+        self.wake_all();
     }
 }
 

@@ -37,6 +37,9 @@ pub(crate) enum Body {
     Reply { ask: u64, value: Option<Box<dyn Any + Send>>, from: Option<Arc<SystemStats>> },
     /// Stop every actor of the shard, close its ring, end its thread.
     Shutdown,
+    /// A mailbox this actor was paused on has room again: retry its outbox
+    /// (`outbox.rs`). Harmless when it is not paused any more.
+    Resume,
 }
 
 /// A message whose actor type is known only to itself.
@@ -64,7 +67,7 @@ pub(crate) trait ErasedFd: Send {
 pub(crate) trait Hosted: Send {
     fn started(&mut self) -> Option<StopReason>;
     fn stopped(&mut self);
-    fn cell(&self) -> &ActorCell;
+    fn cell(&self) -> &Arc<ActorCell>;
     fn as_any(&mut self) -> &mut dyn Any;
     /// A stand-in for an actor of another node takes its messages here
     /// (to send them over the wire); real actors give them back.

@@ -18,6 +18,7 @@
 //! | `thread.rs` | the thread context: each thread's ring (a shard's, or a client thread's made lazily), its local queue, re-entrancy, teardown |
 //! | `route.rs` | sending: co-located or through the ring, control sends that wait out a full mailbox, discarding what nobody will handle |
 //! | `ask.rs` | a thread waiting for the reply to its ask |
+//! | `outbox.rs` | actors paused on a full mailbox: their parked sends, the wake-up, breaking cycles of paused actors |
 //! | `io.rs` | I/O operations as messages: the public op types and the pending op that owns its buffer |
 //! | `io_table.rs` | timers, pending I/O and multishot ops of a thread's ring: the only code that calls `push_io` |
 //! | `fds.rs` | fds attached to envelopes and fds parked by actors |
@@ -45,6 +46,7 @@ pub(crate) mod envelope;
 pub(crate) mod fds;
 pub(crate) mod io;
 pub(crate) mod io_table;
+pub(crate) mod outbox;
 pub(crate) mod registry;
 pub(crate) mod route;
 pub(crate) mod shard;

@@ -17,6 +17,14 @@
 //! except for an actor whose spawn is still on its way (from another sender:
 //! no order between senders), whose envelopes wait for it.
 //!
+//! # Paused actors
+//!
+//! An actor whose handler told a full mailbox is paused (`outbox.rs`): its
+//! envelopes (messages, fd messages, stops) are held here in arrival order,
+//! still counted against its mailbox bound, until a `Resume` finds its
+//! outbox empty; then they go back to the front of the batch, ahead of
+//! anything newer. Only that actor waits; the loop goes on.
+//!
 //! # Shutdown
 //!
 //! A `Shutdown` envelope (or the end of a dedicated shard's only actor) runs
@@ -33,10 +41,11 @@ use std::time::Duration;
 use ringmail_transport::Addr;
 use rustc_hash::FxBuildHasher;
 
-use super::cell::ActorCell;
+use super::cell::{ActorCell, Waker};
 use super::envelope::{Body, Envelope, Hosted};
 use super::io::{Accept, Recv};
 use super::io_table::{Completion, Done, Multi};
+use super::outbox;
 use super::registry::Registry;
 use super::route::send_control;
 use super::thread::{self, discard, take_attached, with};
@@ -115,8 +124,19 @@ pub(crate) struct ShardLoop {
     /// (ids are process-unique counters, not attacker-chosen).
     actors: HashMap<u64, Box<dyn Hosted>, FxBuildHasher>,
     early: HashMap<u64, Vec<Envelope>>,
+    /// Paused actors (their outbox is not empty) and what they hold.
+    muted: HashMap<u64, Muted, FxBuildHasher>,
+    /// Actors that just parked something: their outbox is tried once the
+    /// current envelope is done.
+    parked_now: Vec<(u64, Arc<ActorCell>)>,
     dedicated: bool,
     hosted_any: bool,
+}
+
+/// A paused actor: its cell, and its envelopes held in arrival order.
+struct Muted {
+    cell: Arc<ActorCell>,
+    held: VecDeque<Envelope>,
 }
 
 impl ShardLoop {
@@ -125,6 +145,8 @@ impl ShardLoop {
             handle,
             actors: HashMap::default(),
             early: HashMap::new(),
+            muted: HashMap::default(),
+            parked_now: Vec::new(),
             dedicated,
             hosted_any: false,
         }
@@ -165,8 +187,13 @@ impl ShardLoop {
                 if !self.dispatch(env, &mut batch) {
                     break 'run;
                 }
+                while let Some((id, cell)) = self.parked_now.pop() {
+                    self.muted.entry(id).or_insert_with(|| Muted { cell, held: VecDeque::new() });
+                    self.resume(id, &mut batch);
+                }
             }
-            if self.dedicated && self.hosted_any && self.actors.is_empty() {
+            if self.dedicated && self.hosted_any && self.actors.is_empty() && self.muted.is_empty()
+            {
                 // What stopping produced for co-located targets is still queued.
                 let _ = thread::with(|t| batch.append(&mut t.queue));
                 break 'run;
@@ -178,11 +205,22 @@ impl ShardLoop {
     /// Handles one envelope; false means "shut the shard down".
     fn dispatch(&mut self, env: Envelope, batch: &mut VecDeque<Envelope>) -> bool {
         let to = env.to;
+        // A paused actor that still runs holds its envelopes (one that
+        // stopped with a full outbox does not: they are dead letters).
+        if let Some(m) = self.muted.get_mut(&to).filter(|_| self.actors.contains_key(&to)) {
+            if matches!(env.body, Body::Msg(_) | Body::FdMsg { .. } | Body::Stop(_)) {
+                m.held.push_back(env); // still counted against its mailbox
+                return true;
+            }
+        }
         match env.body {
             Body::Spawn(mut slot) => {
                 self.handle.pending().remove(&to);
                 self.hosted_any = true;
-                match catch_unwind(AssertUnwindSafe(|| slot.started())) {
+                outbox::enter(to);
+                let started = catch_unwind(AssertUnwindSafe(|| slot.started()));
+                self.left(to, slot.cell());
+                match started {
                     Ok(stop) => {
                         self.actors.insert(to, slot);
                         // Envelopes that arrived before the spawn go first.
@@ -218,7 +256,11 @@ impl ShardLoop {
                     Err(m) => m,
                 };
                 slot.cell().unreserve();
+                outbox::enter(to);
                 let outcome = catch_unwind(AssertUnwindSafe(|| m.handle(slot.as_any())));
+                if outbox::leave() {
+                    self.parked_now.push((to, slot.cell().clone()));
+                }
                 self.handled(to, outcome);
             }
             Body::FdMsg { key, msg } => {
@@ -242,7 +284,11 @@ impl ShardLoop {
                     super::dead_letter(); // its fd is gone (cannot happen)
                     return true;
                 };
+                outbox::enter(to);
                 let outcome = catch_unwind(AssertUnwindSafe(|| msg.handle(slot.as_any(), fd)));
+                if outbox::leave() {
+                    self.parked_now.push((to, slot.cell().clone()));
+                }
                 self.handled(to, outcome);
             }
             Body::Stop(reason) => {
@@ -258,8 +304,38 @@ impl ShardLoop {
             // A reply after its ask gave up.
             Body::Reply { from, .. } => super::dead_letter_in(from.as_deref()),
             Body::Shutdown => return false,
+            Body::Resume => self.resume(to, batch),
         }
         true
+    }
+
+    /// Ends a hook's run of actor `id`: if it parked, the actor pauses.
+    fn left(&mut self, id: u64, cell: &Arc<ActorCell>) {
+        if outbox::leave() {
+            self.parked_now.push((id, cell.clone()));
+        }
+    }
+
+    /// Tries paused actor `id`'s outbox again; once it is empty, the actor
+    /// runs again, its held envelopes first. Nothing to do for an actor that
+    /// is not paused (a duplicate or late `Resume`).
+    fn resume(&mut self, id: u64, batch: &mut VecDeque<Envelope>) {
+        let Some(m) = self.muted.get(&id) else { return };
+        let cell = m.cell.clone();
+        let (shard, addr) = (self.handle.id, self.handle.addr.clone());
+        let wake = move || -> Waker {
+            let addr = addr.clone();
+            Box::new(move || {
+                let env = Envelope { to: id, body: Body::Resume };
+                send_control(shard, &addr, env, true, None);
+            })
+        };
+        if outbox::drain(id, &cell, &wake) {
+            let m = self.muted.remove(&id).expect("paused");
+            for e in m.held.into_iter().rev() {
+                batch.push_front(e);
+            }
+        }
     }
 
     /// What a handler's run means for its actor: it goes on, asked to stop,
@@ -278,7 +354,10 @@ impl ShardLoop {
 
     fn stop_actor(&mut self, id: u64, reason: StopReason) {
         if let Some(mut slot) = self.actors.remove(&id) {
-            if let Err(p) = catch_unwind(AssertUnwindSafe(|| slot.stopped())) {
+            outbox::enter(id);
+            let stopped = catch_unwind(AssertUnwindSafe(|| slot.stopped()));
+            self.left(id, slot.cell());
+            if let Err(p) = stopped {
                 self.handle.stats.panics.fetch_add(1, Ordering::Relaxed);
                 self.finished(slot.cell(), StopReason::Panicked(panic_message(p)));
                 return;
@@ -306,8 +385,12 @@ impl ShardLoop {
         for id in ids {
             self.stop_actor(id, StopReason::Shutdown);
         }
-        // Nothing will handle these any more.
+        // Nothing will handle these any more, nor send what was parked.
         batch.into_iter().for_each(discard);
+        outbox::discard_all();
+        for (_, m) in self.muted.drain() {
+            m.held.into_iter().for_each(discard);
+        }
         let early: Vec<u64> = self.early.keys().copied().collect();
         for id in early {
             self.dead_letter_early(id);

@@ -1,0 +1,220 @@
+//! Outboxes: how an actor that tells a full mailbox is paused instead of
+//! its shard's thread.
+//!
+//! A shard's thread carries every actor co-located on it and its ring, so a
+//! send from inside a handler must never wait on the thread. When an actor
+//! tells a full mailbox from a handler (`ActorRef::tell`, `Context::ask`),
+//! the message goes to the end of that actor's *outbox* on this thread, the
+//! tell returns, and once the handler is over the actor is *paused*: the
+//! shard holds its next envelopes (messages, stops) in arrival order, still
+//! counted against its own mailbox bound, so whoever sends to it feels the
+//! pause in turn. Every other actor of the shard, and the ring, keep
+//! running. This is Pony's muting, with a bounded outbox: an actor adds to
+//! its outbox only during one handler run.
+//!
+//! # Order
+//!
+//! While an actor has anything parked, every later send of that handler
+//! goes to the outbox too (`parking`), even to a target with room: so per
+//! sender-actor and target, messages arrive in the order they were sent,
+//! across parked and direct sends. The outbox is retried front to back and
+//! stops at the first message that still does not fit.
+//!
+//! # Wake-up
+//!
+//! A retry that finds its target full registers a waker on the target's
+//! cell and then looks at the target's room again (`cell.rs` explains why
+//! this cannot miss the receiver's release). The target's shard runs the
+//! wakers when its mailbox has drained to half its capacity, or when it
+//! stops; a waker sends this shard a `Resume` envelope for the actor. A
+//! duplicate or late `Resume` finds nothing to do.
+//!
+//! # Cycles
+//!
+//! Actors that tell each other into full mailboxes could all be paused on
+//! each other, each one's mailbox full because the next one is paused. A
+//! paused actor waits for exactly one target (the head of its outbox), so
+//! the waits form chains; before pausing, an actor records its target in
+//! its cell (`waiting_on`) and then walks the chain from that target. If the
+//! chain comes back to it, a cycle would close: it lets the head message
+//! through past the target's bound instead (`reserve_forced`) and goes on.
+//! Two actors closing a cycle at once both record before they walk, so at
+//! least one sees the other. What goes past a bound this way is at most
+//! what the cycle's actors parked in one handler run each.
+//!
+//! # Stop and shutdown
+//!
+//! An actor that stops (normally, by panic) with messages in its outbox
+//! does not take them back: they were sent, and are still delivered, in
+//! order, as their targets make room; one whose target has stopped is a
+//! dead letter (an ask in it is answered `NoReply`). A shard that shuts
+//! down counts what is still parked as dead letters.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use ringmail_transport::Addr;
+
+use super::cell::{ActorCell, Waker};
+use super::envelope::Envelope;
+use super::route::send_control;
+use super::thread::discard_in;
+use super::SystemStats;
+
+/// One parked message and where it goes.
+pub(crate) struct Parked {
+    /// The target's cell (its mailbox bound, its waiters).
+    pub(crate) cell: Arc<ActorCell>,
+    /// The target's shard and its ring's address.
+    pub(crate) shard: u64,
+    pub(crate) addr: Addr<Envelope>,
+    /// The target's system (where a dead letter is counted).
+    pub(crate) stats: Arc<SystemStats>,
+    pub(crate) env: Envelope,
+}
+
+/// Links longer than this are not followed when looking for a cycle (the
+/// walk is bounded; a longer cycle is broken by its members further on).
+const MAX_CHAIN: usize = 64;
+
+thread_local! {
+    /// The actor whose handler runs on this thread now (0: none).
+    static CURRENT: Cell<u64> = const { Cell::new(0) };
+    /// True once the current handler parked a message.
+    static PARKING: Cell<bool> = const { Cell::new(false) };
+    /// Outboxes of this thread's actors, keyed by actor id.
+    static OUTBOXES: RefCell<HashMap<u64, VecDeque<Parked>>> = RefCell::new(HashMap::new());
+}
+
+/// Marks the start of a handler (or hook) of actor `id` on this shard.
+pub(crate) fn enter(id: u64) {
+    CURRENT.with(|c| c.set(id));
+    PARKING.with(|p| p.set(false));
+}
+
+/// Marks its end; true when it parked something (the actor must pause).
+pub(crate) fn leave() -> bool {
+    CURRENT.with(|c| c.set(0));
+    PARKING.with(|p| p.replace(false))
+}
+
+/// True inside a handler on a shard: a send that would wait parks instead.
+pub(crate) fn in_handler() -> bool {
+    CURRENT.with(Cell::get) != 0
+}
+
+/// True when the running handler has parked a message: its later sends
+/// must queue behind it.
+pub(crate) fn parking() -> bool {
+    PARKING.with(Cell::get)
+}
+
+/// True when the running handler has parked a message for `target`: a
+/// direct send to it now would overtake that one.
+pub(crate) fn parked_for(target: &Arc<ActorCell>) -> bool {
+    parking()
+        && OUTBOXES.with(|o| {
+            let id = CURRENT.with(Cell::get);
+            o.borrow().get(&id).is_some_and(|q| q.iter().any(|p| Arc::ptr_eq(&p.cell, target)))
+        })
+}
+
+/// Parks `p` at the end of the running actor's outbox. Call only when
+/// [`in_handler`].
+pub(crate) fn park(p: Parked) {
+    let id = CURRENT.with(Cell::get);
+    debug_assert_ne!(id, 0, "park outside a handler");
+    OUTBOXES.with(|o| o.borrow_mut().entry(id).or_default().push_back(p));
+    PARKING.with(|f| f.set(true));
+}
+
+fn pop(id: u64) -> Option<Parked> {
+    OUTBOXES.with(|o| o.borrow_mut().get_mut(&id).and_then(VecDeque::pop_front))
+}
+
+fn push_front(id: u64, p: Parked) {
+    OUTBOXES.with(|o| o.borrow_mut().entry(id).or_default().push_front(p));
+}
+
+/// True when actor `id` has nothing parked (its outbox entry is removed).
+fn settle(id: u64) -> bool {
+    OUTBOXES.with(|o| {
+        let mut o = o.borrow_mut();
+        let empty = o.get(&id).is_none_or(VecDeque::is_empty);
+        if empty {
+            o.remove(&id);
+        }
+        empty
+    })
+}
+
+/// Sends what actor `id` (cell `me`) has parked, front to back, as far as
+/// its targets have room. True when the outbox is empty (the actor may run
+/// again); false when it stays paused, with a waker registered on the
+/// target it waits for (`wake` makes one).
+pub(crate) fn drain(id: u64, me: &Arc<ActorCell>, wake: &dyn Fn() -> Waker) -> bool {
+    while let Some(p) = pop(id) {
+        if !p.cell.is_alive() {
+            discard_in(p.env, Some(&p.stats)); // the target stopped: a dead letter
+            continue;
+        }
+        if p.cell.reserve() {
+            deliver(p);
+            continue;
+        }
+        // Full. Register first, then look again: a release in between
+        // either sees our waker or left room we see now.
+        p.cell.add_waker(wake());
+        if p.cell.has_room() {
+            push_front(id, p);
+            continue;
+        }
+        me.set_waiting_on(Some(&p.cell));
+        if closes_cycle(me, &p.cell) {
+            // Everyone on the cycle would wait for everyone else: let this
+            // one through past the bound.
+            p.cell.reserve_forced();
+            deliver(p);
+            continue;
+        }
+        push_front(id, p);
+        return false;
+    }
+    me.set_waiting_on(None);
+    settle(id)
+}
+
+/// True when the chain of paused actors from `target` leads back to `me`.
+fn closes_cycle(me: &Arc<ActorCell>, target: &Arc<ActorCell>) -> bool {
+    let mut cur = target.clone();
+    for _ in 0..MAX_CHAIN {
+        if Arc::ptr_eq(&cur, me) {
+            return true;
+        }
+        match cur.waiting_on() {
+            Some(next) => cur = next,
+            None => return false,
+        }
+    }
+    false
+}
+
+/// Sends a parked message whose slot is reserved. The transport's mailbox
+/// is waited out as for control sends; a target shard that is gone makes
+/// it a dead letter.
+fn deliver(p: Parked) {
+    if !send_control(p.shard, &p.addr, p.env, true, Some(&p.stats)) {
+        p.cell.unreserve(); // counted as a dead letter by send_control
+    }
+}
+
+/// Counts everything still parked on this thread as dead letters (the
+/// shard is shutting down); asks in them are answered `NoReply`.
+pub(crate) fn discard_all() {
+    let all: Vec<Parked> =
+        OUTBOXES.with(|o| o.borrow_mut().drain().flat_map(|(_, q)| q).collect::<Vec<_>>());
+    for p in all {
+        discard_in(p.env, Some(&p.stats));
+    }
+}
