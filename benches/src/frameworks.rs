@@ -7,6 +7,9 @@
 //! Each framework is used the way its documentation shows: Ringmail actors
 //! on shards of their own (`System::spawn`), actix actors each in an
 //! `Arbiter`, ractor and kameo actors on a two-worker tokio runtime. The
+//! "one thread" rows put every actor on one thread: Ringmail's on one shard
+//! (`System::shard` + `spawn_on`), ractor's and kameo's on a one-worker
+//! tokio runtime. The
 //! handlers are the same boxed closures in all of them, so the dynamic call
 //! costs every framework alike.
 
@@ -39,12 +42,18 @@ pub enum Framework {
     Ringmail,
     /// Ringmail actors whose shards busy-poll 50 µs before sleeping.
     RingmailPoll,
+    /// Ringmail actors all on one shard (co-located).
+    RingmailOneShard,
     /// actix 0.13.
     Actix,
     /// ractor 0.15.
     Ractor,
     /// kameo 0.22.
     Kameo,
+    /// ractor on a one-worker tokio runtime.
+    RactorOneWorker,
+    /// kameo on a one-worker tokio runtime.
+    KameoOneWorker,
 }
 
 impl Framework {
@@ -60,24 +69,34 @@ impl Framework {
             Framework::Actix => "actix",
             Framework::Ractor => "ractor",
             Framework::Kameo => "kameo",
+            Framework::RingmailOneShard => "ringmail-actors-one-shard",
+            Framework::RactorOneWorker => "ractor-one-worker",
+            Framework::KameoOneWorker => "kameo-one-worker",
         }
     }
 
     /// Starts one actor per handler.
     pub fn start(self, handlers: Vec<Handle>) -> Actors {
         match self {
-            Framework::Ringmail => ringmail(handlers, None),
+            Framework::Ringmail => ringmail(handlers, None, false),
             Framework::RingmailPoll => {
-                ringmail(handlers, Some(std::time::Duration::from_micros(50)))
+                ringmail(handlers, Some(std::time::Duration::from_micros(50)), false)
             }
+            Framework::RingmailOneShard => ringmail(handlers, None, true),
             Framework::Actix => actix(handlers),
-            Framework::Ractor => ractor(handlers),
-            Framework::Kameo => kameo(handlers),
+            Framework::Ractor => ractor(handlers, 2),
+            Framework::Kameo => kameo(handlers, 2),
+            Framework::RactorOneWorker => ractor(handlers, 1),
+            Framework::KameoOneWorker => kameo(handlers, 1),
         }
     }
 }
 
-fn ringmail(handlers: Vec<Handle>, busy_poll: Option<std::time::Duration>) -> Actors {
+fn ringmail(
+    handlers: Vec<Handle>,
+    busy_poll: Option<std::time::Duration>,
+    one_shard: bool,
+) -> Actors {
     use ringmail::{Actor, Context, Handler, Message};
     struct A(Handle);
     impl Actor for A {}
@@ -92,10 +111,14 @@ fn ringmail(handlers: Vec<Handle>, busy_poll: Option<std::time::Duration>) -> Ac
     }
     let ring = ringmail::transport::RingConfig::default().busy_poll(busy_poll);
     let system = ringmail::System::with_config(ringmail::SystemConfig::default().ring(ring));
+    let shard = one_shard.then(|| system.shard().expect("shard"));
     let tells = handlers
         .into_iter()
         .map(|h| {
-            let r = system.spawn(A(h)).expect("spawn");
+            let r = match &shard {
+                Some(s) => system.spawn_on(s, A(h)),
+                None => system.spawn(A(h)).expect("spawn"),
+            };
             Arc::new(move |x| r.tell(N(x)).expect("tell")) as Tell
         })
         .collect();
@@ -149,15 +172,15 @@ fn actix(handlers: Vec<Handle>) -> Actors {
     }
 }
 
-fn runtime() -> tokio::runtime::Runtime {
+fn runtime(workers: usize) -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(workers)
         .enable_all()
         .build()
         .expect("tokio runtime")
 }
 
-fn ractor(handlers: Vec<Handle>) -> Actors {
+fn ractor(handlers: Vec<Handle>, workers: usize) -> Actors {
     use ractor::{Actor, ActorProcessingErr, ActorRef};
     struct A;
     impl Actor for A {
@@ -181,7 +204,7 @@ fn ractor(handlers: Vec<Handle>) -> Actors {
             Ok(())
         }
     }
-    let rt = runtime();
+    let rt = runtime(workers);
     let mut refs = Vec::new();
     let mut joins = Vec::new();
     for h in handlers {
@@ -204,7 +227,7 @@ fn ractor(handlers: Vec<Handle>) -> Actors {
     }
 }
 
-fn kameo(handlers: Vec<Handle>) -> Actors {
+fn kameo(handlers: Vec<Handle>, workers: usize) -> Actors {
     use kameo::actor::{ActorRef, Spawn};
     use kameo::error::Infallible;
     use kameo::message::{Context, Message};
@@ -223,7 +246,7 @@ fn kameo(handlers: Vec<Handle>) -> Actors {
             (self.0)(x)
         }
     }
-    let rt = runtime();
+    let rt = runtime(workers);
     let refs: Vec<ActorRef<A>> = {
         let _in = rt.enter();
         // Unbounded, like the other peers' default mailboxes: `try_send`

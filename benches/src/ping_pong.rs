@@ -213,6 +213,9 @@ pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
         Framework::Actix,
         Framework::Ractor,
         Framework::Kameo,
+        Framework::RingmailOneShard,
+        Framework::RactorOneWorker,
+        Framework::KameoOneWorker,
     ]
     .map(|fw| System { name: fw.name(), run: Box::new(move || framework(fw, n)) });
     let c = compare(

@@ -6,8 +6,8 @@
 //! The shard dispatches its local queue (co-located tells, envelopes met
 //! while an ask pumped the ring) and the envelopes its ring delivers, one at
 //! a time, in arrival order. It blocks in the ring's wait only when the local
-//! queue is empty, and looks at the ring between local batches, so local
-//! traffic cannot starve remote senders.
+//! queue is empty, and looks at the ring at least every `LOCAL_ROUNDS`
+//! rounds of local traffic, so local traffic cannot starve remote senders.
 //!
 //! # Failure
 //!
@@ -53,6 +53,9 @@ use super::{lock, SystemStats};
 use crate::error::StopReason;
 
 static NEXT_ACTOR: AtomicU64 = AtomicU64::new(1);
+
+/// Rounds of the local queue between two looks at the ring.
+const LOCAL_ROUNDS: usize = 32;
 
 /// The shared side of a shard: what references and spawners hold.
 pub(crate) struct ShardHandle {
@@ -183,13 +186,28 @@ impl ShardLoop {
                 Err(_) => break 'run,
             };
             complete(done, &mut batch);
-            while let Some(env) = batch.pop_front() {
-                if !self.dispatch(env, &mut batch) {
-                    break 'run;
+            // Co-located traffic (handlers telling actors of this shard) is
+            // taken from the local queue for a few rounds before the ring
+            // is looked at again: a poll is cheap but not free, and a bound
+            // keeps local traffic from starving remote senders.
+            for round in 0..LOCAL_ROUNDS {
+                while let Some(env) = batch.pop_front() {
+                    if !self.dispatch(env, &mut batch) {
+                        break 'run;
+                    }
+                    while let Some((id, cell)) = self.parked_now.pop() {
+                        self.muted
+                            .entry(id)
+                            .or_insert_with(|| Muted { cell, held: VecDeque::new() });
+                        self.resume(id, &mut batch);
+                    }
                 }
-                while let Some((id, cell)) = self.parked_now.pop() {
-                    self.muted.entry(id).or_insert_with(|| Muted { cell, held: VecDeque::new() });
-                    self.resume(id, &mut batch);
+                if round + 1 == LOCAL_ROUNDS
+                    || self.dedicated && self.hosted_any && self.actors.is_empty()
+                    || thread::with(|t| batch.append(&mut t.queue)).is_err()
+                    || batch.is_empty()
+                {
+                    break;
                 }
             }
             if self.dedicated && self.hosted_any && self.actors.is_empty() && self.muted.is_empty()

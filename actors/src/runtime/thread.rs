@@ -171,6 +171,9 @@ thread_local! {
     static CTX: RefCell<Option<ThreadCtx>> = const { RefCell::new(None) };
     /// Sends attempted while `CTX` was borrowed: sent when the borrow ends.
     static DEFERRED: RefCell<Vec<(u64, Addr<Envelope>, Envelope)>> = const { RefCell::new(Vec::new()) };
+    /// True while `DEFERRED` may hold something (checked after every use of
+    /// the context, so kept as a cheap flag).
+    static DEFERRED_ANY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// This thread has no usable ring (io_uring unavailable, or the thread is exiting).
@@ -250,6 +253,9 @@ fn defer(shard: u64, addr: &Addr<Envelope>, env: Envelope) -> Result<(), Envelop
     let ok = DEFERRED
         .try_with(|d| d.borrow_mut().push((shard, addr.clone(), e.take().expect("env"))))
         .is_ok();
+    if ok {
+        let _ = DEFERRED_ANY.try_with(|f| f.set(true));
+    }
     match e {
         Some(env) if !ok => Err(env),
         _ => Ok(()),
@@ -257,6 +263,9 @@ fn defer(shard: u64, addr: &Addr<Envelope>, env: Envelope) -> Result<(), Envelop
 }
 
 fn flush_deferred() {
+    if !DEFERRED_ANY.try_with(|f| f.get()).unwrap_or(false) {
+        return;
+    }
     loop {
         // Still inside someone's borrow: the send would only be deferred again.
         if CTX.try_with(|c| c.try_borrow_mut().is_err()).unwrap_or(true) {
@@ -264,6 +273,7 @@ fn flush_deferred() {
         }
         let batch = DEFERRED.try_with(|d| std::mem::take(&mut *d.borrow_mut())).unwrap_or_default();
         if batch.is_empty() {
+            let _ = DEFERRED_ANY.try_with(|f| f.set(false));
             return;
         }
         for (shard, addr, env) in batch {
@@ -280,7 +290,25 @@ pub(super) fn send_inner(
     env: Envelope,
     create: bool,
 ) -> Result<(), (Envelope, SendFail)> {
+    // Co-located (the hot path of actors on one shard): onto the local
+    // queue, without the general path's ring handling.
     let mut env = Some(env);
+    let local = CTX
+        .try_with(|c| match c.try_borrow_mut() {
+            Ok(mut c) => match c.as_mut() {
+                Some(t) if t.shard == Some(shard) => {
+                    t.queue.push_back(env.take().expect("envelope"));
+                    true
+                }
+                _ => false,
+            },
+            Err(_) => false,
+        })
+        .unwrap_or(false);
+    if local {
+        flush_deferred();
+        return Ok(());
+    }
     let r = with_ctx(create, |t| {
         let e = env.take().expect("envelope");
         if t.shard == Some(shard) {
