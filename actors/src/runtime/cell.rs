@@ -12,18 +12,41 @@
 //! An actor that tells a full mailbox from inside a handler is paused (see
 //! `outbox.rs`); it registers a [`Waker`] here and is resumed when this
 //! mailbox drains to half its capacity. The check-then-park race is closed
-//! the classic way: the sender raises `has_waiters` and then looks at
-//! `queued` again; the receiver lowers `queued` and then looks at
-//! `has_waiters`; all four are `SeqCst`, so at least one of them sees the
-//! other (the sender retries at once, or the receiver wakes it).
-//! `waiting_on` records whom a paused actor waits for, so that a cycle of
-//! paused actors can be found and broken (`outbox.rs`).
+//! without a store/load handshake across two variables: "someone waits" is
+//! the top bit of the `queued` word itself. A sender registers its waker
+//! and sets the bit with one read-modify-write, which also tells it how
+//! full the mailbox was at that moment; the receiver frees slots with
+//! read-modify-writes of the same word. So either the release came first
+//! (the sender sees the room and retries at once) or the release sees the
+//! bit (and wakes the sender). `waiting_on` records whom a paused actor
+//! waits for, so that a cycle of paused actors can be found and broken
+//! (`outbox.rs`).
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, Weak};
+
+// The mailbox count (with its waiter bit) and the waker list are what the park
+// protocol's loom model covers (`cell_loom.rs`): under `--cfg loom` they are
+// loom's model-checked types, the rest stays std.
+#[cfg(loom)]
+use loom::sync::{
+    atomic::{AtomicUsize, Ordering},
+    Mutex as ModelMutex,
+};
+#[cfg(not(loom))]
+use std::sync::{
+    atomic::{AtomicUsize, Ordering},
+    Mutex as ModelMutex,
+};
 
 use super::lock;
 use crate::error::StopReason;
+
+/// Locks one of the model-checked mutexes, ignoring poisoning (a push or a
+/// take: the list stays consistent).
+fn model_lock<T>(m: &ModelMutex<T>) -> impl std::ops::DerefMut<Target = T> + '_ {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// State of one actor shared by its references and its shard.
 pub(crate) struct ActorCell {
@@ -37,13 +60,15 @@ pub(crate) struct ActorCell {
     /// Who is told when it stops; `None` once it has (then `watch` calls at once).
     watchers: Mutex<Option<Vec<Watcher>>>,
     /// Actors paused on this mailbox being full, and whether there are any.
-    wakers: Mutex<Vec<Waker>>,
-    has_waiters: AtomicBool,
+    wakers: ModelMutex<Vec<Waker>>,
     /// The actor this one is paused on, while it is.
     waiting_on: Mutex<Option<Weak<ActorCell>>>,
 }
 
 pub(crate) type Watcher = Box<dyn FnOnce(&StopReason) + Send>;
+
+/// Top bit of `queued`: some paused sender has a waker registered.
+const WAITING: usize = 1 << (usize::BITS - 1);
 
 /// Resumes one paused actor (sends it a `Resume` envelope); made by its shard.
 pub(crate) type Waker = Box<dyn FnOnce() + Send>;
@@ -58,32 +83,28 @@ impl ActorCell {
             reason: Mutex::new(None),
             names: Mutex::new(Vec::new()),
             watchers: Mutex::new(Some(Vec::new())),
-            wakers: Mutex::new(Vec::new()),
-            has_waiters: AtomicBool::new(false),
+            wakers: ModelMutex::new(Vec::new()),
             waiting_on: Mutex::new(None),
         }
     }
 
     /// Registers `w` to run once this mailbox has drained to half its
-    /// capacity. The caller must look at [`ActorCell::has_room`] afterwards
-    /// and retry at once if there is room (the wake-up may have been missed).
-    pub(crate) fn add_waker(&self, w: Waker) {
-        let mut ws = lock(&self.wakers);
+    /// capacity (or the actor stops). Returns true when the mailbox had room
+    /// at the moment of registering: the caller must then retry at once
+    /// instead of pausing (the waker may still run later, harmlessly).
+    pub(crate) fn add_waker(&self, w: Waker) -> bool {
+        let mut ws = model_lock(&self.wakers);
         ws.push(w);
-        self.has_waiters.store(true, Ordering::SeqCst);
-    }
-
-    /// True when a message would fit now (a `SeqCst` look, for the park
-    /// protocol; [`ActorCell::reserve`] is what takes the room).
-    pub(crate) fn has_room(&self) -> bool {
-        self.queued.load(Ordering::SeqCst) < self.cap
+        let prev = self.queued.fetch_or(WAITING, Ordering::AcqRel);
+        (prev & !WAITING) < self.cap
     }
 
     /// Wakes the paused senders when `left` messages remain queued and that
     /// is at most half the capacity (not at every freed slot: a sender
     /// resumed for one slot would pause again at once).
-    fn after_release(&self, left: usize) {
-        if left <= self.cap / 2 && self.has_waiters.load(Ordering::SeqCst) {
+    fn after_release(&self, prev: usize, n: usize) {
+        let left = (prev & !WAITING).saturating_sub(n);
+        if prev & WAITING != 0 && left <= self.cap / 2 {
             self.wake_all();
         }
     }
@@ -92,8 +113,8 @@ impl ActorCell {
     /// then find it stopped and count their parked messages as dead letters).
     pub(crate) fn wake_all(&self) {
         let ws = {
-            let mut ws = lock(&self.wakers);
-            self.has_waiters.store(false, Ordering::SeqCst);
+            let mut ws = model_lock(&self.wakers);
+            self.queued.fetch_and(!WAITING, Ordering::AcqRel);
             std::mem::take(&mut *ws)
         };
         for w in ws {
@@ -141,9 +162,11 @@ impl ActorCell {
     pub(crate) fn reserve(&self) -> bool {
         let mut cur = self.queued.load(Ordering::Relaxed);
         loop {
-            if cur >= self.cap {
+            let n = cur & !WAITING;
+            if n >= self.cap || n + 1 >= WAITING {
                 return false;
             }
+            // The waiter bit is kept as it is.
             match self.queued.compare_exchange_weak(
                 cur,
                 cur + 1,
@@ -157,14 +180,14 @@ impl ActorCell {
     }
 
     pub(crate) fn unreserve(&self) {
-        let prev = self.queued.fetch_sub(1, Ordering::SeqCst);
-        self.after_release(prev.saturating_sub(1));
+        let prev = self.queued.fetch_sub(1, Ordering::AcqRel);
+        self.after_release(prev, 1);
     }
 
     /// Releases `n` capacity slots at once.
     pub(crate) fn unreserve_n(&self, n: usize) {
-        let prev = self.queued.fetch_sub(n, Ordering::SeqCst);
-        self.after_release(prev.saturating_sub(n));
+        let prev = self.queued.fetch_sub(n, Ordering::AcqRel);
+        self.after_release(prev, n);
     }
 
     /// Why the actor stopped, once it has.
@@ -193,7 +216,11 @@ impl ActorCell {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, loom))]
+#[path = "cell_loom.rs"]
+mod loom_models;
+
+#[cfg(all(test, not(loom)))]
 mod tests {
     use std::sync::atomic::AtomicUsize;
     use std::sync::Arc;
@@ -211,6 +238,39 @@ mod tests {
         assert!(!cell.reserve(), "a forced message counts against the bound");
         cell.unreserve_n(3);
         assert!(cell.reserve() && cell.reserve() && !cell.reserve(), "all three came back");
+    }
+
+    #[test]
+    fn paused_senders_are_woken_at_half_capacity_or_at_the_stop() {
+        let cell = ActorCell::new(1, 4);
+        let woken = Arc::new(AtomicUsize::new(0));
+        let waker = || -> Waker {
+            let w = woken.clone();
+            Box::new(move || {
+                w.fetch_add(1, Ordering::Relaxed);
+            })
+        };
+        assert!(cell.add_waker(waker()), "room at registration: retry at once");
+        cell.wake_all(); // the spurious waker of that retry runs harmlessly
+        assert_eq!(woken.load(Ordering::Relaxed), 1);
+        for _ in 0..4 {
+            assert!(cell.reserve());
+        }
+        assert!(!cell.reserve(), "the waiter bit does not count as room");
+        assert!(!cell.add_waker(waker()), "full at registration: pause");
+        cell.unreserve(); // 3 left
+        assert_eq!(woken.load(Ordering::Relaxed), 1, "not at every freed slot");
+        assert!(cell.reserve() && !cell.reserve(), "the bound holds with a waiter");
+        cell.unreserve_n(2); // 2 left: half
+        assert_eq!(woken.load(Ordering::Relaxed), 2, "woken at half capacity");
+        cell.unreserve_n(2);
+        assert_eq!(woken.load(Ordering::Relaxed), 2, "each waker runs once");
+        for _ in 0..4 {
+            assert!(cell.reserve());
+        }
+        assert!(!cell.add_waker(waker()));
+        cell.set_stopped(StopReason::Normal);
+        assert_eq!(woken.load(Ordering::Relaxed), 3, "a stop wakes whoever waits");
     }
 
     #[test]

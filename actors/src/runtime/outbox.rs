@@ -23,8 +23,8 @@
 //! # Wake-up
 //!
 //! A retry that finds its target full registers a waker on the target's
-//! cell and then looks at the target's room again (`cell.rs` explains why
-//! this cannot miss the receiver's release). The target's shard runs the
+//! cell, which in the same step says whether the target had room after all
+//! (`cell.rs` explains why this cannot miss the receiver's release). The target's shard runs the
 //! wakers when its mailbox has drained to half its capacity, or when it
 //! stops; a waker sends this shard a `Resume` envelope for the actor. A
 //! duplicate or late `Resume` finds nothing to do.
@@ -163,10 +163,9 @@ pub(crate) fn drain(id: u64, me: &Arc<ActorCell>, wake: &dyn Fn() -> Waker) -> b
             deliver(p);
             continue;
         }
-        // Full. Register first, then look again: a release in between
-        // either sees our waker or left room we see now.
-        p.cell.add_waker(wake());
-        if p.cell.has_room() {
+        // Full. Registering tells us how full it was at that moment: a
+        // release in between either sees our waker or left room we see now.
+        if p.cell.add_waker(wake()) {
             push_front(id, p);
             continue;
         }

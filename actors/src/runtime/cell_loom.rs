@@ -1,0 +1,89 @@
+//! Loom model of the park/wake handshake between an actor paused on a full
+//! mailbox and the mailbox's owner draining it (see the module docs of
+//! `cell.rs` and `outbox.rs`). Run with
+//! `RUSTFLAGS="--cfg loom" cargo test -p ringmail --release --lib -- loom`.
+//!
+//! The sender does what `outbox::drain` does with a full target: try to
+//! reserve; if refused, register a waker (which says whether there was room
+//! at that moment) and retry when there was; otherwise stay paused. The receiver frees
+//! slots as its shard takes messages. The property: a sender that stays
+//! paused is woken — the wake-up cannot fall between its look and its park.
+
+use loom::sync::atomic::{AtomicBool, AtomicUsize};
+use loom::sync::Arc;
+use loom::thread;
+
+use super::*;
+
+/// The sender's side; true when it ended paused (not let in).
+fn park_or_enter(cell: &ActorCell, woken: &Arc<AtomicBool>, wakers: &Arc<AtomicUsize>) -> bool {
+    loop {
+        if cell.reserve() {
+            return false;
+        }
+        let (w, n) = (woken.clone(), wakers.clone());
+        let room = cell.add_waker(Box::new(move || {
+            n.fetch_add(1, Ordering::SeqCst);
+            w.store(true, Ordering::SeqCst);
+        }));
+        if !room {
+            return true;
+        }
+    }
+}
+
+/// A full 2-slot mailbox drained by its owner while one sender parks.
+#[test]
+fn loom_a_paused_sender_is_always_woken() {
+    loom::model(|| {
+        let cell = Arc::new(ActorCell::new(1, 2));
+        assert!(cell.reserve() && cell.reserve(), "full");
+        let owner = {
+            let cell = cell.clone();
+            thread::spawn(move || {
+                cell.unreserve(); // 1 left: half the capacity, wakes
+                cell.unreserve();
+            })
+        };
+        let woken = Arc::new(AtomicBool::new(false));
+        let wakers = Arc::new(AtomicUsize::new(0));
+        let paused = park_or_enter(&cell, &woken, &wakers);
+        owner.join().unwrap();
+        if paused {
+            assert!(woken.load(Ordering::SeqCst), "paused, and the drain never woke it");
+        }
+    });
+}
+
+/// Two senders park on one mailbox while it drains: each one that stays
+/// paused is woken, and a stop wakes whoever registers after the drain.
+#[test]
+fn loom_every_paused_sender_is_woken_and_a_stop_wakes_late_ones() {
+    loom::model(|| {
+        let cell = Arc::new(ActorCell::new(1, 2));
+        assert!(cell.reserve() && cell.reserve(), "full");
+        let other = {
+            let cell = cell.clone();
+            thread::spawn(move || {
+                let woken = Arc::new(AtomicBool::new(false));
+                let wakers = Arc::new(AtomicUsize::new(0));
+                let paused = park_or_enter(&cell, &woken, &wakers);
+                (paused, woken)
+            })
+        };
+        let woken = Arc::new(AtomicBool::new(false));
+        let wakers = Arc::new(AtomicUsize::new(0));
+        let paused = park_or_enter(&cell, &woken, &wakers);
+        // The owner drains what it had and then stops.
+        cell.unreserve();
+        cell.unreserve();
+        let (other_paused, other_woken) = other.join().unwrap();
+        cell.set_stopped(crate::error::StopReason::Normal);
+        if paused {
+            assert!(woken.load(Ordering::SeqCst), "a paused sender was never woken");
+        }
+        if other_paused {
+            assert!(other_woken.load(Ordering::SeqCst), "a paused sender was never woken");
+        }
+    });
+}
