@@ -76,10 +76,17 @@ mod supervisor;
 mod system;
 
 pub use actor::{
-    Actor, ActorRef, Context, Down, FdHandler, Handler, Message, NameTaken, Recipient, ReplyHandle,
-    TimerId, WeakActorRef,
+    Actor, ActorRef, AsyncHandler, Context, Down, FdHandler, Handler, Message, NameTaken,
+    Recipient, ReplyHandle, TimerId, WeakActorRef,
 };
 pub use error::{AskError, SpawnError, StopReason, TellError};
+
+/// The futures an [`AsyncHandler`] awaits: [`Context::sleep`],
+/// [`Context::ask_async`], [`Context::io_async`] and
+/// [`ActorRef::tell_async`] return these.
+pub mod future {
+    pub use crate::actor::awaits::{AskFuture, IoFuture, Sleep, TellFuture};
+}
 pub use supervisor::{Strategy, Supervisor};
 pub use system::{Shard, System, SystemConfig};
 

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use ringmail::{Actor, ActorRef, Context, Handler, Message, System, SystemConfig};
+use ringmail::{Actor, ActorRef, AsyncHandler, Context, Handler, Message, System, SystemConfig};
 
 const T: Duration = Duration::from_secs(60);
 
@@ -296,5 +296,328 @@ fn an_actor_telling_itself_into_a_full_mailbox_is_not_stuck() {
     let a = system.spawn(SelfTeller { left: 1_000, done: tx }).unwrap();
     a.tell(Again).unwrap();
     rx.recv_timeout(T).expect("it finished");
+    system.shutdown();
+}
+
+// ---- the same cycle with async handlers awaiting room ----
+
+/// As `Cycler`, but its handlers are async and await room for each hop
+/// (`tell_async`): the actor waits, its shard does not.
+struct AsyncCycler {
+    peer: Option<ActorRef<AsyncCycler>>,
+    sent: u64,
+    next_in: u64,
+    total: u64,
+    window: u64,
+    done: mpsc::Sender<(u64, u64)>,
+}
+impl Actor for AsyncCycler {}
+struct AsyncPeer(ActorRef<AsyncCycler>);
+impl Message for AsyncPeer {
+    type Reply = ();
+}
+impl Handler<AsyncPeer> for AsyncCycler {
+    fn handle(&mut self, AsyncPeer(p): AsyncPeer, _: &mut Context<Self>) {
+        self.peer = Some(p);
+    }
+}
+impl AsyncCycler {
+    async fn send_one(&mut self) {
+        if self.sent < self.total {
+            let peer = self.peer.clone().expect("peer set before Go");
+            peer.tell_async(Hop(self.sent)).await.unwrap_or_else(|e| panic!("tell failed: {e}"));
+            self.sent += 1;
+        }
+    }
+}
+impl AsyncHandler<Go> for AsyncCycler {
+    async fn handle(&mut self, _: Go, _: &mut Context<Self>) {
+        for _ in 0..self.window {
+            self.send_one().await;
+        }
+    }
+}
+impl AsyncHandler<Hop> for AsyncCycler {
+    async fn handle(&mut self, Hop(n): Hop, _: &mut Context<Self>) {
+        assert_eq!(n, self.next_in, "hops from the peer arrive in order");
+        self.next_in += 1;
+        self.send_one().await;
+        if self.next_in == self.total {
+            let _ = self.done.send((self.sent, self.next_in));
+        }
+    }
+}
+
+#[test]
+fn the_cycle_with_async_handlers_awaiting_room_completes() {
+    const TOTAL: u64 = 100_000; // per direction
+    let system = System::with_config(SystemConfig::default().mailbox_capacity(8));
+    let (s1, s2) = (system.shard().unwrap(), system.shard().unwrap());
+    let (done_tx, done_rx) = mpsc::channel();
+    let make =
+        |done| AsyncCycler { peer: None, sent: 0, next_in: 0, total: TOTAL, window: 64, done };
+    let a = system.spawn_on(&s1, make(done_tx.clone()));
+    let b = system.spawn_on(&s2, make(done_tx));
+    let probe = system.spawn_on(&s1, Probe);
+    a.tell(AsyncPeer(b.clone())).unwrap();
+    b.tell(AsyncPeer(a.clone())).unwrap();
+    a.tell(Go).unwrap();
+    b.tell(Go).unwrap();
+    let start = Instant::now();
+    let mut lat = Vec::new();
+    let mut finished = Vec::new();
+    while finished.len() < 2 {
+        assert!(start.elapsed() < T, "the async cycle stalled: {} of 2 sides", finished.len());
+        let t = Instant::now();
+        probe.ask(Ping, Duration::from_secs(10)).expect("the probe answers");
+        lat.push(t.elapsed());
+        while let Ok(d) = done_rx.try_recv() {
+            finished.push(d);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    for (sent, got) in &finished {
+        assert_eq!((*sent, *got), (TOTAL, TOTAL));
+    }
+    lat.sort();
+    let p99 = lat[(lat.len() * 99 / 100).min(lat.len() - 1)];
+    println!("async cycle: {} hops in {:?}; probe p99 {p99:?}", 2 * TOTAL, start.elapsed());
+    assert!(p99 < Duration::from_millis(10), "a co-located probe answered slowly: p99 {p99:?}");
+    assert_eq!(system.dead_letters(), 0);
+    system.shutdown();
+}
+
+// ---- a chain of requests: Front -> Middle (same shard) -> Leaf ----
+
+struct Leaf;
+impl Actor for Leaf {}
+struct Square(u64);
+impl Message for Square {
+    type Reply = u64;
+}
+impl Handler<Square> for Leaf {
+    fn handle(&mut self, Square(n): Square, _: &mut Context<Self>) -> u64 {
+        n * n
+    }
+}
+
+/// Async middle stage: awaits the leaf's answer.
+struct AsyncMiddle {
+    leaf: ActorRef<Leaf>,
+}
+impl Actor for AsyncMiddle {}
+struct PlusSquare(u64);
+impl Message for PlusSquare {
+    type Reply = u64;
+}
+impl AsyncHandler<PlusSquare> for AsyncMiddle {
+    async fn handle(&mut self, PlusSquare(n): PlusSquare, ctx: &mut Context<Self>) -> u64 {
+        let sq = ctx.ask_async(&self.leaf, Square(n), T).await.expect("the leaf answers");
+        sq + n
+    }
+}
+
+/// Async first stage: awaits the middle (an actor of its own shard).
+struct AsyncFront {
+    middle: ActorRef<AsyncMiddle>,
+    handled: u64,
+}
+impl Actor for AsyncFront {}
+struct Compute(u64);
+impl Message for Compute {
+    type Reply = u64;
+}
+impl AsyncHandler<Compute> for AsyncFront {
+    async fn handle(&mut self, Compute(n): Compute, ctx: &mut Context<Self>) -> u64 {
+        let r = ctx.ask_async(&self.middle, PlusSquare(n), T).await.expect("the middle answers");
+        self.handled += 1; // `&mut self` held across the await
+        r + self.handled - self.handled
+    }
+}
+
+/// Sync middle stage: asks the leaf with a callback, answers later.
+struct SyncMiddle {
+    leaf: ActorRef<Leaf>,
+}
+impl Actor for SyncMiddle {}
+impl Handler<PlusSquare> for SyncMiddle {
+    fn handle(&mut self, PlusSquare(n): PlusSquare, ctx: &mut Context<Self>) -> u64 {
+        let reply = ctx.reply_later::<PlusSquare>();
+        ctx.ask(&self.leaf, Square(n), T, move |_: &mut SyncMiddle, sq, _| {
+            reply.send(sq.expect("the leaf answers") + n)
+        })
+        .expect("asked");
+        0
+    }
+}
+
+/// Sync first stage: asks the middle (same shard) with a callback.
+struct SyncFront {
+    middle: ActorRef<SyncMiddle>,
+}
+impl Actor for SyncFront {}
+impl Handler<Compute> for SyncFront {
+    fn handle(&mut self, Compute(n): Compute, ctx: &mut Context<Self>) -> u64 {
+        let reply = ctx.reply_later::<Compute>();
+        ctx.ask(&self.middle, PlusSquare(n), T, move |_: &mut SyncFront, r, _| {
+            reply.send(r.expect("the middle answers"))
+        })
+        .expect("asked");
+        0
+    }
+}
+
+/// Asks `fronts[i % len]` for `0..n` from `threads` client threads while a
+/// probe co-located with the fronts keeps answering; checks every answer.
+fn run_chain<F: Handler<Compute>>(fronts: Vec<ActorRef<F>>, probe: ActorRef<Probe>, n: u64) {
+    let threads = fronts.len() as u64;
+    let start = Instant::now();
+    let clients: Vec<_> = fronts
+        .into_iter()
+        .enumerate()
+        .map(|(i, front)| {
+            std::thread::spawn(move || {
+                let mut k = i as u64;
+                while k < n {
+                    let got = front.ask(Compute(k), T).expect("answered");
+                    assert_eq!(got, k * k + k, "request {k}");
+                    k += threads;
+                }
+            })
+        })
+        .collect();
+    let mut worst = Duration::ZERO;
+    while !clients.iter().all(|c| c.is_finished()) {
+        assert!(start.elapsed() < T, "the chain stalled");
+        let t = Instant::now();
+        probe.ask(Ping, Duration::from_secs(10)).expect("the probe answers");
+        worst = worst.max(t.elapsed());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    for c in clients {
+        c.join().expect("every answer was right");
+    }
+    println!("{n} chained requests in {:?}; slowest probe ask {worst:?}", start.elapsed());
+    assert!(worst < Duration::from_millis(100), "the fronts' shard was blocked: {worst:?}");
+}
+
+#[test]
+fn a_chain_of_async_asks_with_a_same_shard_hop_answers_every_request() {
+    let system = System::with_config(SystemConfig::default().mailbox_capacity(16));
+    let (s1, s2) = (system.shard().unwrap(), system.shard().unwrap());
+    let leaf = system.spawn_on(&s2, Leaf);
+    let fronts = (0..4)
+        .map(|_| {
+            let middle = system.spawn_on(&s1, AsyncMiddle { leaf: leaf.clone() });
+            system.spawn_on(&s1, AsyncFront { middle, handled: 0 })
+        })
+        .collect();
+    let probe = system.spawn_on(&s1, Probe);
+    run_chain(fronts, probe, 100_000);
+    assert_eq!(system.dead_letters(), 0);
+    system.shutdown();
+}
+
+#[test]
+fn a_chain_of_deferred_replies_with_a_same_shard_hop_answers_every_request() {
+    let system = System::with_config(SystemConfig::default().mailbox_capacity(16));
+    let (s1, s2) = (system.shard().unwrap(), system.shard().unwrap());
+    let leaf = system.spawn_on(&s2, Leaf);
+    let fronts = (0..4)
+        .map(|_| {
+            let middle = system.spawn_on(&s1, SyncMiddle { leaf: leaf.clone() });
+            system.spawn_on(&s1, SyncFront { middle })
+        })
+        .collect();
+    let probe = system.spawn_on(&s1, Probe);
+    run_chain(fronts, probe, 100_000);
+    assert_eq!(system.dead_letters(), 0);
+    system.shutdown();
+}
+
+// ---- stop and panic while an async handler awaits ----
+
+/// Awaits a long sleep in `Wait`, or panics after a short one in `Boom`;
+/// counts the `Item`s it handles.
+struct Awaiter {
+    items: Arc<AtomicU64>,
+}
+impl Actor for Awaiter {
+    fn stopped(&mut self, _: &mut Context<Self>) {
+        panic!("stopped must not run: the awaiting run held the actor");
+    }
+}
+struct Wait;
+impl Message for Wait {
+    type Reply = u32;
+}
+impl AsyncHandler<Wait> for Awaiter {
+    async fn handle(&mut self, _: Wait, ctx: &mut Context<Self>) -> u32 {
+        ctx.sleep(Duration::from_secs(600)).await;
+        7
+    }
+}
+struct Boom;
+impl Message for Boom {
+    type Reply = u32;
+}
+impl AsyncHandler<Boom> for Awaiter {
+    async fn handle(&mut self, _: Boom, ctx: &mut Context<Self>) -> u32 {
+        ctx.sleep(Duration::from_millis(20)).await;
+        panic!("boom while awaiting");
+    }
+}
+impl Handler<Item> for Awaiter {
+    fn handle(&mut self, _: Item, _: &mut Context<Self>) {
+        self.items.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[test]
+fn a_stop_while_awaiting_ends_the_run_answers_the_asker_and_counts_the_rest() {
+    let system = System::new();
+    let items = Arc::new(AtomicU64::new(0));
+    let a = system.spawn(Awaiter { items: items.clone() }).unwrap();
+    let asker = {
+        let a = a.clone();
+        std::thread::spawn(move || a.ask(Wait, T))
+    };
+    std::thread::sleep(Duration::from_millis(50)); // the run is awaiting
+    for i in 0..5 {
+        a.tell(Item(i)).unwrap(); // held while it awaits
+    }
+    a.stop();
+    let t = Instant::now();
+    assert!(matches!(asker.join().unwrap(), Err(ringmail::AskError::NoReply)));
+    assert!(t.elapsed() < Duration::from_secs(5), "the asker was answered at the stop");
+    assert_eq!(a.wait_stopped(T), Some(ringmail::StopReason::Normal));
+    assert_eq!(items.load(Ordering::Relaxed), 0, "nothing ran while it awaited");
+    assert_eq!(system.dead_letters(), 5, "the 5 held items, exactly");
+    assert_eq!(system.panics(), 0, "its stopped hook did not run");
+    system.shutdown();
+}
+
+#[test]
+fn a_panic_while_awaiting_stops_the_actor_and_counts_the_rest() {
+    let system = System::new();
+    let items = Arc::new(AtomicU64::new(0));
+    let a = system.spawn(Awaiter { items: items.clone() }).unwrap();
+    let asker = {
+        let a = a.clone();
+        std::thread::spawn(move || a.ask(Boom, T))
+    };
+    std::thread::sleep(Duration::from_millis(5));
+    let mut told = 0;
+    for i in 0..3 {
+        if a.tell(Item(i)).is_ok() {
+            told += 1;
+        }
+    }
+    assert!(matches!(asker.join().unwrap(), Err(ringmail::AskError::NoReply)));
+    assert!(matches!(a.wait_stopped(T), Some(ringmail::StopReason::Panicked(_))));
+    assert_eq!(system.panics(), 1);
+    let ran = items.load(Ordering::Relaxed);
+    assert_eq!(ran, 0, "the items waited behind the awaiting run");
+    wait_until("the held items are counted", || system.dead_letters() == told);
     system.shutdown();
 }

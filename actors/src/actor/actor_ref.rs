@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use ringmail_transport::FixedFd;
 
+use super::awaits::TellFuture;
 use super::bridge::{Typed, TypedFd};
 use super::monitor::{self, Down};
 use super::recipient::Recipient;
@@ -180,6 +181,21 @@ impl<A: Actor> ActorRef<A> {
             return self.send_or_park(msg, None);
         }
         self.tell_timeout(msg, Duration::MAX)
+    }
+
+    /// Sends `msg` when the mailbox has room, waiting for it as a future:
+    /// for an [`AsyncHandler`](crate::AsyncHandler) (the actor awaits, its
+    /// shard runs on) or any other executor (the future is `Send` when `M`
+    /// is). It is woken when the mailbox drains to half its capacity or the
+    /// actor stops; fails only if the actor stopped or this thread has no
+    /// ring. Inside a handler that already parked a message for this actor,
+    /// it parks behind it instead (per-target order).
+    pub fn tell_async<M>(&self, msg: M) -> TellFuture<A, M>
+    where
+        A: Handler<M>,
+        M: Message,
+    {
+        TellFuture::new(self.clone(), msg)
     }
 
     /// Sends `msg` and waits up to `timeout` for the reply, which travels
@@ -392,6 +408,22 @@ impl<A: Actor> ActorRef<A> {
             };
             (env, fail)
         })
+    }
+
+    /// Sends `msg` past the mailbox bound (a send that would otherwise
+    /// close a cycle of actors waiting for each other's room).
+    pub(crate) fn send_past_bound<M>(&self, msg: M) -> Result<(), TellError<M>>
+    where
+        A: Handler<M>,
+        M: Message,
+    {
+        if !self.cell.is_alive() {
+            dead_letter_in(Some(&self.shard.stats));
+            return Err(TellError::Stopped(msg));
+        }
+        self.cell.reserve_forced();
+        let env = Typed::<A, M>::envelope(self.cell.id, msg, None);
+        self.send_reserved(env).map_err(|(env, fail)| fail.with(take_back::<A, M>(env).0))
     }
 
     /// Sends `msg` from inside a handler, never waiting: when the mailbox

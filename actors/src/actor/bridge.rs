@@ -13,10 +13,10 @@ use std::sync::Arc;
 
 use ringmail_transport::FixedFd;
 
-use super::{Actor, ActorRef, Context, FdHandler, Handler, Message};
+use super::{Actor, ActorRef, AsyncRun, Context, FdHandler, Handler, Message};
 use crate::error::StopReason;
 use crate::runtime::cell::ActorCell;
-use crate::runtime::envelope::{Body, Envelope, Erased, ErasedFd, Hosted, ReplyTo};
+use crate::runtime::envelope::{Body, Envelope, Erased, ErasedFd, Handled, Hosted, ReplyTo, Task};
 use crate::runtime::shard::ShardHandle;
 
 /// A typed message for actor type `A`.
@@ -35,17 +35,24 @@ impl<A: Handler<M>, M: Message> Typed<A, M> {
 }
 
 impl<A: Handler<M>, M: Message> Erased for Typed<A, M> {
-    fn handle(self: Box<Self>, slot: &mut dyn Any) -> Option<StopReason> {
+    fn handle(self: Box<Self>, slot: &mut dyn Any) -> Handled {
         let slot = slot.downcast_mut::<Slot<A>>().expect("an envelope reaches only its actor type");
         let Typed { msg, reply, .. } = *self;
         let mut ctx = Context::for_request(slot.me.clone(), TypeId::of::<M>(), reply);
-        let r = slot.actor.handle(msg, &mut ctx);
+        if A::ASYNC {
+            // The run owns the actor until it finishes (the shard holds the
+            // actor's other envelopes meanwhile).
+            let actor = slot.actor.take().expect("an actor runs one handler at a time");
+            let run = A::start_async(actor, msg, ctx);
+            return Handled::Pending(Box::new(Run { run }));
+        }
+        let r = slot.actor_mut().handle(msg, &mut ctx);
         // Unless the handler took it (`reply_later`), the return value is
         // the reply.
         if let Some(reply) = ctx.reply.take() {
             reply.send(Some(Box::new(r)));
         }
-        ctx.stop
+        Handled::Done(ctx.stop)
     }
 
     fn into_any(self: Box<Self>) -> Box<dyn Any> {
@@ -72,7 +79,7 @@ impl<A: FdHandler<M>, M: Send + 'static> ErasedFd for TypedFd<A, M> {
     fn handle(self: Box<Self>, slot: &mut dyn Any, fd: FixedFd) -> Option<StopReason> {
         let slot = slot.downcast_mut::<Slot<A>>().expect("an envelope reaches only its actor type");
         let mut ctx = Context::new(slot.me.clone());
-        slot.actor.handle_fd(self.msg, fd, &mut ctx);
+        slot.actor_mut().handle_fd(self.msg, fd, &mut ctx);
         ctx.stop
     }
 
@@ -81,21 +88,33 @@ impl<A: FdHandler<M>, M: Send + 'static> ErasedFd for TypedFd<A, M> {
     }
 }
 
-/// An actor as its shard hosts it.
+/// An actor as its shard hosts it. `actor` is `None` while an async
+/// handler's run holds it.
 pub(crate) struct Slot<A: Actor> {
-    pub(crate) actor: A,
+    pub(crate) actor: Option<A>,
     pub(crate) me: ActorRef<A>,
+}
+
+impl<A: Actor> Slot<A> {
+    /// The actor, for a handler. The shard never runs one while an async
+    /// run holds it (it holds the actor's envelopes meanwhile).
+    fn actor_mut(&mut self) -> &mut A {
+        self.actor.as_mut().expect("no handler runs while an async handler awaits")
+    }
 }
 
 impl<A: Actor> Hosted for Slot<A> {
     fn started(&mut self) -> Option<StopReason> {
         let mut ctx = Context::new(self.me.clone());
-        self.actor.started(&mut ctx);
+        self.actor_mut().started(&mut ctx);
         ctx.stop
     }
     fn stopped(&mut self) {
-        let mut ctx = Context::new(self.me.clone());
-        self.actor.stopped(&mut ctx);
+        // Stopped while an async run held it: the run was dropped with it.
+        if let Some(actor) = self.actor.as_mut() {
+            let mut ctx = Context::new(self.me.clone());
+            actor.stopped(&mut ctx);
+        }
     }
     fn cell(&self) -> &Arc<ActorCell> {
         &self.me.cell
@@ -110,7 +129,7 @@ impl<A: Actor> Hosted for Slot<A> {
 pub(crate) fn spawn_on<A: Actor>(shard: &Arc<ShardHandle>, actor: A) -> ActorRef<A> {
     let cell = Arc::new(ActorCell::new(ShardHandle::next_id(), shard.mailbox_capacity()));
     let me = ActorRef { cell: cell.clone(), shard: shard.clone(), _a: PhantomData };
-    shard.spawn_hosted(&cell, Box::new(Slot { actor, me: me.clone() }));
+    shard.spawn_hosted(&cell, Box::new(Slot { actor: Some(actor), me: me.clone() }));
     me
 }
 
@@ -144,11 +163,11 @@ impl<A: Actor> RunOn<A> {
 }
 
 impl<A: Actor> Erased for RunOn<A> {
-    fn handle(self: Box<Self>, slot: &mut dyn Any) -> Option<StopReason> {
+    fn handle(self: Box<Self>, slot: &mut dyn Any) -> Handled {
         let slot = slot.downcast_mut::<Slot<A>>().expect("an envelope reaches only its actor type");
         let mut ctx = Context::new(slot.me.clone());
-        (self.f)(&mut slot.actor, &mut ctx);
-        ctx.stop
+        (self.f)(slot.actor_mut(), &mut ctx);
+        Handled::Done(ctx.stop)
     }
 
     fn into_any(self: Box<Self>) -> Box<dyn Any> {
@@ -176,4 +195,27 @@ pub(crate) fn requested<A: Handler<M>, M: Message>(me: &ActorRef<A>, msg: M) -> 
     }
     me.cell.reserve_forced();
     Some(Typed::<A, M>::envelope(me.id(), msg, None))
+}
+
+/// An async handler's run, as its shard polls it.
+struct Run<A: Actor, R> {
+    run: AsyncRun<A, R>,
+}
+
+impl<A: Actor, R: Send + 'static> Task for Run<A, R> {
+    fn poll(
+        &mut self,
+        slot: &mut dyn Any,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<StopReason>> {
+        let std::task::Poll::Ready((actor, mut ctx, r)) = self.run.as_mut().poll(cx) else {
+            return std::task::Poll::Pending;
+        };
+        let slot = slot.downcast_mut::<Slot<A>>().expect("a run reaches only its actor type");
+        slot.actor = Some(actor);
+        if let Some(reply) = ctx.reply.take() {
+            reply.send(Some(Box::new(r)));
+        }
+        std::task::Poll::Ready(ctx.stop)
+    }
 }

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use ringmail_transport::FixedFd;
 
+use super::awaits::{AskFuture, IoFuture, Sleep};
 use super::bridge::{self, requested};
 use super::monitor::{self, Down};
 use super::request::{Pending, ReplyHandle};
@@ -320,6 +321,75 @@ impl<A: Actor> Context<A> {
                 crate::TellError::Unavailable(m) => AskError::Unavailable(m),
             }
         })
+    }
+
+    /// Completes after `delay`, for an [`AsyncHandler`](super::AsyncHandler)
+    /// to await; driven by a timeout on this shard's ring (no thread sleeps).
+    pub fn sleep(&self, delay: Duration) -> Sleep {
+        Sleep::new(delay)
+    }
+
+    /// Asks `target` from an [`AsyncHandler`](super::AsyncHandler): the
+    /// request leaves now, and the future gives the reply,
+    /// [`AskError::Timeout`] after `timeout`, or [`AskError::NoReply`] when
+    /// the target stopped (or dropped a deferred reply) without answering.
+    /// A full target mailbox does not refuse: the request is parked and this
+    /// actor pauses, as with [`ActorRef::tell`]. Asking an actor of the same
+    /// shard works: the shard runs it while this handler awaits.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ringmail::{Actor, AsyncHandler, Context, Handler, Message, System};
+    ///
+    /// struct Leaf;
+    /// impl Actor for Leaf {}
+    /// struct Square(u64);
+    /// impl Message for Square { type Reply = u64; }
+    /// impl Handler<Square> for Leaf {
+    ///     fn handle(&mut self, Square(n): Square, _: &mut Context<Self>) -> u64 { n * n }
+    /// }
+    ///
+    /// struct Front { leaf: ringmail::ActorRef<Leaf>, asked: u32 }
+    /// impl Actor for Front {}
+    /// struct SumOfSquares(u64, u64);
+    /// impl Message for SumOfSquares { type Reply = u64; }
+    /// impl AsyncHandler<SumOfSquares> for Front {
+    ///     async fn handle(&mut self, SumOfSquares(a, b): SumOfSquares, ctx: &mut Context<Self>) -> u64 {
+    ///         let t = Duration::from_secs(5);
+    ///         let a = ctx.ask_async(&self.leaf, Square(a), t).await.unwrap();
+    ///         let b = ctx.ask_async(&self.leaf, Square(b), t).await.unwrap();
+    ///         self.asked += 2;
+    ///         a + b
+    ///     }
+    /// }
+    ///
+    /// let system = System::new();
+    /// let shard = system.shard()?; // one shard: the asks do not block it
+    /// let leaf = system.spawn_on(&shard, Leaf);
+    /// let front = system.spawn_on(&shard, Front { leaf, asked: 0 });
+    /// assert_eq!(front.ask(SumOfSquares(3, 4), Duration::from_secs(5)).unwrap(), 25);
+    /// # Ok::<(), ringmail::SpawnError>(())
+    /// ```
+    pub fn ask_async<B, M>(
+        &self,
+        target: &ActorRef<B>,
+        msg: M,
+        timeout: Duration,
+    ) -> AskFuture<M::Reply, M>
+    where
+        B: Handler<M>,
+        M: Message,
+    {
+        AskFuture::start(target, msg, timeout)
+    }
+
+    /// Starts `op` on this shard's ring for an
+    /// [`AsyncHandler`](super::AsyncHandler) to await; the future gives its
+    /// completion and the buffer back. As with [`Context::io`], the buffer
+    /// belongs to the framework until the kernel is done with it, also if
+    /// the future is dropped first.
+    pub fn io_async(&self, op: IoOp) -> IoFuture {
+        IoFuture::start(op)
     }
 
     /// Cancels a timer of this actor: it delivers nothing more.

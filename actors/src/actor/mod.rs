@@ -10,9 +10,13 @@
 //! erased envelopes and hosted slots; everything else here is thin typed
 //! wrappers over runtime calls.
 
+use std::future::Future;
+use std::pin::Pin;
+
 use ringmail_transport::FixedFd;
 
 mod actor_ref;
+pub(crate) mod awaits;
 pub(crate) mod bridge;
 mod context;
 mod monitor;
@@ -46,9 +50,92 @@ pub trait Message: Send + 'static {
 }
 
 /// An actor that handles messages of type `M`.
+///
+/// Implement this for handlers that run to the end at once (the fast path),
+/// or [`AsyncHandler`] for ones that `.await`; an actor can have both kinds,
+/// one per message type. Every `AsyncHandler<M>` is a `Handler<M>` too, so
+/// [`ActorRef::tell`], [`ActorRef::ask`] and [`Recipient`] work the same.
 pub trait Handler<M: Message>: Actor {
     /// Handles one message. The reply goes back to an asker, if any.
     fn handle(&mut self, msg: M, ctx: &mut Context<Self>) -> M::Reply;
+
+    /// Not part of the API: true for the handlers made from an
+    /// [`AsyncHandler`].
+    #[doc(hidden)]
+    const ASYNC: bool = false;
+
+    /// Not part of the API: how the shard starts an async handler (only
+    /// called when `ASYNC`).
+    #[doc(hidden)]
+    fn start_async(actor: Self, msg: M, ctx: Context<Self>) -> AsyncRun<Self, M::Reply> {
+        drop((actor, msg, ctx));
+        unreachable!("only an AsyncHandler starts an async run")
+    }
+}
+
+/// Not part of the API: an async handler's run, which owns the actor and
+/// its context until it finishes and gives them back with the reply.
+#[doc(hidden)]
+pub(crate) type AsyncRun<A, R> = Pin<Box<dyn Future<Output = (A, Context<A>, R)>>>;
+
+/// An actor that handles messages of type `M` with an `async fn`: the
+/// handler may `.await` (an ask with [`Context::ask_async`], room in a
+/// full mailbox with [`ActorRef::tell_async`], a timer with
+/// [`Context::sleep`], an I/O op) while keeping `&mut self`.
+///
+/// It runs on the actor's shard, driven by the shard's own ring: no other
+/// thread, no other runtime. While it awaits, this actor takes no new
+/// message (they wait in its mailbox, which stays bounded, so its senders
+/// feel it), and every other actor of the shard keeps running. Its return
+/// value is the reply, as for [`Handler`]. A panic while awaiting stops the
+/// actor like any handler's panic. A stop that reaches an actor while its
+/// handler awaits ends it at once: the pending future, which holds the
+/// actor, is dropped (its `stopped` hook does not run), its asker is
+/// answered `NoReply`, and what it had not taken yet becomes dead letters.
+///
+/// ```
+/// use std::time::Duration;
+/// use ringmail::{Actor, AsyncHandler, Context, Message, System};
+///
+/// struct Slow { calls: u32 }
+/// impl Actor for Slow {}
+/// struct Work(u32);
+/// impl Message for Work { type Reply = u32; }
+/// impl AsyncHandler<Work> for Slow {
+///     async fn handle(&mut self, Work(n): Work, ctx: &mut Context<Self>) -> u32 {
+///         ctx.sleep(Duration::from_millis(5)).await; // the shard runs others meanwhile
+///         self.calls += 1; // `&mut self` across the await
+///         n * 2 + self.calls
+///     }
+/// }
+///
+/// let system = System::new();
+/// let slow = system.spawn(Slow { calls: 0 })?;
+/// assert_eq!(slow.ask(Work(20), Duration::from_secs(5)).unwrap(), 41);
+/// assert_eq!(slow.ask(Work(20), Duration::from_secs(5)).unwrap(), 42);
+/// # Ok::<(), ringmail::SpawnError>(())
+/// ```
+pub trait AsyncHandler<M: Message>: Actor {
+    /// Handles one message; the future's output is the reply.
+    fn handle(&mut self, msg: M, ctx: &mut Context<Self>) -> impl Future<Output = M::Reply>;
+}
+
+impl<A: AsyncHandler<M>, M: Message> Handler<M> for A {
+    /// An async handler is run by its shard (see [`AsyncHandler`]); calling
+    /// this directly panics.
+    fn handle(&mut self, _: M, _: &mut Context<Self>) -> M::Reply {
+        unreachable!("an AsyncHandler is run by its shard, not called as a Handler")
+    }
+
+    const ASYNC: bool = true;
+
+    fn start_async(actor: Self, msg: M, ctx: Context<Self>) -> AsyncRun<Self, M::Reply> {
+        Box::pin(async move {
+            let (mut actor, mut ctx) = (actor, ctx);
+            let r = AsyncHandler::handle(&mut actor, msg, &mut ctx).await;
+            (actor, ctx, r)
+        })
+    }
 }
 
 /// An actor that receives files: messages of type `M` sent with an fd by

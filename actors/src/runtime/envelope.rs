@@ -40,13 +40,38 @@ pub(crate) enum Body {
     /// A mailbox this actor was paused on has room again: retry its outbox
     /// (`outbox.rs`). Harmless when it is not paused any more.
     Resume,
+    /// The actor's pending async handler was woken: poll it again.
+    /// Harmless when it has finished meanwhile.
+    Poll,
+}
+
+/// What running a handler left behind.
+pub(crate) enum Handled {
+    /// It ran to the end; `Some` when the actor asked to stop.
+    Done(Option<StopReason>),
+    /// An async handler is awaiting: its future holds the actor (and its
+    /// context) until it finishes; the shard polls it when woken.
+    Pending(Box<dyn Task>),
+}
+
+/// A pending async handler run, polled on its actor's shard thread (never
+/// `Send`: the future holds the actor's `Context`, tied to that thread).
+pub(crate) trait Task {
+    /// Polls the handler's future on `slot`'s behalf. `Ready` once it has
+    /// finished: the actor is back in `slot`, its reply sent, and `Some`
+    /// when it asked to stop.
+    fn poll(
+        &mut self,
+        slot: &mut dyn Any,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<StopReason>>;
 }
 
 /// A message whose actor type is known only to itself.
 pub(crate) trait Erased: Send {
-    /// Runs the handler on `slot` (the hosted actor, see [`Hosted::as_any`]);
-    /// `Some` when the actor asked to stop.
-    fn handle(self: Box<Self>, slot: &mut dyn Any) -> Option<StopReason>;
+    /// Runs the handler on `slot` (the hosted actor, see [`Hosted::as_any`]):
+    /// to its end, or until an async handler first awaits.
+    fn handle(self: Box<Self>, slot: &mut dyn Any) -> Handled;
     /// Gives the typed message back (for an error that returns it).
     fn into_any(self: Box<Self>) -> Box<dyn Any>;
     /// The message's type (to find its wire codec).

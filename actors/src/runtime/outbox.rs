@@ -40,7 +40,9 @@
 //! through past the target's bound instead (`reserve_forced`) and goes on.
 //! Two actors closing a cycle at once both record before they walk, so at
 //! least one sees the other. What goes past a bound this way is at most
-//! what the cycle's actors parked in one handler run each.
+//! what the cycle's actors parked in one handler run each. An async handler
+//! awaiting room (`ActorRef::tell_async`) follows the same rule: it records
+//! whom it waits for, and a send that would close a cycle goes through.
 //!
 //! # Stop and shutdown
 //!
@@ -85,17 +87,57 @@ thread_local! {
     static PARKING: Cell<bool> = const { Cell::new(false) };
     /// Outboxes of this thread's actors, keyed by actor id.
     static OUTBOXES: RefCell<HashMap<u64, VecDeque<Parked>>> = RefCell::new(HashMap::new());
+    /// The cell of the actor whose async handler is being polled (for the
+    /// cycle rule of a send that awaits room).
+    static TASK_CELL: RefCell<Option<Arc<ActorCell>>> = const { RefCell::new(None) };
 }
 
-/// Marks the start of a handler (or hook) of actor `id` on this shard.
+/// As [`enter`], for a poll of actor `id`'s async handler.
+pub(crate) fn enter_task(id: u64, cell: &Arc<ActorCell>) {
+    enter(id);
+    TASK_CELL.with(|c| *c.borrow_mut() = Some(cell.clone()));
+}
+
+/// An async handler's send found `target` full and will wait for room:
+/// records that the polled actor waits for it, and true when that closes a
+/// cycle of waiting actors (the caller then lets its message through past
+/// the bound instead of waiting, see the module docs). False outside a poll.
+pub(crate) fn await_room(target: &Arc<ActorCell>) -> bool {
+    TASK_CELL.with(|c| match c.borrow().as_ref() {
+        Some(me) => {
+            me.set_waiting_on(Some(target));
+            closes_cycle(me, target)
+        }
+        None => false,
+    })
+}
+
+/// The polled actor's send got through: it waits for nobody.
+pub(crate) fn room_found() {
+    TASK_CELL.with(|c| {
+        if let Some(me) = c.borrow().as_ref() {
+            me.set_waiting_on(None);
+        }
+    });
+}
+
+/// Marks the start of a handler (or hook, or a poll of an async handler)
+/// of actor `id` on this shard. An async handler polled again while what
+/// it parked earlier is still waiting goes on parking behind it.
 pub(crate) fn enter(id: u64) {
     CURRENT.with(|c| c.set(id));
-    PARKING.with(|p| p.set(false));
+    let parked = OUTBOXES.with(|o| {
+        let o = o.borrow();
+        !o.is_empty() && o.get(&id).is_some_and(|q| !q.is_empty())
+    });
+    PARKING.with(|p| p.set(parked));
 }
 
-/// Marks its end; true when it parked something (the actor must pause).
+/// Marks its end; true when its outbox is not empty (the actor must
+/// pause, or stay paused).
 pub(crate) fn leave() -> bool {
     CURRENT.with(|c| c.set(0));
+    TASK_CELL.with(|c| c.borrow_mut().take());
     PARKING.with(|p| p.replace(false))
 }
 

@@ -34,15 +34,16 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Poll, Wake};
 use std::time::Duration;
 
 use ringmail_transport::Addr;
 use rustc_hash::FxBuildHasher;
 
 use super::cell::{ActorCell, Waker};
-use super::envelope::{Body, Envelope, Hosted};
+use super::envelope::{Body, Envelope, Handled, Hosted, Task};
 use super::io::{Accept, Recv};
 use super::io_table::{Completion, Done, Multi};
 use super::outbox;
@@ -127,8 +128,9 @@ pub(crate) struct ShardLoop {
     /// (ids are process-unique counters, not attacker-chosen).
     actors: HashMap<u64, Box<dyn Hosted>, FxBuildHasher>,
     early: HashMap<u64, Vec<Envelope>>,
-    /// Paused actors (their outbox is not empty) and what they hold.
-    muted: HashMap<u64, Muted, FxBuildHasher>,
+    /// Paused actors (an outbox not empty, or an async handler awaiting)
+    /// and what they hold.
+    paused: HashMap<u64, Paused, FxBuildHasher>,
     /// Actors that just parked something: their outbox is tried once the
     /// current envelope is done.
     parked_now: Vec<(u64, Arc<ActorCell>)>,
@@ -136,10 +138,43 @@ pub(crate) struct ShardLoop {
     hosted_any: bool,
 }
 
-/// A paused actor: its cell, and its envelopes held in arrival order.
-struct Muted {
+/// A paused actor: its cell, its envelopes held in arrival order, and why
+/// it is paused. It runs again when neither reason holds.
+struct Paused {
     cell: Arc<ActorCell>,
     held: VecDeque<Envelope>,
+    /// Its outbox is not empty.
+    outbox: bool,
+    /// Its async handler's pending run, and what wakes it.
+    task: Option<(Box<dyn Task>, Arc<TaskWaker>)>,
+}
+
+impl Paused {
+    fn new(cell: Arc<ActorCell>) -> Self {
+        Paused { cell, held: VecDeque::new(), outbox: false, task: None }
+    }
+}
+
+/// Wakes a pending async handler from any thread: sends its shard a `Poll`
+/// envelope for the actor, once per poll (a second wake before the poll
+/// finds it already scheduled).
+struct TaskWaker {
+    shard: u64,
+    addr: Addr<Envelope>,
+    actor: u64,
+    scheduled: AtomicBool,
+}
+
+impl Wake for TaskWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        if !self.scheduled.swap(true, Ordering::AcqRel) {
+            let env = Envelope { to: self.actor, body: Body::Poll };
+            send_control(self.shard, &self.addr, env, true, None);
+        }
+    }
 }
 
 impl ShardLoop {
@@ -148,7 +183,7 @@ impl ShardLoop {
             handle,
             actors: HashMap::default(),
             early: HashMap::new(),
-            muted: HashMap::default(),
+            paused: HashMap::default(),
             parked_now: Vec::new(),
             dedicated,
             hosted_any: false,
@@ -196,9 +231,7 @@ impl ShardLoop {
                         break 'run;
                     }
                     while let Some((id, cell)) = self.parked_now.pop() {
-                        self.muted
-                            .entry(id)
-                            .or_insert_with(|| Muted { cell, held: VecDeque::new() });
+                        self.paused.entry(id).or_insert_with(|| Paused::new(cell)).outbox = true;
                         self.resume(id, &mut batch);
                     }
                 }
@@ -210,7 +243,7 @@ impl ShardLoop {
                     break;
                 }
             }
-            if self.dedicated && self.hosted_any && self.actors.is_empty() && self.muted.is_empty()
+            if self.dedicated && self.hosted_any && self.actors.is_empty() && self.paused.is_empty()
             {
                 // What stopping produced for co-located targets is still queued.
                 let _ = thread::with(|t| batch.append(&mut t.queue));
@@ -224,11 +257,19 @@ impl ShardLoop {
     fn dispatch(&mut self, env: Envelope, batch: &mut VecDeque<Envelope>) -> bool {
         let to = env.to;
         // A paused actor that still runs holds its envelopes (one that
-        // stopped with a full outbox does not: they are dead letters).
-        if let Some(m) = self.muted.get_mut(&to).filter(|_| self.actors.contains_key(&to)) {
-            if matches!(env.body, Body::Msg(_) | Body::FdMsg { .. } | Body::Stop(_)) {
-                m.held.push_back(env); // still counted against its mailbox
-                return true;
+        // stopped with a full outbox does not: they are dead letters). A
+        // stop ends an awaiting async handler at once.
+        if let Some(p) = self.paused.get_mut(&to).filter(|_| self.actors.contains_key(&to)) {
+            match env.body {
+                Body::Stop(reason) if p.task.is_some() => {
+                    self.cancel_task(to, reason);
+                    return true;
+                }
+                Body::Msg(_) | Body::FdMsg { .. } | Body::Stop(_) => {
+                    p.held.push_back(env); // still counted against its mailbox
+                    return true;
+                }
+                _ => {}
             }
         }
         match env.body {
@@ -279,7 +320,24 @@ impl ShardLoop {
                 if outbox::leave() {
                     self.parked_now.push((to, slot.cell().clone()));
                 }
-                self.handled(to, outcome);
+                match outcome {
+                    Ok(Handled::Done(stop)) => self.handled(to, Ok(stop)),
+                    Ok(Handled::Pending(task)) => {
+                        // An async handler: its run holds the actor; poll it
+                        // now (it runs until its first real await).
+                        let waker = Arc::new(TaskWaker {
+                            shard: self.handle.id,
+                            addr: self.handle.addr.clone(),
+                            actor: to,
+                            scheduled: AtomicBool::new(false),
+                        });
+                        let cell = slot.cell().clone();
+                        self.paused.entry(to).or_insert_with(|| Paused::new(cell)).task =
+                            Some((task, waker));
+                        self.poll_task(to, batch);
+                    }
+                    Err(p) => self.handled(to, Err(p)),
+                }
             }
             Body::FdMsg { key, msg } => {
                 let Some(slot) = self.actors.get_mut(&to) else {
@@ -323,8 +381,73 @@ impl ShardLoop {
             Body::Reply { from, .. } => super::dead_letter_in(from.as_deref()),
             Body::Shutdown => return false,
             Body::Resume => self.resume(to, batch),
+            Body::Poll => self.poll_task(to, batch),
         }
         true
+    }
+
+    /// Polls actor `id`'s pending async handler (a `Poll` envelope after a
+    /// wake, or its first poll). When it finishes, the actor is back in its
+    /// slot and runs again once nothing else pauses it.
+    fn poll_task(&mut self, id: u64, batch: &mut VecDeque<Envelope>) {
+        let Some(p) = self.paused.get_mut(&id) else { return };
+        let Some((mut task, waker)) = p.task.take() else { return }; // finished already
+        let Some(slot) = self.actors.get_mut(&id) else { return }; // gone: the run drops
+        waker.scheduled.store(false, Ordering::Release);
+        let w = std::task::Waker::from(waker.clone());
+        let mut cx = std::task::Context::from_waker(&w);
+        outbox::enter_task(id, slot.cell());
+        let r = catch_unwind(AssertUnwindSafe(|| task.poll(slot.as_any(), &mut cx)));
+        if outbox::leave() {
+            self.parked_now.push((id, slot.cell().clone()));
+        }
+        match r {
+            Ok(Poll::Pending) => {
+                if let Some(p) = self.paused.get_mut(&id) {
+                    p.task = Some((task, waker));
+                }
+                return;
+            }
+            Ok(Poll::Ready(stop)) => self.handled(id, Ok(stop)),
+            Err(panic) => {
+                // The run held the actor: both go (a panic in their drop
+                // is one more of the same).
+                let _ = catch_unwind(AssertUnwindSafe(move || drop(task)));
+                self.handled(id, Err(panic));
+            }
+        }
+        self.unpause_if_done(id, batch);
+    }
+
+    /// A stop for an actor whose async handler awaits: the run (holding the
+    /// actor) is dropped, its asker answered `NoReply` by the reply's drop,
+    /// and what the actor held becomes dead letters.
+    fn cancel_task(&mut self, id: u64, reason: StopReason) {
+        let Some(p) = self.paused.get_mut(&id) else { return };
+        let task = p.task.take();
+        let held = std::mem::take(&mut p.held);
+        if catch_unwind(AssertUnwindSafe(move || drop(task))).is_err() {
+            super::dead_letter(); // a panic in its drop: counted, not spread
+        }
+        self.stop_actor(id, reason); // its `stopped` does not run: no actor
+        held.into_iter().for_each(discard);
+        if let Some(p) = self.paused.get(&id) {
+            if !p.outbox {
+                self.paused.remove(&id);
+            }
+        }
+    }
+
+    /// Resumes actor `id` if nothing pauses it any more: its held envelopes
+    /// go first, ahead of anything newer.
+    fn unpause_if_done(&mut self, id: u64, batch: &mut VecDeque<Envelope>) {
+        let done = self.paused.get(&id).is_some_and(|p| !p.outbox && p.task.is_none());
+        if done {
+            let p = self.paused.remove(&id).expect("paused");
+            for e in p.held.into_iter().rev() {
+                batch.push_front(e);
+            }
+        }
     }
 
     /// Ends a hook's run of actor `id`: if it parked, the actor pauses.
@@ -338,8 +461,8 @@ impl ShardLoop {
     /// runs again, its held envelopes first. Nothing to do for an actor that
     /// is not paused (a duplicate or late `Resume`).
     fn resume(&mut self, id: u64, batch: &mut VecDeque<Envelope>) {
-        let Some(m) = self.muted.get(&id) else { return };
-        let cell = m.cell.clone();
+        let Some(p) = self.paused.get(&id).filter(|p| p.outbox) else { return };
+        let cell = p.cell.clone();
         let (shard, addr) = (self.handle.id, self.handle.addr.clone());
         let wake = move || -> Waker {
             let addr = addr.clone();
@@ -349,10 +472,10 @@ impl ShardLoop {
             })
         };
         if outbox::drain(id, &cell, &wake) {
-            let m = self.muted.remove(&id).expect("paused");
-            for e in m.held.into_iter().rev() {
-                batch.push_front(e);
+            if let Some(p) = self.paused.get_mut(&id) {
+                p.outbox = false;
             }
+            self.unpause_if_done(id, batch);
         }
     }
 
@@ -399,6 +522,12 @@ impl ShardLoop {
     }
 
     fn shutdown(mut self, batch: VecDeque<Envelope>) {
+        // Awaiting async handlers end first (each holds its actor).
+        let awaiting: Vec<u64> =
+            self.paused.iter().filter(|(_, p)| p.task.is_some()).map(|(id, _)| *id).collect();
+        for id in awaiting {
+            self.cancel_task(id, StopReason::Shutdown);
+        }
         let ids: Vec<u64> = self.actors.keys().copied().collect();
         for id in ids {
             self.stop_actor(id, StopReason::Shutdown);
@@ -406,8 +535,8 @@ impl ShardLoop {
         // Nothing will handle these any more, nor send what was parked.
         batch.into_iter().for_each(discard);
         outbox::discard_all();
-        for (_, m) in self.muted.drain() {
-            m.held.into_iter().for_each(discard);
+        for (_, p) in self.paused.drain() {
+            p.held.into_iter().for_each(discard);
         }
         let early: Vec<u64> = self.early.keys().copied().collect();
         for id in early {
