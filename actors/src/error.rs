@@ -27,6 +27,10 @@ pub enum AskError<M> {
     Unavailable(M),
     /// The actor is on the caller's own shard: waiting would deadlock.
     WouldDeadlock(M),
+    /// Asked (with the blocking [`ActorRef::ask`](crate::ActorRef::ask))
+    /// from a shard's thread: waiting would block every actor of that
+    /// shard. Inside an actor, use `Context::ask` or `Context::ask_async`.
+    WouldBlock(M),
     /// No reply within the timeout (a late reply is a dead letter).
     Timeout,
     /// The actor stopped or panicked before replying.
@@ -47,7 +51,7 @@ macro_rules! msg_error_impls {
     };
 }
 msg_error_impls!(TellError { Full, Stopped, Unavailable } []);
-msg_error_impls!(AskError { Full, Stopped, Unavailable, WouldDeadlock } [Timeout, NoReply]);
+msg_error_impls!(AskError { Full, Stopped, Unavailable, WouldDeadlock, WouldBlock } [Timeout, NoReply]);
 
 const FULL: &str = "the actor's mailbox is full";
 const STOPPED: &str = "the actor has stopped";
@@ -73,6 +77,10 @@ impl<M> fmt::Display for AskError<M> {
             AskError::WouldDeadlock(_) => {
                 "the actor is on the asking thread's own shard: waiting would deadlock \
                  (inside an actor, use Context::ask)"
+            }
+            AskError::WouldBlock(_) => {
+                "asked from a shard's thread: waiting would block every actor of the shard \
+                 (inside an actor, use Context::ask or Context::ask_async)"
             }
             AskError::Timeout => "no reply within the timeout",
             AskError::NoReply => "the actor stopped (or dropped the request) without replying",

@@ -7,7 +7,8 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use ringmail::{
-    Actor, ActorRef, AskError, Context, Handler, Message, StopReason, System, SystemConfig,
+    Actor, ActorRef, AskError, AsyncHandler, Context, Handler, Message, StopReason, System,
+    SystemConfig,
 };
 
 struct Quitter;
@@ -201,10 +202,15 @@ struct AskSlow;
 impl Message for AskSlow {
     type Reply = u8;
 }
-impl Handler<AskSlow> for Ticker {
-    fn handle(&mut self, _: AskSlow, _ctx: &mut Context<Self>) -> u8 {
-        // Blocks this shard while the timer keeps completing on its ring.
-        self.slow.ask(Ping, Duration::from_secs(10)).unwrap()
+impl AsyncHandler<AskSlow> for Ticker {
+    async fn handle(&mut self, _: AskSlow, ctx: &mut Context<Self>) -> u8 {
+        // A blocking ask would block the shard: refused, message handed back.
+        match self.slow.ask(Ping, Duration::from_secs(10)) {
+            Err(AskError::WouldBlock(_)) => {}
+            other => panic!("a blocking ask inside a handler: {:?}", other.map(|_| ())),
+        }
+        // Awaited instead, while the timer keeps completing on the ring.
+        ctx.ask_async(&self.slow, Ping, Duration::from_secs(10)).await.unwrap()
     }
 }
 

@@ -222,11 +222,14 @@ impl<A: Actor> ActorRef<A> {
     /// # Ok::<(), ringmail::SpawnError>(())
     /// ```
     ///
-    /// Blocks the calling thread (and, inside a handler, its shard), also
-    /// while the actor's mailbox is full (up to `timeout`); asking an actor
-    /// of one's own shard would deadlock and is refused. Inside an actor,
-    /// use [`Context::ask`](crate::Context::ask) instead: it never waits,
-    /// and its answer comes back to the actor as a callback.
+    /// Blocks the calling thread, also while the actor's mailbox is full
+    /// (up to `timeout`). A shard's thread never blocks: from inside an
+    /// actor (or anything else on a shard's thread) this is refused with
+    /// [`AskError::WouldBlock`] ([`AskError::WouldDeadlock`] for an actor of
+    /// the same shard). Inside an actor use
+    /// [`Context::ask`](crate::Context::ask) (the answer comes back as a
+    /// callback) or [`Context::ask_async`](crate::Context::ask_async) in an
+    /// [`AsyncHandler`](crate::AsyncHandler).
     pub fn ask<M>(&self, msg: M, timeout: Duration) -> Result<M::Reply, AskError<M>>
     where
         A: Handler<M>,
@@ -234,6 +237,9 @@ impl<A: Actor> ActorRef<A> {
     {
         if thread::on_shard(self.shard.id) {
             return Err(AskError::WouldDeadlock(msg));
+        }
+        if outbox::in_handler() || thread::on_a_shard() {
+            return Err(AskError::WouldBlock(msg));
         }
         let Ok(addr) = my_addr() else { return Err(AskError::Unavailable(msg)) };
         let id = NEXT_ASK.fetch_add(1, Ordering::Relaxed);

@@ -404,6 +404,14 @@ pub(crate) fn start_io(pending: PendingIo) {
     }
 }
 
+/// True when this thread runs a shard (any).
+pub(crate) fn on_a_shard() -> bool {
+    CTX.try_with(|c| {
+        c.try_borrow().ok().is_some_and(|c| c.as_ref().is_some_and(|t| t.shard.is_some()))
+    })
+    .unwrap_or(false)
+}
+
 /// True when this thread runs shard `id`.
 pub(crate) fn on_shard(id: u64) -> bool {
     CTX.try_with(|c| c.try_borrow().ok().and_then(|c| c.as_ref().and_then(|t| t.shard)) == Some(id))
