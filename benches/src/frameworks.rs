@@ -44,6 +44,8 @@ pub enum Framework {
     RingmailPoll,
     /// Ringmail actors all on one shard (co-located).
     RingmailOneShard,
+    /// Ringmail actors with async handlers, all on one shard.
+    RingmailOneShardAsync,
     /// actix 0.13.
     Actix,
     /// ractor 0.15.
@@ -70,6 +72,7 @@ impl Framework {
             Framework::Ractor => "ractor",
             Framework::Kameo => "kameo",
             Framework::RingmailOneShard => "ringmail-actors-one-shard",
+            Framework::RingmailOneShardAsync => "ringmail-actors-one-shard-async",
             Framework::RactorOneWorker => "ractor-one-worker",
             Framework::KameoOneWorker => "kameo-one-worker",
         }
@@ -78,11 +81,12 @@ impl Framework {
     /// Starts one actor per handler.
     pub fn start(self, handlers: Vec<Handle>) -> Actors {
         match self {
-            Framework::Ringmail => ringmail(handlers, None, false),
+            Framework::Ringmail => ringmail(handlers, None, false, false),
             Framework::RingmailPoll => {
-                ringmail(handlers, Some(std::time::Duration::from_micros(50)), false)
+                ringmail(handlers, Some(std::time::Duration::from_micros(50)), false, false)
             }
-            Framework::RingmailOneShard => ringmail(handlers, None, true),
+            Framework::RingmailOneShard => ringmail(handlers, None, true, false),
+            Framework::RingmailOneShardAsync => ringmail(handlers, None, true, true),
             Framework::Actix => actix(handlers),
             Framework::Ractor => ractor(handlers, 2),
             Framework::Kameo => kameo(handlers, 2),
@@ -96,10 +100,15 @@ fn ringmail(
     handlers: Vec<Handle>,
     busy_poll: Option<std::time::Duration>,
     one_shard: bool,
+    async_handlers: bool,
 ) -> Actors {
-    use ringmail::{Actor, Context, Handler, Message};
+    use ringmail::{Actor, AsyncHandler, Context, Handler, Message};
     struct A(Handle);
     impl Actor for A {}
+    /// The same handler, as an async handler that never awaits: what the
+    /// async machinery itself costs.
+    struct Async(Handle);
+    impl Actor for Async {}
     struct N(u64);
     impl Message for N {
         type Reply = ();
@@ -109,17 +118,30 @@ fn ringmail(
             (self.0)(x)
         }
     }
+    impl AsyncHandler<N> for Async {
+        async fn handle(&mut self, N(x): N, _: &mut Context<Self>) {
+            (self.0)(x)
+        }
+    }
     let ring = ringmail::transport::RingConfig::default().busy_poll(busy_poll);
     let system = ringmail::System::with_config(ringmail::SystemConfig::default().ring(ring));
     let shard = one_shard.then(|| system.shard().expect("shard"));
     let tells = handlers
         .into_iter()
         .map(|h| {
-            let r = match &shard {
-                Some(s) => system.spawn_on(s, A(h)),
-                None => system.spawn(A(h)).expect("spawn"),
-            };
-            Arc::new(move |x| r.tell(N(x)).expect("tell")) as Tell
+            if async_handlers {
+                let r = match &shard {
+                    Some(s) => system.spawn_on(s, Async(h)),
+                    None => system.spawn(Async(h)).expect("spawn"),
+                };
+                Arc::new(move |x| r.tell(N(x)).expect("tell")) as Tell
+            } else {
+                let r = match &shard {
+                    Some(s) => system.spawn_on(s, A(h)),
+                    None => system.spawn(A(h)).expect("spawn"),
+                };
+                Arc::new(move |x| r.tell(N(x)).expect("tell")) as Tell
+            }
         })
         .collect();
     Actors { tells, stop: Box::new(move || system.shutdown()) }

@@ -214,6 +214,7 @@ pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
         Framework::Ractor,
         Framework::Kameo,
         Framework::RingmailOneShard,
+        Framework::RingmailOneShardAsync,
         Framework::RactorOneWorker,
         Framework::KameoOneWorker,
     ]

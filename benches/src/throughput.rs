@@ -208,33 +208,62 @@ mod actors {
     /// Ringmail actors: the sink on its own shard, tells from sender
     /// threads (batched, as a client thread should).
     pub fn ringmail(senders: usize, per: u64) -> f64 {
-        use ringmail::{Actor, Context, Handler, Message};
+        sink_rate(senders, per, false)
+    }
+
+    /// As [`ringmail`], with the sink's handler an `AsyncHandler` that never
+    /// awaits: what the async machinery costs per message.
+    pub fn ringmail_async(senders: usize, per: u64) -> f64 {
+        sink_rate(senders, per, true)
+    }
+
+    fn sink_rate(senders: usize, per: u64, async_handler: bool) -> f64 {
+        use ringmail::{Actor, AsyncHandler, Context, Handler, Message};
         struct Sink(u64, u64, Option<mpsc::Sender<()>>);
         impl Actor for Sink {}
+        struct AsyncSink(Sink);
+        impl Actor for AsyncSink {}
         struct N;
         impl Message for N {
             type Reply = ();
         }
-        impl Handler<N> for Sink {
-            fn handle(&mut self, _: N, _: &mut Context<Self>) {
+        impl Sink {
+            fn count(&mut self) {
                 self.0 += 1;
                 if self.0 == self.1 {
                     let _ = self.2.take().map(|t| t.send(()));
                 }
             }
         }
+        impl Handler<N> for Sink {
+            fn handle(&mut self, _: N, _: &mut Context<Self>) {
+                self.count();
+            }
+        }
+        impl AsyncHandler<N> for AsyncSink {
+            async fn handle(&mut self, _: N, _: &mut Context<Self>) {
+                self.0.count();
+            }
+        }
         let cfg = ringmail::SystemConfig::default().mailbox_capacity(1 << 16);
         let system = ringmail::System::with_config(cfg);
         let (tx, rx) = mpsc::channel();
-        let sink = system.spawn(Sink(0, senders as u64 * per, Some(tx))).expect("spawn");
-        let send_all = |sink: &ringmail::ActorRef<Sink>, per| {
+        let sink = Sink(0, senders as u64 * per, Some(tx));
+        let tell: Arc<dyn Fn() + Send + Sync> = if async_handler {
+            let r = system.spawn(AsyncSink(sink)).expect("spawn");
+            Arc::new(move || r.tell(N).expect("tell"))
+        } else {
+            let r = system.spawn(sink).expect("spawn");
+            Arc::new(move || r.tell(N).expect("tell"))
+        };
+        let send_all = |tell: &Arc<dyn Fn() + Send + Sync>, per| {
             ringmail::batched(|| {
                 for _ in 0..per {
-                    sink.tell(N).expect("tell");
+                    tell();
                 }
             })
         };
-        let r = drive(senders, per, &sink, send_all, &rx);
+        let r = drive(senders, per, &tell, send_all, &rx);
         system.shutdown();
         r
     }
@@ -369,6 +398,10 @@ pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
                 System {
                     name: "ringmail-actors",
                     run: Box::new(move || actors::ringmail(senders, per)),
+                },
+                System {
+                    name: "ringmail-actors-async",
+                    run: Box::new(move || actors::ringmail_async(senders, per)),
                 },
                 System { name: "actix", run: Box::new(move || actors::actix(senders, per)) },
                 System { name: "ractor", run: Box::new(move || actors::ractor(senders, per)) },

@@ -8,12 +8,14 @@
 //! the handler's [`Context`], and report whether the handler asked to stop.
 
 use std::any::{Any, TypeId};
+use std::future::Future;
 use std::marker::PhantomData;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use ringmail_transport::FixedFd;
 
-use super::{Actor, ActorRef, AsyncRun, Context, FdHandler, Handler, Message};
+use super::{Actor, ActorRef, Context, FdHandler, Handler, Message};
 use crate::error::StopReason;
 use crate::runtime::cell::ActorCell;
 use crate::runtime::envelope::{Body, Envelope, Erased, ErasedFd, Handled, Hosted, ReplyTo, Task};
@@ -44,7 +46,7 @@ impl<A: Handler<M>, M: Message> Erased for Typed<A, M> {
             // actor's other envelopes meanwhile).
             let actor = slot.actor.take().expect("an actor runs one handler at a time");
             let run = A::start_async(actor, msg, ctx);
-            return Handled::Pending(Box::new(Run { run }));
+            return Handled::Pending(Box::pin(Run { run, _a: PhantomData }));
         }
         let r = slot.actor_mut().handle(msg, &mut ctx);
         // Unless the handler took it (`reply_later`), the return value is
@@ -197,18 +199,23 @@ pub(crate) fn requested<A: Handler<M>, M: Message>(me: &ActorRef<A>, msg: M) -> 
     Some(Typed::<A, M>::envelope(me.id(), msg, None))
 }
 
-/// An async handler's run, as its shard polls it.
-struct Run<A: Actor, R> {
-    run: AsyncRun<A, R>,
+pin_project_lite::pin_project! {
+    /// An async handler's run, as its shard polls it (one allocation: the
+    /// future is pinned in the box that also makes it a `Task`).
+    struct Run<A, F> {
+        #[pin]
+        run: F,
+        _a: PhantomData<fn() -> A>,
+    }
 }
 
-impl<A: Actor, R: Send + 'static> Task for Run<A, R> {
+impl<A: Actor, R: Send + 'static, F: Future<Output = (A, Context<A>, R)>> Task for Run<A, F> {
     fn poll(
-        &mut self,
+        self: Pin<&mut Self>,
         slot: &mut dyn Any,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<StopReason>> {
-        let std::task::Poll::Ready((actor, mut ctx, r)) = self.run.as_mut().poll(cx) else {
+        let std::task::Poll::Ready((actor, mut ctx, r)) = self.project().run.poll(cx) else {
             return std::task::Poll::Pending;
         };
         let slot = slot.downcast_mut::<Slot<A>>().expect("a run reaches only its actor type");

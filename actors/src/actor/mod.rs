@@ -11,7 +11,6 @@
 //! wrappers over runtime calls.
 
 use std::future::Future;
-use std::pin::Pin;
 
 use ringmail_transport::FixedFd;
 
@@ -65,18 +64,18 @@ pub trait Handler<M: Message>: Actor {
     const ASYNC: bool = false;
 
     /// Not part of the API: how the shard starts an async handler (only
-    /// called when `ASYNC`).
+    /// called when `ASYNC`). The run owns the actor and its context until
+    /// it finishes and gives them back with the reply.
     #[doc(hidden)]
-    fn start_async(actor: Self, msg: M, ctx: Context<Self>) -> AsyncRun<Self, M::Reply> {
+    fn start_async(
+        actor: Self,
+        msg: M,
+        ctx: Context<Self>,
+    ) -> impl Future<Output = (Self, Context<Self>, M::Reply)> {
         drop((actor, msg, ctx));
-        unreachable!("only an AsyncHandler starts an async run")
+        async { unreachable!("only an AsyncHandler starts an async run") }
     }
 }
-
-/// Not part of the API: an async handler's run, which owns the actor and
-/// its context until it finishes and gives them back with the reply.
-#[doc(hidden)]
-pub(crate) type AsyncRun<A, R> = Pin<Box<dyn Future<Output = (A, Context<A>, R)>>>;
 
 /// An actor that handles messages of type `M` with an `async fn`: the
 /// handler may `.await` (an ask with [`Context::ask_async`], room in a
@@ -129,12 +128,16 @@ impl<A: AsyncHandler<M>, M: Message> Handler<M> for A {
 
     const ASYNC: bool = true;
 
-    fn start_async(actor: Self, msg: M, ctx: Context<Self>) -> AsyncRun<Self, M::Reply> {
-        Box::pin(async move {
+    fn start_async(
+        actor: Self,
+        msg: M,
+        ctx: Context<Self>,
+    ) -> impl Future<Output = (Self, Context<Self>, M::Reply)> {
+        async move {
             let (mut actor, mut ctx) = (actor, ctx);
             let r = AsyncHandler::handle(&mut actor, msg, &mut ctx).await;
             (actor, ctx, r)
-        })
+        }
     }
 }
 

@@ -7,6 +7,7 @@
 //! `actor/bridge.rs`, the only code that turns typed values into these.
 
 use std::any::Any;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use ringmail_transport::{Addr, FixedFd};
@@ -51,7 +52,7 @@ pub(crate) enum Handled {
     Done(Option<StopReason>),
     /// An async handler is awaiting: its future holds the actor (and its
     /// context) until it finishes; the shard polls it when woken.
-    Pending(Box<dyn Task>),
+    Pending(Pin<Box<dyn Task>>),
 }
 
 /// A pending async handler run, polled on its actor's shard thread (never
@@ -61,7 +62,7 @@ pub(crate) trait Task {
     /// finished: the actor is back in `slot`, its reply sent, and `Some`
     /// when it asked to stop.
     fn poll(
-        &mut self,
+        self: Pin<&mut Self>,
         slot: &mut dyn Any,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<StopReason>>;

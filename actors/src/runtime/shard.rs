@@ -34,6 +34,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Poll, Wake};
@@ -134,6 +135,8 @@ pub(crate) struct ShardLoop {
     /// Actors that just parked something: their outbox is tried once the
     /// current envelope is done.
     parked_now: Vec<(u64, Arc<ActorCell>)>,
+    /// The waker of each actor that ran an async handler.
+    task_wakers: HashMap<u64, (Arc<TaskWaker>, std::task::Waker), FxBuildHasher>,
     dedicated: bool,
     hosted_any: bool,
 }
@@ -145,8 +148,8 @@ struct Paused {
     held: VecDeque<Envelope>,
     /// Its outbox is not empty.
     outbox: bool,
-    /// Its async handler's pending run, and what wakes it.
-    task: Option<(Box<dyn Task>, Arc<TaskWaker>)>,
+    /// Its async handler's pending run.
+    task: Option<Pin<Box<dyn Task>>>,
 }
 
 impl Paused {
@@ -185,6 +188,7 @@ impl ShardLoop {
             early: HashMap::new(),
             paused: HashMap::default(),
             parked_now: Vec::new(),
+            task_wakers: HashMap::default(),
             dedicated,
             hosted_any: false,
         }
@@ -324,17 +328,9 @@ impl ShardLoop {
                     Ok(Handled::Done(stop)) => self.handled(to, Ok(stop)),
                     Ok(Handled::Pending(task)) => {
                         // An async handler: its run holds the actor; poll it
-                        // now (it runs until its first real await).
-                        let waker = Arc::new(TaskWaker {
-                            shard: self.handle.id,
-                            addr: self.handle.addr.clone(),
-                            actor: to,
-                            scheduled: AtomicBool::new(false),
-                        });
-                        let cell = slot.cell().clone();
-                        self.paused.entry(to).or_insert_with(|| Paused::new(cell)).task =
-                            Some((task, waker));
-                        self.poll_task(to, batch);
+                        // now (it runs until its first real await, often to
+                        // its end).
+                        self.run_task(to, task, batch);
                     }
                     Err(p) => self.handled(to, Err(p)),
                 }
@@ -391,21 +387,37 @@ impl ShardLoop {
     /// slot and runs again once nothing else pauses it.
     fn poll_task(&mut self, id: u64, batch: &mut VecDeque<Envelope>) {
         let Some(p) = self.paused.get_mut(&id) else { return };
-        let Some((mut task, waker)) = p.task.take() else { return }; // finished already
+        let Some(task) = p.task.take() else { return }; // finished already
+        self.run_task(id, task, batch);
+    }
+
+    /// Polls `task`, actor `id`'s async run. Still pending: the actor is
+    /// paused with it. Finished: the actor goes on (or stops).
+    fn run_task(&mut self, id: u64, mut task: Pin<Box<dyn Task>>, batch: &mut VecDeque<Envelope>) {
         let Some(slot) = self.actors.get_mut(&id) else { return }; // gone: the run drops
-        waker.scheduled.store(false, Ordering::Release);
-        let w = std::task::Waker::from(waker.clone());
-        let mut cx = std::task::Context::from_waker(&w);
+                                                                   // One waker per actor, made at its first run.
+        let (shard, addr) = (self.handle.id, &self.handle.addr);
+        let (wake, waker) = self.task_wakers.entry(id).or_insert_with(|| {
+            let wake = Arc::new(TaskWaker {
+                shard,
+                addr: addr.clone(),
+                actor: id,
+                scheduled: AtomicBool::new(false),
+            });
+            let waker = std::task::Waker::from(wake.clone());
+            (wake, waker)
+        });
+        wake.scheduled.store(false, Ordering::Release);
+        let mut cx = std::task::Context::from_waker(waker);
         outbox::enter_task(id, slot.cell());
-        let r = catch_unwind(AssertUnwindSafe(|| task.poll(slot.as_any(), &mut cx)));
+        let r = catch_unwind(AssertUnwindSafe(|| task.as_mut().poll(slot.as_any(), &mut cx)));
         if outbox::leave() {
             self.parked_now.push((id, slot.cell().clone()));
         }
         match r {
             Ok(Poll::Pending) => {
-                if let Some(p) = self.paused.get_mut(&id) {
-                    p.task = Some((task, waker));
-                }
+                let cell = slot.cell().clone();
+                self.paused.entry(id).or_insert_with(|| Paused::new(cell)).task = Some(task);
                 return;
             }
             Ok(Poll::Ready(stop)) => self.handled(id, Ok(stop)),
@@ -508,7 +520,8 @@ impl ShardLoop {
     }
 
     /// Records the end of an actor: its reason, and its names leave the registry.
-    fn finished(&self, cell: &ActorCell, reason: StopReason) {
+    fn finished(&mut self, cell: &ActorCell, reason: StopReason) {
+        self.task_wakers.remove(&cell.id);
         cell.set_stopped(reason);
         for name in cell.take_names() {
             self.handle.registry.remove(&name, cell.id);
