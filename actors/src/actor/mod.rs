@@ -128,16 +128,13 @@ impl<A: AsyncHandler<M>, M: Message> Handler<M> for A {
 
     const ASYNC: bool = true;
 
-    fn start_async(
-        actor: Self,
+    async fn start_async(
+        mut actor: Self,
         msg: M,
-        ctx: Context<Self>,
-    ) -> impl Future<Output = (Self, Context<Self>, M::Reply)> {
-        async move {
-            let (mut actor, mut ctx) = (actor, ctx);
-            let r = AsyncHandler::handle(&mut actor, msg, &mut ctx).await;
-            (actor, ctx, r)
-        }
+        mut ctx: Context<Self>,
+    ) -> (Self, Context<Self>, M::Reply) {
+        let r = AsyncHandler::handle(&mut actor, msg, &mut ctx).await;
+        (actor, ctx, r)
     }
 }
 
