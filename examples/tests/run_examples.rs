@@ -86,7 +86,12 @@ fn tutorial_programs_print_what_the_book_says() {
     let out = run(env!("CARGO_BIN_EXE_tut_timers_io"), &[]);
     assert_eq!(out, "line 0\nline 1\nline 2\n");
     let out = run(env!("CARGO_BIN_EXE_tut_requests"), &[]);
-    assert_eq!(out, "basket total: 4160 cents\nsecond basket: Err(\"no rate for XXX\")\n");
+    assert_eq!(
+        out,
+        "basket total: 4160 cents\nsecond basket: Err(\"no rate for XXX\")\n\
+         async basket total: 4160 cents\n\
+         the producer ran again with at most 16 of its 1000 items unconsumed\n"
+    );
 }
 
 /// Starts a server binary on a free port, talks to it, stops it with SIGTERM.
