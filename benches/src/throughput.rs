@@ -211,7 +211,7 @@ mod actors {
         sink_rate(senders, per, false)
     }
 
-    /// As [`ringmail`], with the sink's handler an `AsyncHandler` that never
+    /// As [`ringmail()`], with the sink's handler an `AsyncHandler` that never
     /// awaits: what the async machinery costs per message.
     pub fn ringmail_async(senders: usize, per: u64) -> f64 {
         sink_rate(senders, per, true)
