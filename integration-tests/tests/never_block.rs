@@ -621,3 +621,204 @@ fn a_panic_while_awaiting_stops_the_actor_and_counts_the_rest() {
     wait_until("the held items are counted", || system.dead_letters() == told);
     system.shutdown();
 }
+
+// ---- what the review of the pause protocol found ----
+
+/// A consumer that takes its time over its first item only.
+struct SlowStart {
+    got: Arc<AtomicU64>,
+    first_pause: Duration,
+}
+impl Actor for SlowStart {}
+impl Handler<Item> for SlowStart {
+    fn handle(&mut self, Item(n): Item, _: &mut Context<Self>) {
+        let got = self.got.load(Ordering::Relaxed);
+        assert_eq!(n, got, "in order");
+        if got == 0 {
+            std::thread::sleep(self.first_pause);
+        }
+        self.got.store(got + 1, Ordering::Relaxed);
+    }
+}
+
+/// An async handler that tells one item per loop turn, sleeping between.
+struct Trickle {
+    to: ActorRef<SlowStart>,
+    turns: Arc<AtomicU64>,
+}
+impl Actor for Trickle {}
+struct Run(u64);
+impl Message for Run {
+    type Reply = ();
+}
+impl AsyncHandler<Run> for Trickle {
+    async fn handle(&mut self, Run(n): Run, ctx: &mut Context<Self>) {
+        for i in 0..n {
+            self.to.tell(Item(i)).expect("the consumer runs");
+            self.turns.fetch_add(1, Ordering::Relaxed);
+            ctx.sleep(Duration::from_millis(1)).await;
+        }
+    }
+}
+
+#[test]
+fn an_async_handler_with_a_parked_message_is_not_polled_until_it_has_gone() {
+    let system = System::with_config(SystemConfig::default().mailbox_capacity(2));
+    let (s1, s2) = (system.shard().unwrap(), system.shard().unwrap());
+    let got = Arc::new(AtomicU64::new(0));
+    let consumer = system
+        .spawn_on(&s2, SlowStart { got: got.clone(), first_pause: Duration::from_millis(400) });
+    let turns = Arc::new(AtomicU64::new(0));
+    let trickle = system.spawn_on(&s1, Trickle { to: consumer, turns: turns.clone() });
+    trickle.tell(Run(200)).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    // The consumer sits on its first item: 2 slots fill, the next tell
+    // parks, and the run is not polled again while it is parked, so its
+    // outbox cannot grow by one item per turn.
+    let t = turns.load(Ordering::Relaxed);
+    assert!(t <= 4, "the run kept going while its outbox was full: {t} turns");
+    wait_until("all 200 items", || got.load(Ordering::Relaxed) == 200);
+    assert_eq!(system.dead_letters(), 0);
+    system.shutdown();
+}
+
+/// Tells `n` items then stops the target, in one handler run.
+struct TellThenStop {
+    to: ActorRef<Slow>,
+}
+impl Actor for TellThenStop {}
+impl Handler<Send> for TellThenStop {
+    fn handle(&mut self, Send(n, _): Send, _: &mut Context<Self>) {
+        for i in 0..n {
+            self.to.tell(Item(i)).expect("the receiver runs");
+        }
+        self.to.stop(); // after the items, though most of them are parked
+    }
+}
+
+#[test]
+fn a_stop_after_parked_messages_stays_behind_them() {
+    let system = System::with_config(SystemConfig::default().mailbox_capacity(4));
+    let (s1, s2) = (system.shard().unwrap(), system.shard().unwrap());
+    let got = Arc::new(AtomicU64::new(0));
+    let slow = system.spawn_on(&s2, Slow { got: got.clone(), pause: Duration::from_micros(200) });
+    let sender = system.spawn_on(&s1, TellThenStop { to: slow.clone() });
+    sender.tell(Send(300, Then::GoOn)).unwrap();
+    assert_eq!(slow.wait_stopped(T), Some(ringmail::StopReason::Normal));
+    assert_eq!(got.load(Ordering::Relaxed), 300, "every item before the stop");
+    assert_eq!(system.dead_letters(), 0);
+    system.shutdown();
+}
+
+/// Its interval's closure tells a co-located actor twice per tick; that
+/// actor's 1-slot mailbox is full after the first.
+struct Ticking {
+    sink: ActorRef<Sink1>,
+    outcomes: Arc<(AtomicU64, AtomicU64)>,
+}
+impl Actor for Ticking {
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        let (sink, out) = (self.sink.clone(), self.outcomes.clone());
+        ctx.send_interval(Duration::from_millis(2), move || {
+            for _ in 0..2 {
+                // Not in a handler, but on the shard's thread: must not wait.
+                match sink.tell(Item(0)) {
+                    Ok(()) => out.0.fetch_add(1, Ordering::Relaxed),
+                    Err(_) => out.1.fetch_add(1, Ordering::Relaxed),
+                };
+            }
+            Ping
+        });
+    }
+}
+impl Handler<Ping> for Ticking {
+    fn handle(&mut self, _: Ping, _: &mut Context<Self>) {}
+}
+struct Sink1;
+impl Actor for Sink1 {}
+impl Handler<Item> for Sink1 {
+    fn handle(&mut self, _: Item, _: &mut Context<Self>) {}
+}
+
+#[test]
+fn a_tell_from_a_timer_closure_on_a_shard_never_waits() {
+    let system = System::with_config(SystemConfig::default().mailbox_capacity(1));
+    let shard = system.shard().unwrap();
+    let sink = system.spawn_on(&shard, Sink1);
+    let outcomes = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
+    system.spawn_on(&shard, Ticking { sink, outcomes: outcomes.clone() });
+    let probe = system.spawn_on(&shard, Probe);
+    wait_until("some refused tells", || outcomes.1.load(Ordering::Relaxed) >= 5);
+    let t = Instant::now();
+    probe.ask(Ping, Duration::from_secs(5)).expect("the shard answers");
+    assert!(t.elapsed() < Duration::from_secs(1), "the shard was stuck in a tell");
+    assert!(outcomes.0.load(Ordering::Relaxed) >= 5, "the first tell of a tick gets through");
+    system.shutdown();
+}
+
+/// Awaits room in a stuck mailbox; stopped meanwhile.
+struct AwaitRoom {
+    to: ActorRef<Slow>,
+}
+impl Actor for AwaitRoom {}
+impl AsyncHandler<Send> for AwaitRoom {
+    async fn handle(&mut self, Send(n, _): Send, _: &mut Context<Self>) {
+        for i in 0..n {
+            let _ = self.to.tell_async(Item(i)).await;
+        }
+    }
+}
+
+#[test]
+fn a_send_awaiting_room_when_its_actor_stops_is_a_dead_letter() {
+    let system = System::with_config(SystemConfig::default().mailbox_capacity(1));
+    let (s1, s2) = (system.shard().unwrap(), system.shard().unwrap());
+    let got = Arc::new(AtomicU64::new(0));
+    let slow = system.spawn_on(&s2, Slow { got: got.clone(), pause: Duration::from_millis(300) });
+    let a = system.spawn_on(&s1, AwaitRoom { to: slow });
+    a.tell(Send(3, Then::GoOn)).unwrap();
+    // The slow actor sits on item 0 for 300 ms with its one slot taken (or
+    // about to be): the run waits for room for item 1 or 2 when it stops.
+    std::thread::sleep(Duration::from_millis(100));
+    a.stop();
+    a.wait_stopped(T).expect("stopped");
+    std::thread::sleep(Duration::from_millis(800)); // the slow actor finishes what it has
+    let delivered = got.load(Ordering::Relaxed);
+    assert!((1..=2).contains(&delivered), "delivered {delivered}");
+    assert_eq!(system.dead_letters(), 1, "the one item that was awaiting room, exactly");
+    system.shutdown();
+}
+
+/// Answers after a delay.
+struct Late;
+impl Actor for Late {}
+impl Handler<Wait> for Late {
+    fn handle(&mut self, _: Wait, _: &mut Context<Self>) -> u32 {
+        std::thread::sleep(Duration::from_millis(100));
+        1
+    }
+}
+struct AsksLate {
+    late: ActorRef<Late>,
+}
+impl Actor for AsksLate {}
+impl AsyncHandler<Boom> for AsksLate {
+    async fn handle(&mut self, _: Boom, ctx: &mut Context<Self>) -> u32 {
+        match ctx.ask_async(&self.late, Wait, Duration::from_millis(10)).await {
+            Err(ringmail::AskError::Timeout) => 0,
+            other => panic!("expected a timeout: {:?}", other.map(|_| ())),
+        }
+    }
+}
+
+#[test]
+fn a_reply_after_an_async_ask_timed_out_is_one_dead_letter() {
+    let system = System::new();
+    let late = system.spawn(Late).unwrap();
+    let a = system.spawn(AsksLate { late }).unwrap();
+    assert_eq!(a.ask(Boom, T).unwrap(), 0, "timed out");
+    wait_until("the late reply is counted", || system.dead_letters() == 1);
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(system.dead_letters(), 1, "exactly once");
+    system.shutdown();
+}

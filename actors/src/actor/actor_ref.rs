@@ -125,16 +125,18 @@ impl<A: Actor> ActorRef<A> {
 
     /// Sends `msg`, waiting while the mailbox is full (up to `patience`).
     ///
-    /// Inside a handler nothing waits on the shard's thread: `tell_timeout`
-    /// then does not wait either and hands a message that does not fit back
-    /// at once as [`TellError::Full`] (use [`tell`](ActorRef::tell), which
-    /// pauses the actor instead).
+    /// Nothing waits on a shard's thread: there (in a handler, or a timer or
+    /// I/O closure) `tell_timeout` does not wait either and hands a message
+    /// that does not fit back at once as [`TellError::Full`] (in a handler,
+    /// use [`tell`](ActorRef::tell), which pauses the actor instead).
     pub fn tell_timeout<M>(&self, mut msg: M, patience: Duration) -> Result<(), TellError<M>>
     where
         A: Handler<M>,
         M: Message,
     {
-        if outbox::in_handler() {
+        // Nothing waits on a shard's thread: in a handler or anything else
+        // it runs (timer, I/O and accept closures, drops).
+        if outbox::in_handler() || thread::on_a_shard() {
             return self.try_tell(msg);
         }
         let deadline = Instant::now().checked_add(patience); // None: no limit
@@ -180,6 +182,8 @@ impl<A: Actor> ActorRef<A> {
         if outbox::in_handler() {
             return self.send_or_park(msg, None);
         }
+        // Elsewhere on a shard's thread (a timer or I/O closure) there is no
+        // actor to pause: `tell_timeout` hands a full mailbox's message back.
         self.tell_timeout(msg, Duration::MAX)
     }
 
@@ -280,13 +284,27 @@ impl<A: Actor> ActorRef<A> {
         }
     }
 
-    /// Asks the actor to stop after the messages already sent to it.
+    /// Asks the actor to stop after the messages already sent to it. (An
+    /// actor whose async handler is awaiting stops at once: see
+    /// [`AsyncHandler`](crate::AsyncHandler).)
     pub fn stop(&self) {
         self.stop_with(StopReason::Normal);
     }
 
     pub(crate) fn stop_with(&self, reason: StopReason) {
         let env = Envelope { to: self.cell.id, body: Body::Stop(reason) };
+        if outbox::parked_for(&self.cell) {
+            // Behind what this handler parked for the actor, as promised.
+            outbox::park(Parked {
+                counted: false,
+                cell: self.cell.clone(),
+                shard: self.shard.id,
+                addr: self.shard.addr.clone(),
+                stats: self.shard.stats.clone(),
+                env,
+            });
+            return;
+        }
         send_control(self.shard.id, &self.shard.addr, env, true, Some(&self.shard.stats));
     }
 
@@ -355,7 +373,9 @@ impl<A: Actor> ActorRef<A> {
             dead_letter_in(Some(&self.shard.stats));
             return Err(TellError::Stopped((msg, fd)));
         }
-        if !self.cell.reserve() {
+        // Behind a message this handler parked for the actor: a direct send
+        // would overtake it, so it is refused like a full mailbox.
+        if outbox::parked_for(&self.cell) || !self.cell.reserve() {
             return Err(TellError::Full((msg, fd)));
         }
         let typed: TypedFd<A, M> = TypedFd { msg, _a: PhantomData };
@@ -460,6 +480,7 @@ impl<A: Actor> ActorRef<A> {
             }
         }
         outbox::park(Parked {
+            counted: true,
             cell: self.cell.clone(),
             shard: self.shard.id,
             addr: self.shard.addr.clone(),

@@ -112,15 +112,19 @@ impl Drop for Sleep {
 struct Answer<R, M> {
     value: Option<Result<R, AskError<M>>>,
     waker: Option<Waker>,
+    /// The future is gone: nobody will take an answer.
+    dropped: bool,
 }
 
 type Shared<R, M> = Arc<Mutex<Answer<R, M>>>;
 
-fn answer<R, M>(shared: &Shared<R, M>, value: Result<R, AskError<M>>) {
+/// Gives the ask its answer, unless the other one (reply or timeout) came
+/// first or the future is gone; true when it was taken.
+fn answer<R, M>(shared: &Shared<R, M>, value: Result<R, AskError<M>>) -> bool {
     let waker = {
         let mut a = lock(shared);
-        if a.value.is_some() {
-            return; // the other answer came first
+        if a.value.is_some() || a.dropped {
+            return false;
         }
         a.value = Some(value);
         a.waker.take()
@@ -128,6 +132,7 @@ fn answer<R, M>(shared: &Shared<R, M>, value: Result<R, AskError<M>>) {
     if let Some(w) = waker {
         w.wake();
     }
+    true
 }
 
 /// The answer to an ask from an async handler: the reply,
@@ -153,7 +158,8 @@ impl<R: Send + 'static, M: Send + 'static> AskFuture<R, M> {
     where
         M: Message<Reply = R>,
     {
-        let shared: Shared<R, M> = Arc::new(Mutex::new(Answer { value: None, waker: None }));
+        let shared: Shared<R, M> =
+            Arc::new(Mutex::new(Answer { value: None, waker: None, dropped: false }));
         let fired = Rc::<RefCell<Fired>>::default();
         let Some(timer) = arm(timeout, &fired) else {
             lock(&shared).value = Some(Err(AskError::Unavailable(msg)));
@@ -161,11 +167,14 @@ impl<R: Send + 'static, M: Send + 'static> AskFuture<R, M> {
         };
         let on_reply = shared.clone();
         let reply = ReplyTo::callback(Box::new(move |value: Option<Box<dyn Any + Send>>| {
+            let late = value.is_some();
             let value = match value {
                 Some(v) => Ok(*v.downcast::<R>().expect("a reply has its ask's type")),
                 None => Err(AskError::NoReply),
             };
-            answer(&on_reply, value);
+            if !answer(&on_reply, value) && late {
+                crate::runtime::dead_letter(); // a reply after the timeout, or to nobody
+            }
         }));
         if let Err(e) = target.send_or_park(msg, Some(reply)) {
             cancel(timer);
@@ -186,7 +195,7 @@ impl<R, M> Future for AskFuture<R, M> {
     fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
         if self.fired.borrow().done {
             self.timer = None;
-            answer(&self.shared, Err(AskError::Timeout));
+            let _ = answer(&self.shared, Err(AskError::Timeout));
         }
         let mut a = lock(&self.shared);
         if let Some(v) = a.value.take() {
@@ -206,6 +215,7 @@ impl<R, M> Future for AskFuture<R, M> {
 
 impl<R, M> Drop for AskFuture<R, M> {
     fn drop(&mut self) {
+        lock(&self.shared).dropped = true;
         if let Some(t) = self.timer.take() {
             if !self.fired.borrow().done {
                 cancel(t);
@@ -219,6 +229,10 @@ impl<R, M> Drop for AskFuture<R, M> {
 pub struct TellFuture<A: Handler<M>, M: Message> {
     target: ActorRef<A>,
     msg: Option<M>,
+    /// The waker of the latest poll, for the one registration below.
+    waker: Arc<Mutex<Option<Waker>>>,
+    /// A waker is registered on the target and has not run yet.
+    armed: Arc<std::sync::atomic::AtomicBool>,
 }
 
 // Never pinned through: the message is moved out, never borrowed in place.
@@ -232,7 +246,7 @@ impl<A: Handler<M>, M: Message> std::fmt::Debug for TellFuture<A, M> {
 
 impl<A: Handler<M>, M: Message> TellFuture<A, M> {
     pub(super) fn new(target: ActorRef<A>, msg: M) -> Self {
-        TellFuture { target, msg: Some(msg) }
+        TellFuture { target, msg: Some(msg), waker: Arc::default(), armed: Arc::default() }
     }
 }
 
@@ -253,8 +267,20 @@ impl<A: Handler<M>, M: Message> Future for TellFuture<A, M> {
                     return Poll::Ready(other);
                 }
             }
-            let waker = cx.waker().clone();
-            if !self.target.cell.add_waker(Box::new(move || waker.wake())) {
+            *lock(&self.waker) = Some(cx.waker().clone());
+            if self.armed.swap(true, std::sync::atomic::Ordering::AcqRel) {
+                // Registered already (an earlier poll): it will wake us.
+                self.msg = Some(msg);
+                return Poll::Pending;
+            }
+            let (slot, armed) = (self.waker.clone(), self.armed.clone());
+            let wake = Box::new(move || {
+                armed.store(false, std::sync::atomic::Ordering::Release);
+                if let Some(w) = lock(&slot).take() {
+                    w.wake();
+                }
+            });
+            if !self.target.cell.add_waker(wake) {
                 if outbox::await_room(&self.target.cell) {
                     // Waiting would close a cycle of actors waiting for each
                     // other's room: this one goes through past the bound.
@@ -265,6 +291,16 @@ impl<A: Handler<M>, M: Message> Future for TellFuture<A, M> {
                 return Poll::Pending; // woken when the mailbox drains or stops
             }
             // There was room when we registered: try again now.
+        }
+    }
+}
+
+impl<A: Handler<M>, M: Message> Drop for TellFuture<A, M> {
+    fn drop(&mut self) {
+        if self.msg.take().is_some() {
+            // Dropped before it could send (its actor stopped while awaiting,
+            // or the caller gave up): not sent, and counted.
+            crate::runtime::dead_letter_in(Some(&self.target.shard.stats));
         }
     }
 }

@@ -90,13 +90,15 @@ impl ActorCell {
 
     /// Registers `w` to run once this mailbox has drained to half its
     /// capacity (or the actor stops). Returns true when the mailbox had room
-    /// at the moment of registering: the caller must then retry at once
-    /// instead of pausing (the waker may still run later, harmlessly).
+    /// at the moment of registering, or the actor has stopped: the caller
+    /// must then retry at once instead of pausing (the waker may still run
+    /// later, harmlessly). A stop stores `alive` before its `wake_all` takes
+    /// this lock, so a registration either is woken by it or sees it here.
     pub(crate) fn add_waker(&self, w: Waker) -> bool {
         let mut ws = model_lock(&self.wakers);
         ws.push(w);
         let prev = self.queued.fetch_or(WAITING, Ordering::AcqRel);
-        (prev & !WAITING) < self.cap
+        (prev & !WAITING) < self.cap || !self.is_alive()
     }
 
     /// Wakes the paused senders when `left` messages remain queued and that

@@ -87,3 +87,52 @@ fn loom_every_paused_sender_is_woken_and_a_stop_wakes_late_ones() {
         }
     });
 }
+
+/// A sender parks while the target stops (no drain at all): the stop's
+/// wake-up reaches it, or its registration sees the stop. Before
+/// `add_waker` looked at liveness, a registration that came just after the
+/// stop's `wake_all` paused for good.
+#[test]
+fn loom_a_sender_parking_as_the_target_stops_is_not_left_paused() {
+    loom::model(|| {
+        let cell = Arc::new(ActorCell::new(1, 1));
+        assert!(cell.reserve(), "full");
+        let owner = {
+            let cell = cell.clone();
+            thread::spawn(move || cell.set_stopped(crate::error::StopReason::Normal))
+        };
+        let woken = Arc::new(AtomicBool::new(false));
+        let wakers = Arc::new(AtomicUsize::new(0));
+        // As `outbox::drain`: a stopped target ends the wait (dead letter).
+        let paused = loop {
+            if !cell.is_alive() {
+                break false;
+            }
+            if !park_or_enter_once(&cell, &woken, &wakers) {
+                continue; // room or a stop seen at registration: look again
+            }
+            break true;
+        };
+        owner.join().unwrap();
+        if paused {
+            assert!(woken.load(Ordering::SeqCst), "paused on a stopped actor, never woken");
+        }
+    });
+}
+
+/// One attempt: true when the caller must pause (full, registered, no room
+/// and no stop seen).
+fn park_or_enter_once(
+    cell: &ActorCell,
+    woken: &Arc<AtomicBool>,
+    wakers: &Arc<AtomicUsize>,
+) -> bool {
+    if cell.reserve() {
+        return false;
+    }
+    let (w, n) = (woken.clone(), wakers.clone());
+    !cell.add_waker(Box::new(move || {
+        n.fetch_add(1, Ordering::SeqCst);
+        w.store(true, Ordering::SeqCst);
+    }))
+}

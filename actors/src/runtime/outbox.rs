@@ -10,7 +10,8 @@
 //! counted against its own mailbox bound, so whoever sends to it feels the
 //! pause in turn. Every other actor of the shard, and the ring, keep
 //! running. This is Pony's muting, with a bounded outbox: an actor adds to
-//! its outbox only during one handler run.
+//! its outbox only during one handler run (or one poll of an async handler:
+//! a paused async handler is not polled again until its outbox is empty).
 //!
 //! # Order
 //!
@@ -24,7 +25,8 @@
 //!
 //! A retry that finds its target full registers a waker on the target's
 //! cell, which in the same step says whether the target had room after all
-//! (`cell.rs` explains why this cannot miss the receiver's release). The target's shard runs the
+//! or has stopped (`cell.rs` explains why this cannot miss the receiver's
+//! release or its stop). The target's shard runs the
 //! wakers when its mailbox has drained to half its capacity, or when it
 //! stops; a waker sends this shard a `Resume` envelope for the actor. A
 //! duplicate or late `Resume` finds nothing to do.
@@ -39,8 +41,12 @@
 //! chain comes back to it, a cycle would close: it lets the head message
 //! through past the target's bound instead (`reserve_forced`) and goes on.
 //! Two actors closing a cycle at once both record before they walk, so at
-//! least one sees the other. What goes past a bound this way is at most
-//! what the cycle's actors parked in one handler run each. An async handler
+//! least one sees the other. A chain longer than `MAX_CHAIN` links counts as
+//! a cycle. What goes past a bound this way is at most what the cycle's
+//! actors parked in one handler run each.
+//!
+//! A `stop()` told from a handler to a target it has parked messages for is
+//! parked too (taking no room), so it stays behind them. An async handler
 //! awaiting room (`ActorRef::tell_async`) follows the same rule: it records
 //! whom it waits for, and a send that would close a cycle goes through.
 //!
@@ -64,8 +70,11 @@ use super::route::send_control;
 use super::thread::discard_in;
 use super::SystemStats;
 
-/// One parked message and where it goes.
+/// One parked message (or stop) and where it goes.
 pub(crate) struct Parked {
+    /// False for a stop: it takes no room in the mailbox, it only keeps
+    /// its place behind the messages parked before it.
+    pub(crate) counted: bool,
     /// The target's cell (its mailbox bound, its waiters).
     pub(crate) cell: Arc<ActorCell>,
     /// The target's shard and its ring's address.
@@ -76,8 +85,9 @@ pub(crate) struct Parked {
     pub(crate) env: Envelope,
 }
 
-/// Links longer than this are not followed when looking for a cycle (the
-/// walk is bounded; a longer cycle is broken by its members further on).
+/// Links followed at most when looking for a cycle: a longer chain is
+/// treated as a cycle (a message goes past a bound rather than risk a
+/// deadlock the walk could not see).
 const MAX_CHAIN: usize = 64;
 
 thread_local! {
@@ -201,6 +211,11 @@ pub(crate) fn drain(id: u64, me: &Arc<ActorCell>, wake: &dyn Fn() -> Waker) -> b
             discard_in(p.env, Some(&p.stats)); // the target stopped: a dead letter
             continue;
         }
+        if !p.counted {
+            // A stop: sent as soon as everything before it has gone.
+            send_control(p.shard, &p.addr, p.env, true, Some(&p.stats));
+            continue;
+        }
         if p.cell.reserve() {
             deliver(p);
             continue;
@@ -238,7 +253,7 @@ fn closes_cycle(me: &Arc<ActorCell>, target: &Arc<ActorCell>) -> bool {
             None => return false,
         }
     }
-    false
+    true
 }
 
 /// Sends a parked message whose slot is reserved. The transport's mailbox

@@ -150,11 +150,14 @@ struct Paused {
     outbox: bool,
     /// Its async handler's pending run.
     task: Option<Pin<Box<dyn Task>>>,
+    /// The run was woken while the outbox was not empty: poll it once the
+    /// outbox has gone out (never before, or each poll could park more).
+    poll_wanted: bool,
 }
 
 impl Paused {
     fn new(cell: Arc<ActorCell>) -> Self {
-        Paused { cell, held: VecDeque::new(), outbox: false, task: None }
+        Paused { cell, held: VecDeque::new(), outbox: false, task: None, poll_wanted: false }
     }
 }
 
@@ -175,7 +178,11 @@ impl Wake for TaskWaker {
     fn wake_by_ref(self: &Arc<Self>) {
         if !self.scheduled.swap(true, Ordering::AcqRel) {
             let env = Envelope { to: self.actor, body: Body::Poll };
-            send_control(self.shard, &self.addr, env, true, None);
+            if !send_control(self.shard, &self.addr, env, true, None) {
+                // Not sent (the shard is gone or its ring stayed full): a
+                // later wake must try again.
+                self.scheduled.store(false, Ordering::Release);
+            }
         }
     }
 }
@@ -387,6 +394,10 @@ impl ShardLoop {
     /// slot and runs again once nothing else pauses it.
     fn poll_task(&mut self, id: u64, batch: &mut VecDeque<Envelope>) {
         let Some(p) = self.paused.get_mut(&id) else { return };
+        if p.outbox {
+            p.poll_wanted = p.task.is_some(); // after the outbox has gone out
+            return;
+        }
         let Some(task) = p.task.take() else { return }; // finished already
         self.run_task(id, task, batch);
     }
@@ -420,7 +431,16 @@ impl ShardLoop {
                 self.paused.entry(id).or_insert_with(|| Paused::new(cell)).task = Some(task);
                 return;
             }
-            Ok(Poll::Ready(stop)) => self.handled(id, Ok(stop)),
+            Ok(Poll::Ready(stop)) => {
+                // Done awaiting: it waits for nobody (unless its outbox does,
+                // which sets this again).
+                if !self.paused.get(&id).is_some_and(|p| p.outbox) {
+                    if let Some(slot) = self.actors.get(&id) {
+                        slot.cell().set_waiting_on(None);
+                    }
+                }
+                self.handled(id, Ok(stop))
+            }
             Err(panic) => {
                 // The run held the actor: both go (a panic in their drop
                 // is one more of the same).
@@ -484,10 +504,17 @@ impl ShardLoop {
             })
         };
         if outbox::drain(id, &cell, &wake) {
+            let mut run = None;
             if let Some(p) = self.paused.get_mut(&id) {
                 p.outbox = false;
+                if std::mem::take(&mut p.poll_wanted) {
+                    run = p.task.take();
+                }
             }
-            self.unpause_if_done(id, batch);
+            match run {
+                Some(task) => self.run_task(id, task, batch),
+                None => self.unpause_if_done(id, batch),
+            }
         }
     }
 
