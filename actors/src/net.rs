@@ -229,7 +229,10 @@ pub enum Input {
     /// Bytes received, in order.
     Data(ConnId, Vec<u8>),
     /// The connection is gone (peer closed, error, or closed by us, once
-    /// its output was sent); reported once, when its socket is closed.
+    /// its output was sent); reported once, when its slot in the ring's
+    /// file table is emptied. The kernel releases the socket itself once
+    /// the last request that used it is freed (at the ring's next pass
+    /// over completions), so a peer may see the close a moment later.
     Closed(ConnId),
 }
 

@@ -148,6 +148,11 @@ fn clients_that_vanish_mid_message_do_not_disturb_others() {
     }
     drop(steady);
     wait_until("every connection to close", || served(&srv) == 0);
-    assert_eq!(close_wait_on(srv.addr.port()), 0);
+    // The count drops when a connection's slot is emptied; the kernel
+    // releases the socket once the last request that used it is freed,
+    // which under CPU load came a little later (4 sockets still in
+    // CLOSE_WAIT right after the count reached 0, 0 a moment later). What
+    // must hold is that every one closes, without the client's help.
+    wait_until("every server socket to close", || close_wait_on(srv.addr.port()) == 0);
     system.shutdown();
 }
