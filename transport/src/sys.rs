@@ -67,10 +67,12 @@ pub(crate) fn push_msg_data(
 /// `src_slot` into a kernel-allocated slot of the target, linked to a `CLOSE`
 /// of `src_slot`, both with their success CQEs skipped. On success the file
 /// has *moved*: the target's CQE carries the new slot in `res`, and our slot
-/// is closed by the linked op. On failure the `MSG_RING` posts its error with
-/// `self_ud` and the close is cancelled (its CQE carries `cancel_ud`), so the
-/// file is still in `src_slot`. The close always posts its CQE (`close_ud`):
-/// `0` when the slot is free again, `-ECANCELED` when the hand-off failed.
+/// is closed by the linked op, which posts the one CQE we get (`close_ud`;
+/// `res` 0, or the close's own error). On failure the `MSG_RING` posts its
+/// error with `self_ud` and the linked close neither runs nor posts (the
+/// kernel makes the rest of a failed `SKIP_SUCCESS` chain CQE-less; pinned
+/// by `fd_message_and_linked_close_post_exactly_one_cqe`), so the file is
+/// still in `src_slot`. Exactly one of the two CQEs comes.
 /// With `dest`, the target's CQE is suppressed (`IORING_MSG_RING_CQE_SKIP`)
 /// and `dest` names the target slot.
 pub(crate) fn push_msg_fd(

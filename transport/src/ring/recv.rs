@@ -100,9 +100,16 @@ impl<T: Send + 'static> Ring<T> {
                 Some(Tag::Io) => self.io_completion(ud >> 3, res, flags),
                 Some(Tag::Internal) => match Internal::of(ud) {
                     Internal::SlotClosed(slot) => {
-                        // The hand-off succeeded and its source slot is empty.
+                        // The hand-off succeeded; its source slot is empty,
+                        // unless the close itself failed: then the slot
+                        // still holds a reference to the file (the target
+                        // has its own) and is emptied now, not recycled full.
                         self.fd_inflight -= 1;
-                        self.fds.forget(slot);
+                        if res < 0 {
+                            self.fds.release(slot);
+                        } else {
+                            self.fds.forget(slot);
+                        }
                         self.fd_seqs.remove(&slot);
                         if let Some(ticket) = self.silent.remove(&slot) {
                             ticket.landed();
@@ -151,7 +158,7 @@ impl<T: Send + 'static> Ring<T> {
         self.inbox.core.return_credits(credits);
         if bell {
             self.inbox.core.doorbell_reaped();
-            self.drain_fallback();
+            self.drain_fallback_after_bell();
         }
     }
 
@@ -210,12 +217,30 @@ impl<T: Send + 'static> Ring<T> {
         }
     }
 
+    /// Drains the fallback queue, and the hand-backs if the hint says some
+    /// may be waiting (between doorbells: a cheap look).
     pub(super) fn drain_fallback(&mut self) {
+        let returns = self.inbox.returns_pending();
+        self.drain(returns);
+    }
+
+    /// Drains after a doorbell: the hand-backs are taken under their lock
+    /// whatever the hint says. A hand-back pushed just before our doorbell
+    /// flag was lowered rang no doorbell, and its `returns_pending` store
+    /// may not be visible to a plain load yet (a store/load pair on two
+    /// variables); the lock orders it: either its push is before our lock
+    /// (we take it) or its doorbell swap comes after our lowering (it
+    /// rings again).
+    fn drain_fallback_after_bell(&mut self) {
+        self.drain(true);
+    }
+
+    fn drain(&mut self, returns: bool) {
         let mut items = mem::take(&mut self.scratch);
         self.inbox.core.drain_fallback(&mut items);
         self.take_parcels(&mut items);
         self.scratch = items;
-        if self.inbox.returns_pending() {
+        if returns {
             for Returned { msgs, reason } in self.inbox.take_returned(false) {
                 for msg in msgs {
                     self.give_back(self.id, msg, None, reason);
