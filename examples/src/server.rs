@@ -22,7 +22,13 @@ pub fn server_config() -> SystemConfig {
 
 /// Binds `127.0.0.1:port` (`0`: a free port) with a deep accept backlog.
 pub fn listen(port: u16) -> std::io::Result<(TcpListener, SocketAddr)> {
-    let l = TcpListener::bind(("127.0.0.1", port))?;
+    listen_on(SocketAddr::from(([127, 0, 0, 1], port)))
+}
+
+/// Binds a TCP listener on `addr` (port 0: a free port); returns it and the
+/// address it got.
+pub fn listen_on(addr: SocketAddr) -> std::io::Result<(TcpListener, SocketAddr)> {
+    let l = TcpListener::bind(addr)?;
     let addr = l.local_addr()?;
     Ok((l, addr))
 }

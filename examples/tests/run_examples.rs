@@ -168,3 +168,40 @@ fn kv_and_echo_serve_and_stop_cleanly_on_sigterm() {
     });
     assert!(out.contains("echo: stopped"), "{out}");
 }
+
+/// Runs `bin` with `args`, expecting it to refuse them: exit code 2 and a
+/// message on stderr naming the problem; nothing started (it returns at
+/// once, no port is bound).
+fn refused(bin: &str, args: &[&str]) -> String {
+    let mut child = Command::new(bin)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("example runs");
+    let out = read_all(child.stdout.take().unwrap());
+    let err = read_all(child.stderr.take().unwrap());
+    let status = wait_within(&mut child, bin);
+    let (stdout, stderr) = (out.join().unwrap(), err.join().unwrap());
+    assert_eq!(status.code(), Some(2), "{bin} {args:?} was not refused: {stdout}\n{stderr}");
+    assert!(!stdout.contains("listening"), "{bin} {args:?} started: {stdout}");
+    stderr
+}
+
+#[test]
+fn servers_refuse_bad_command_lines_with_a_clear_message() {
+    for bin in [env!("CARGO_BIN_EXE_kv"), env!("CARGO_BIN_EXE_echo")] {
+        let err = refused(bin, &["--port", "abc"]);
+        assert!(err.contains("invalid value 'abc' for '--port <PORT>'"), "{err}");
+        let err = refused(bin, &["--prot", "1234"]); // a typo is not ignored
+        assert!(err.contains("unexpected argument '--prot'"), "{err}");
+        assert!(err.contains("--port"), "the typo's fix is suggested: {err}");
+        let err = refused(bin, &["--workers", "0"]);
+        assert!(err.contains("invalid value '0' for '--workers <WORKERS>'"), "{err}");
+        let err = refused(bin, &["--bind", "localhost:1"]);
+        assert!(err.contains("invalid value 'localhost:1' for '--bind <BIND>'"), "{err}");
+        let help = run(bin, &["--help"]);
+        assert!(help.contains("--port <PORT>") && help.contains("--bind <BIND>"), "{help}");
+        assert!(help.contains("Ctrl-C"), "{help}");
+    }
+}

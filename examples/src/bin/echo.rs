@@ -2,38 +2,41 @@
 //! worker actors (one shard, one io_uring each), which echo every byte.
 //!
 //! ```text
-//! cargo run --release -p ringmail-examples --bin echo -- [--port N] [--workers N]
+//! cargo run --release -p ringmail-examples --bin echo -- [--port N] [--bind ADDR] [--workers N]
 //! ```
 
+use std::net::{IpAddr, SocketAddr};
+
+use clap::Parser;
 use ringmail::System;
-use ringmail_examples::{arg, echo, server};
+use ringmail_examples::{echo, server};
 
-const HELP: &str = "\
-echo: a Ringmail echo server (acceptor -> worker actors, one io_uring each)
-
-USAGE: echo [--port N] [--workers N]
-
-  --port N      TCP port on 127.0.0.1 (default 0: a free port, printed)
-  --workers N   worker shards (default: one per CPU)
-  --help        this text
-
-Stops cleanly on Ctrl-C or SIGTERM.";
+/// A Ringmail echo server (acceptor -> worker actors, one io_uring each).
+#[derive(Parser, Debug)]
+#[command(name = "echo", version, after_help = "Stops cleanly on Ctrl-C or SIGTERM.")]
+struct Args {
+    /// TCP port (0: a free port, printed).
+    #[arg(long, default_value_t = 0)]
+    port: u16,
+    /// Address to listen on (0.0.0.0 or :: for every interface).
+    #[arg(long, default_value = "127.0.0.1")]
+    bind: IpAddr,
+    /// Worker shards (default: one per CPU).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    workers: Option<u16>,
+}
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.iter().any(|a| a == "--help" || a == "-h") {
-        println!("{HELP}");
-        return;
-    }
+    let args = Args::parse();
     server::block_shutdown_signals();
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let port: u16 = arg(&args, "--port", 0);
-    let workers: usize = arg(&args, "--workers", cpus);
+    let workers = args.workers.map_or(cpus, usize::from);
     let system = System::with_config(server::server_config());
-    let (listener, addr) = server::listen(port).unwrap_or_else(|e| {
-        eprintln!("echo: cannot listen on port {port}: {e}");
-        std::process::exit(1);
-    });
+    let (listener, addr) =
+        server::listen_on(SocketAddr::new(args.bind, args.port)).unwrap_or_else(|e| {
+            eprintln!("echo: cannot listen on {}:{}: {e}", args.bind, args.port);
+            std::process::exit(1);
+        });
     let srv = echo::start(&system, listener, workers).unwrap_or_else(|e| {
         eprintln!("echo: cannot start: {e}");
         std::process::exit(1);

@@ -3,46 +3,48 @@
 //! worker; the keyspace is partitioned across shard actors, one per ring.
 //!
 //! ```text
-//! cargo run --release -p ringmail-examples --bin kv -- [--port N] [--workers N]
+//! cargo run --release -p ringmail-examples --bin kv -- [--port N] [--bind ADDR] [--workers N] [--aof PATH]
 //! ```
 
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+
+use clap::Parser;
 use ringmail::System;
-use ringmail_examples::{arg, kv, server};
+use ringmail_examples::{kv, server};
 
-const HELP: &str = "\
-kv: a Ringmail key-value server speaking RESP2 (redis-cli and Redis clients work)
-
-USAGE: kv [--port N] [--workers N] [--aof PATH]
-
-  --port N      TCP port on 127.0.0.1 (default 6380; 0: a free port, printed)
-  --workers N   rings, each with a connection worker and a keyspace shard
-                (default: one per CPU)
-  --aof PATH    persist writes to PATH.<shard> files (appended through each
-                shard's ring, fsync once a second) and replay them at start
-  --help        this text
-
-Stops cleanly on Ctrl-C or SIGTERM.";
+/// A Ringmail key-value server speaking RESP2 (redis-cli and Redis clients work).
+#[derive(Parser, Debug)]
+#[command(name = "kv", version, after_help = "Stops cleanly on Ctrl-C or SIGTERM.")]
+struct Args {
+    /// TCP port (0: a free port, printed).
+    #[arg(long, default_value_t = 6380)]
+    port: u16,
+    /// Address to listen on (0.0.0.0 or :: for every interface).
+    #[arg(long, default_value = "127.0.0.1")]
+    bind: IpAddr,
+    /// Rings, each with a connection worker and a keyspace shard (default:
+    /// one per CPU).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    workers: Option<u16>,
+    /// Persist writes to PATH.<shard> files (appended through each shard's
+    /// ring, fsync once a second) and replay them at start.
+    #[arg(long, value_name = "PATH")]
+    aof: Option<PathBuf>,
+}
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.iter().any(|a| a == "--help" || a == "-h") {
-        println!("{HELP}");
-        return;
-    }
+    let args = Args::parse();
     server::block_shutdown_signals();
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let port: u16 = arg(&args, "--port", 6380);
-    let workers: usize = arg(&args, "--workers", cpus);
+    let workers = args.workers.map_or(cpus, usize::from);
     let system = System::with_config(server::server_config());
-    let (listener, addr) = server::listen(port).unwrap_or_else(|e| {
-        eprintln!("kv: cannot listen on port {port}: {e}");
-        std::process::exit(1);
-    });
-    let aof: Option<std::path::PathBuf> = args
-        .iter()
-        .position(|a| a == "--aof")
-        .and_then(|i| args.get(i + 1))
-        .map(std::path::PathBuf::from);
+    let (listener, addr) =
+        server::listen_on(SocketAddr::new(args.bind, args.port)).unwrap_or_else(|e| {
+            eprintln!("kv: cannot listen on {}:{}: {e}", args.bind, args.port);
+            std::process::exit(1);
+        });
+    let aof = args.aof;
     let srv =
         kv::server::start_with(&system, listener, workers, aof.as_deref()).unwrap_or_else(|e| {
             eprintln!("kv: cannot start: {e}");
