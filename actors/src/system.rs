@@ -242,8 +242,12 @@ impl System {
 
     /// Stops every actor (running `stopped` hooks), closes every ring and
     /// joins every shard thread, in the order the shards were started.
-    /// Messages still queued become dead letters ([`crate::dead_letters`]).
+    /// Messages still queued are not handled: they become dead letters
+    /// ([`System::dead_letters`]; an ask among them gets `NoReply`), so the
+    /// call returns in bounded time however much is queued (a handler
+    /// running at that moment finishes first).
     pub fn shutdown(&self) {
+        self.stats.stopping.store(true, Ordering::Release);
         let shards = std::mem::take(&mut *lock(&self.shards));
         for (handle, _) in &shards {
             let env = Envelope { to: 0, body: Body::Shutdown };

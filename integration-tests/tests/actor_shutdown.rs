@@ -1,12 +1,12 @@
 //! Fault injection on the actor runtime (issue 8): the whole system shut
-//! down under load, with exact counts. Alone in its binary: the dead-letter
-//! counter is process-wide.
+//! down under load, with exact counts (each test reads its own system's
+//! dead letters, so they may run side by side).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use ringmail::{dead_letters, System, SystemConfig, TellError};
+use ringmail::{Actor, Context, Handler, Message, System, SystemConfig, TellError};
 use ringmail_integration_tests::{Counter, Work};
 
 /// Four threads tell as fast as they can while the system shuts down: every
@@ -26,7 +26,7 @@ fn shutdown_under_load_accounts_for_every_message() {
             }
         })
         .collect();
-    let before = dead_letters();
+    let before = system.dead_letters();
     let stopped = Arc::new(AtomicU64::new(0)); // refused: the actor had stopped
     let full = Arc::new(AtomicU64::new(0)); // refused: its mailbox was full
     let accepted = Arc::new(AtomicU64::new(0));
@@ -60,10 +60,50 @@ fn shutdown_under_load_accounts_for_every_message() {
     // Refusals because the actor had stopped are dead letters at the sender;
     // the rest of the dead letters are accepted messages the shutdown left
     // unhandled. Every accepted message is handled or one of those.
-    let dead = dead_letters() - before;
+    let dead = system.dead_letters() - before;
     let handled = handled.load(Ordering::SeqCst);
     println!("accepted {accepted}, handled {handled}, stopped {stopped}, full {full}, dead {dead}");
     assert!(dead >= stopped);
     assert_eq!(handled + (dead - stopped), accepted, "an accepted message was lost");
     assert!(actors.iter().all(|a| !a.is_alive()));
+}
+
+/// Takes 1 ms per message.
+struct Slow(Arc<AtomicU64>);
+impl Actor for Slow {}
+struct Job;
+impl Message for Job {
+    type Reply = ();
+}
+impl Handler<Job> for Slow {
+    fn handle(&mut self, _: Job, _: &mut Context<Self>) {
+        std::thread::sleep(Duration::from_millis(1));
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// 20 000 messages queued for an actor that takes 1 ms each (20 s of work):
+/// the shutdown does not wait for them. What was not handled is counted as
+/// dead letters, exactly.
+#[test]
+fn shutdown_returns_at_once_whatever_is_queued() {
+    let system = System::with_config(SystemConfig::default().mailbox_capacity(1 << 16));
+    let handled = Arc::new(AtomicU64::new(0));
+    let slow = system.spawn(Slow(handled.clone())).unwrap();
+    ringmail::batched(|| {
+        for _ in 0..20_000 {
+            slow.try_tell(Job).expect("room for all of them");
+        }
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    let before = system.dead_letters();
+    let t = Instant::now();
+    system.shutdown();
+    let took = t.elapsed();
+    let handled = handled.load(Ordering::SeqCst);
+    let dead = system.dead_letters() - before;
+    println!("shutdown took {took:?}: handled {handled}, dead letters {dead}");
+    assert!(took < Duration::from_secs(3), "shutdown waited for the queue: {took:?}");
+    assert_eq!(handled + dead, 20_000, "every queued message handled or counted");
+    assert!(dead > 10_000, "most were still queued: {dead}");
 }

@@ -62,6 +62,10 @@ pub(crate) struct SystemStats {
     pub(crate) panics: AtomicU64,
     /// Dead letters attributed to this system (see [`dead_letter`]).
     pub(crate) dead_letters: AtomicU64,
+    /// Set when the system starts shutting down: its shards stop handling
+    /// messages (what is queued becomes dead letters), so a shutdown does
+    /// not wait for queues to drain.
+    pub(crate) stopping: std::sync::atomic::AtomicBool,
 }
 
 thread_local! {

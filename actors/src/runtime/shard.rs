@@ -267,6 +267,17 @@ impl ShardLoop {
     /// Handles one envelope; false means "shut the shard down".
     fn dispatch(&mut self, env: Envelope, batch: &mut VecDeque<Envelope>) -> bool {
         let to = env.to;
+        // The system is shutting down: queued messages are not handled
+        // (dead letters), so the `Shutdown` behind them comes at once.
+        if matches!(env.body, Body::Msg(_) | Body::FdMsg { .. })
+            && self.handle.stats.stopping.load(Ordering::Relaxed)
+        {
+            if let Some(slot) = self.actors.get(&to) {
+                slot.cell().unreserve();
+            }
+            discard(env);
+            return true;
+        }
         // A paused actor that still runs holds its envelopes (one that
         // stopped with a full outbox does not: they are dead letters). A
         // stop ends an awaiting async handler at once.
