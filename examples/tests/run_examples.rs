@@ -204,4 +204,11 @@ fn servers_refuse_bad_command_lines_with_a_clear_message() {
         assert!(help.contains("--port <PORT>") && help.contains("--bind <BIND>"), "{help}");
         assert!(help.contains("Ctrl-C"), "{help}");
     }
+    let cluster = env!("CARGO_BIN_EXE_cluster");
+    let err = refused(cluster, &["--name", "x", "--role", "boss"]);
+    assert!(err.contains("invalid value 'boss' for '--role <ROLE>'"), "{err}");
+    let err = refused(cluster, &["--name", "x", "--secret", ""]);
+    assert!(err.contains("the cluster secret must not be empty"), "{err}");
+    let err = refused(cluster, &["--name", "x", "--join", "10.0.0.1"]);
+    assert!(err.contains("invalid value '10.0.0.1' for '--join <JOIN>'"), "{err}");
 }

@@ -13,47 +13,67 @@ use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use ringmail::remote::{Node, NodeConfig};
 use ringmail::System;
 use ringmail_examples::cluster::{self, Line, Ping, Pong, Quit, Totals, WordCounter};
 use ringmail_examples::server;
 
-const HELP: &str = "\
-cluster: a Ringmail cluster example
+/// A Ringmail cluster example. With no --name: starts 3 nodes as child
+/// processes on loopback, runs the demo, exits. With --name: runs one node.
+#[derive(Parser, Debug)]
+#[command(
+    name = "cluster",
+    version,
+    after_help = "A worker stops on Ctrl-C, SIGTERM, or a Quit sent to its `control` actor."
+)]
+struct Args {
+    /// This node's name (unique in the cluster); without it, the 3-node demo runs.
+    #[arg(long)]
+    name: Option<String>,
+    /// Where this node listens, e.g. 127.0.0.1:7100 (0.0.0.0:7100 for every interface).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+    /// Seed nodes to join through, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    join: Vec<SocketAddr>,
+    /// What this node does.
+    #[arg(long, value_enum, default_value_t = Role::Worker)]
+    role: Role,
+    /// The cluster secret, the same on every node (not empty).
+    #[arg(long, env = "RINGMAIL_SECRET", hide_env_values = true, value_parser = non_empty)]
+    secret: Option<String>,
+}
 
-USAGE:
-  cluster                      start 3 nodes as child processes on loopback, run the demo, exit
-  cluster --name NAME --listen ADDR [--join ADDR[,ADDR...]] [--role worker|driver]
-                               run one node (the cluster secret comes from RINGMAIL_SECRET)
+/// What a node does.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    /// Exports pong, words, seq, control and waits.
+    Worker,
+    /// Finds the workers, runs the demo, stops them.
+    Driver,
+    /// Monitors the first peer's pong and prints every DOWN and peer event
+    /// until Ctrl-C / SIGTERM.
+    Watch,
+}
 
-  --name NAME     this node's name (unique in the cluster)
-  --listen ADDR   where to listen, e.g. 127.0.0.1:7100
-  --join ADDRS    seed nodes to join through, comma-separated
-  --role ROLE     worker (default: exports pong, words, seq, control and waits),
-                  driver (finds the workers, runs the demo, stops them), or
-                  watch (monitors the first peer's pong and prints every
-                  DOWN and peer event until Ctrl-C / SIGTERM)
-  --help          this text
-
-A worker stops on Ctrl-C, SIGTERM, or a Quit sent to its `control` actor.";
+fn non_empty(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        Err("the cluster secret must not be empty".into())
+    } else {
+        Ok(s.to_string())
+    }
+}
 
 const TEXT: &str = "the ring passes the message and the message passes the ring \
     every actor owns a ring and every ring owns its queue \
     nothing is lost nothing is silent every fd has one owner";
 
-fn flag(args: &[String], name: &str) -> Option<String> {
-    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned()
-}
-
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.iter().any(|a| a == "--help" || a == "-h") {
-        println!("{HELP}");
-        return;
-    }
-    match flag(&args, "--name") {
-        Some(name) => run_node(&name, &args),
-        None => orchestrate(),
+    let args = Args::parse();
+    match args.name.clone() {
+        Some(name) => run_node(&name, args),
+        None => orchestrate(args.secret),
     }
 }
 
@@ -62,8 +82,8 @@ fn free_port() -> u16 {
 }
 
 /// Starts the three nodes as child processes and waits for them.
-fn orchestrate() {
-    let secret = std::env::var("RINGMAIL_SECRET").unwrap_or_else(|_| {
+fn orchestrate(secret: Option<String>) {
+    let secret = secret.unwrap_or_else(|| {
         let n = ringmail::remote::wire::handshake::random_u64().expect("randomness");
         format!("demo-{n:016x}")
     });
@@ -116,27 +136,12 @@ fn orchestrate() {
     println!("cluster: all 3 nodes exited cleanly");
 }
 
-fn run_node(name: &str, args: &[String]) {
-    let Ok(secret) = std::env::var("RINGMAIL_SECRET") else {
-        eprintln!("cluster: set RINGMAIL_SECRET to the cluster secret (the same on every node)");
+fn run_node(name: &str, args: Args) {
+    let Some(secret) = args.secret else {
+        eprintln!("cluster: set RINGMAIL_SECRET (or --secret) to the cluster secret, the same on every node");
         std::process::exit(2);
     };
-    let listen: SocketAddr = flag(args, "--listen")
-        .unwrap_or_else(|| "127.0.0.1:0".into())
-        .parse()
-        .unwrap_or_else(|e| {
-            eprintln!("cluster: bad --listen: {e}");
-            std::process::exit(2)
-        });
-    let seeds: Vec<SocketAddr> = flag(args, "--join")
-        .map(|j| {
-            j.split(',')
-                .filter(|s| !s.is_empty())
-                .map(|s| s.parse().expect("a seed address"))
-                .collect()
-        })
-        .unwrap_or_default();
-    let role = flag(args, "--role").unwrap_or_else(|| "worker".into());
+    let (listen, seeds, role) = (args.listen, args.join, args.role);
     server::block_shutdown_signals();
     let system = System::new();
     let node = Node::start(&system, NodeConfig::new(name, listen, secret).seeds(seeds))
@@ -151,14 +156,10 @@ fn run_node(name: &str, args: &[String]) {
         node.incarnation(),
         std::process::id()
     );
-    let code = match role.as_str() {
-        "worker" => worker(name, &system, &node),
-        "driver" => driver(name, &node),
-        "watch" => watch(name, &system, &node),
-        other => {
-            eprintln!("{name}: unknown role {other}");
-            2
-        }
+    let code = match role {
+        Role::Worker => worker(name, &system, &node),
+        Role::Driver => driver(name, &node),
+        Role::Watch => watch(name, &system, &node),
     };
     node.shutdown();
     system.shutdown();
