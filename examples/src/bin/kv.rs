@@ -27,7 +27,7 @@ struct Args {
     /// one per CPU).
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
     workers: Option<u16>,
-    /// Persist writes to PATH.<shard> files (appended through each shard's
+    /// Persist writes to files PATH.N, one per shard N (appended through each shard's
     /// ring, fsync once a second) and replay them at start.
     #[arg(long, value_name = "PATH")]
     aof: Option<PathBuf>,
