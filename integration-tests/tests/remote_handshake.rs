@@ -47,3 +47,16 @@ fn a_dialler_with_the_wrong_secret_is_refused_closed_and_tries_again() {
     right.shutdown();
     system.shutdown();
 }
+
+#[test]
+fn a_node_with_an_empty_secret_refuses_to_start() {
+    let system = System::new();
+    match Node::start(&system, NodeConfig::new("open", loopback(), "")) {
+        Err(e @ ringmail::remote::NodeError::EmptySecret) => {
+            assert!(e.to_string().contains("secret is empty"), "{e}");
+        }
+        Err(e) => panic!("refused for another reason: {e}"),
+        Ok(_) => panic!("a node started with an empty secret"),
+    }
+    system.shutdown();
+}

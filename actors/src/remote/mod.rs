@@ -260,6 +260,9 @@ pub enum NodeError {
     Spawn(crate::SpawnError),
     /// No randomness for the incarnation.
     Random(String),
+    /// The cluster secret is empty: any peer that also had none could
+    /// join, so a node refuses to start with it.
+    EmptySecret,
 }
 
 impl std::fmt::Display for NodeError {
@@ -268,6 +271,12 @@ impl std::fmt::Display for NodeError {
             NodeError::Listen(e) => write!(f, "cannot listen: {e}"),
             NodeError::Spawn(e) => write!(f, "cannot start the node's shard: {e}"),
             NodeError::Random(e) => write!(f, "no randomness: {e}"),
+            NodeError::EmptySecret => {
+                write!(
+                    f,
+                    "the cluster secret is empty (set the same non-empty secret on every node)"
+                )
+            }
         }
     }
 }
@@ -423,6 +432,9 @@ impl Node {
     /// Binds the listen address and starts the node's gateway shard, which
     /// dials the seeds.
     pub fn start(system: &System, cfg: NodeConfig) -> Result<Node, NodeError> {
+        if cfg.secret.is_empty() {
+            return Err(NodeError::EmptySecret);
+        }
         // A node restarted on the same address may find it still bound for
         // a moment: the kernel releases a dead process's io_uring (and the
         // listening socket its pending accept holds) asynchronously. Retry
