@@ -34,7 +34,9 @@ fn wait_within(child: &mut Child, bin: &str) -> ExitStatus {
     }
 }
 
-fn run(bin: &str, args: &[&str]) -> String {
+/// Runs `bin` with `args` to its end (within `LIMIT`): its status, stdout
+/// and stderr.
+fn exec(bin: &str, args: &[&str]) -> (ExitStatus, String, String) {
     let mut child = Command::new(bin)
         .args(args)
         .stdout(Stdio::piped())
@@ -44,7 +46,11 @@ fn run(bin: &str, args: &[&str]) -> String {
     let out = read_all(child.stdout.take().unwrap());
     let err = read_all(child.stderr.take().unwrap());
     let status = wait_within(&mut child, bin);
-    let (stdout, stderr) = (out.join().unwrap(), err.join().unwrap());
+    (status, out.join().unwrap(), err.join().unwrap())
+}
+
+fn run(bin: &str, args: &[&str]) -> String {
+    let (status, stdout, stderr) = exec(bin, args);
     assert!(status.success(), "{bin} failed: {stdout}\n{stderr}");
     stdout
 }
@@ -173,16 +179,7 @@ fn kv_and_echo_serve_and_stop_cleanly_on_sigterm() {
 /// message on stderr naming the problem; nothing started (it returns at
 /// once, no port is bound).
 fn refused(bin: &str, args: &[&str]) -> String {
-    let mut child = Command::new(bin)
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("example runs");
-    let out = read_all(child.stdout.take().unwrap());
-    let err = read_all(child.stderr.take().unwrap());
-    let status = wait_within(&mut child, bin);
-    let (stdout, stderr) = (out.join().unwrap(), err.join().unwrap());
+    let (status, stdout, stderr) = exec(bin, args);
     assert_eq!(status.code(), Some(2), "{bin} {args:?} was not refused: {stdout}\n{stderr}");
     assert!(!stdout.contains("listening"), "{bin} {args:?} started: {stdout}");
     stderr

@@ -101,7 +101,21 @@ fn a_cycle_of_tells_into_8_slot_mailboxes_completes_while_the_shard_answers() {
     a.tell(Go).unwrap();
     b.tell(Go).unwrap();
 
-    // Meanwhile, ask the probe on a's shard every 10 ms.
+    let (took, p50, p99) = probe_until_both_done(&probe, &done_rx, TOTAL);
+    println!("a million hops through 8-slot mailboxes in {took:?}; probe p50 {p50:?}, p99 {p99:?}");
+    assert!(p99 < Duration::from_millis(10), "a co-located probe answered slowly: p99 {p99:?}");
+    assert_eq!(system.dead_letters(), 0, "delivered = sent: nothing was a dead letter");
+    system.shutdown();
+}
+
+/// Asks `probe` every 10 ms until both sides of a cycle report on `done`,
+/// checks that each sent and received `total` hops, and returns how long
+/// that took and the probe's p50 and p99.
+fn probe_until_both_done(
+    probe: &ActorRef<Probe>,
+    done: &mpsc::Receiver<(u64, u64)>,
+    total: u64,
+) -> (Duration, Duration, Duration) {
     let start = Instant::now();
     let mut lat = Vec::new();
     let mut finished = Vec::new();
@@ -110,25 +124,18 @@ fn a_cycle_of_tells_into_8_slot_mailboxes_completes_while_the_shard_answers() {
         let t = Instant::now();
         probe.ask(Ping, Duration::from_secs(10)).expect("the probe answers");
         lat.push(t.elapsed());
-        while let Ok(d) = done_rx.try_recv() {
+        while let Ok(d) = done.try_recv() {
             finished.push(d);
         }
         std::thread::sleep(Duration::from_millis(10));
     }
     let took = start.elapsed();
     for (sent, got) in &finished {
-        assert_eq!((*sent, *got), (TOTAL, TOTAL), "each side sent and received all its hops");
+        assert_eq!((*sent, *got), (total, total), "each side sent and received all its hops");
     }
     lat.sort();
     let p99 = lat[(lat.len() * 99 / 100).min(lat.len() - 1)];
-    println!(
-        "a million hops through 8-slot mailboxes in {took:?}; probe asks: {}, p50 {:?}, p99 {p99:?}",
-        lat.len(),
-        lat[lat.len() / 2]
-    );
-    assert!(p99 < Duration::from_millis(10), "a co-located probe answered slowly: p99 {p99:?}");
-    assert_eq!(system.dead_letters(), 0, "delivered = sent: nothing was a dead letter");
-    system.shutdown();
+    (took, lat[lat.len() / 2], p99)
 }
 
 // ---- one sender, one slow receiver: the sender pauses, nothing is lost ----
@@ -363,25 +370,8 @@ fn the_cycle_with_async_handlers_awaiting_room_completes() {
     b.tell(AsyncPeer(a.clone())).unwrap();
     a.tell(Go).unwrap();
     b.tell(Go).unwrap();
-    let start = Instant::now();
-    let mut lat = Vec::new();
-    let mut finished = Vec::new();
-    while finished.len() < 2 {
-        assert!(start.elapsed() < T, "the async cycle stalled: {} of 2 sides", finished.len());
-        let t = Instant::now();
-        probe.ask(Ping, Duration::from_secs(10)).expect("the probe answers");
-        lat.push(t.elapsed());
-        while let Ok(d) = done_rx.try_recv() {
-            finished.push(d);
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    for (sent, got) in &finished {
-        assert_eq!((*sent, *got), (TOTAL, TOTAL));
-    }
-    lat.sort();
-    let p99 = lat[(lat.len() * 99 / 100).min(lat.len() - 1)];
-    println!("async cycle: {} hops in {:?}; probe p99 {p99:?}", 2 * TOTAL, start.elapsed());
+    let (took, _, p99) = probe_until_both_done(&probe, &done_rx, TOTAL);
+    println!("async cycle: {} hops in {took:?}; probe p99 {p99:?}", 2 * TOTAL);
     assert!(p99 < Duration::from_millis(10), "a co-located probe answered slowly: p99 {p99:?}");
     assert_eq!(system.dead_letters(), 0);
     system.shutdown();

@@ -295,14 +295,7 @@ impl<A: Actor> ActorRef<A> {
         let env = Envelope { to: self.cell.id, body: Body::Stop(reason) };
         if outbox::parked_for(&self.cell) {
             // Behind what this handler parked for the actor, as promised.
-            outbox::park(Parked {
-                counted: false,
-                cell: self.cell.clone(),
-                shard: self.shard.id,
-                addr: self.shard.addr.clone(),
-                stats: self.shard.stats.clone(),
-                env,
-            });
+            self.park(env, false);
             return;
         }
         send_control(self.shard.id, &self.shard.addr, env, true, Some(&self.shard.stats));
@@ -404,8 +397,7 @@ impl<A: Actor> ActorRef<A> {
         A: Handler<M>,
         M: Message,
     {
-        if !self.cell.is_alive() {
-            dead_letter_in(Some(&self.shard.stats));
+        if self.gone() {
             refuse(reply);
             return Err((msg, TellFail::Stopped));
         }
@@ -443,8 +435,7 @@ impl<A: Actor> ActorRef<A> {
         A: Handler<M>,
         M: Message,
     {
-        if !self.cell.is_alive() {
-            dead_letter_in(Some(&self.shard.stats));
+        if self.gone() {
             return Err(TellError::Stopped(msg));
         }
         self.cell.reserve_forced();
@@ -461,8 +452,7 @@ impl<A: Actor> ActorRef<A> {
         A: Handler<M>,
         M: Message,
     {
-        if !self.cell.is_alive() {
-            dead_letter_in(Some(&self.shard.stats));
+        if self.gone() {
             refuse(reply);
             return Err(TellError::Stopped(msg));
         }
@@ -479,15 +469,30 @@ impl<A: Actor> ActorRef<A> {
                 }
             }
         }
+        self.park(env, true);
+        Ok(())
+    }
+
+    /// Parks `env` for this actor in the running actor's outbox (`counted`:
+    /// a message, which takes a slot when it goes; else a stop).
+    fn park(&self, env: Envelope, counted: bool) {
         outbox::park(Parked {
-            counted: true,
+            counted,
             cell: self.cell.clone(),
             shard: self.shard.id,
             addr: self.shard.addr.clone(),
             stats: self.shard.stats.clone(),
             env,
         });
-        Ok(())
+    }
+
+    /// True (and one dead letter of its system) when the actor has stopped.
+    fn gone(&self) -> bool {
+        let gone = !self.cell.is_alive();
+        if gone {
+            dead_letter_in(Some(&self.shard.stats));
+        }
+        gone
     }
 }
 

@@ -21,15 +21,20 @@ fn park_or_enter(cell: &ActorCell, woken: &Arc<AtomicBool>, wakers: &Arc<AtomicU
         if cell.reserve() {
             return false;
         }
-        let (w, n) = (woken.clone(), wakers.clone());
-        let room = cell.add_waker(Box::new(move || {
-            n.fetch_add(1, Ordering::SeqCst);
-            w.store(true, Ordering::SeqCst);
-        }));
-        if !room {
+        if !register(cell, woken, wakers) {
             return true;
         }
     }
+}
+
+/// Registers a waker that counts and flags its run; true when the mailbox
+/// had room (or the actor had stopped) at that moment.
+fn register(cell: &ActorCell, woken: &Arc<AtomicBool>, wakers: &Arc<AtomicUsize>) -> bool {
+    let (w, n) = (woken.clone(), wakers.clone());
+    cell.add_waker(Box::new(move || {
+        n.fetch_add(1, Ordering::SeqCst);
+        w.store(true, Ordering::SeqCst);
+    }))
 }
 
 /// A full 2-slot mailbox drained by its owner while one sender parks.
@@ -127,12 +132,5 @@ fn park_or_enter_once(
     woken: &Arc<AtomicBool>,
     wakers: &Arc<AtomicUsize>,
 ) -> bool {
-    if cell.reserve() {
-        return false;
-    }
-    let (w, n) = (woken.clone(), wakers.clone());
-    !cell.add_waker(Box::new(move || {
-        n.fetch_add(1, Ordering::SeqCst);
-        w.store(true, Ordering::SeqCst);
-    }))
+    !cell.reserve() && !register(cell, woken, wakers)
 }

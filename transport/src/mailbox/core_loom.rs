@@ -25,6 +25,13 @@ struct World {
     credit_cap: usize,
 }
 
+impl World {
+    /// A mailbox of 16 with one CQ credit: both paths get taken.
+    fn one_credit() -> Arc<World> {
+        Arc::new(World { core: Core::new(1, 16), cq: Mutex::new(VecDeque::new()), credit_cap: 1 })
+    }
+}
+
 /// One sender: sends `n` parcels in order; returns those handed back.
 fn sender(w: &World, id: usize, n: u64) -> Vec<u64> {
     let mut returned = Vec::new();
@@ -120,11 +127,7 @@ fn check_order(got: &[u64]) {
 #[test]
 fn loom_credits_fallback_and_order() {
     loom::model(|| {
-        let w = Arc::new(World {
-            core: Core::new(1, 16),
-            cq: Mutex::new(VecDeque::new()),
-            credit_cap: 1,
-        });
+        let w = World::one_credit();
         let hs: Vec<_> = (0..2)
             .map(|id| {
                 let w = w.clone();
@@ -150,11 +153,7 @@ fn loom_credits_fallback_and_order() {
 #[test]
 fn loom_close_races_send() {
     loom::model(|| {
-        let w = Arc::new(World {
-            core: Core::new(1, 16),
-            cq: Mutex::new(VecDeque::new()),
-            credit_cap: 1,
-        });
+        let w = World::one_credit();
         let w2 = w.clone();
         let h = thread::spawn(move || sender(&w2, 0, 3));
         let mut r = Receiver::new(1);
@@ -191,11 +190,7 @@ fn loom_close_races_send() {
 #[test]
 fn loom_close_delivers_everything_accepted() {
     loom::model(|| {
-        let w = Arc::new(World {
-            core: Core::new(1, 16),
-            cq: Mutex::new(VecDeque::new()),
-            credit_cap: 1,
-        });
+        let w = World::one_credit();
         let w2 = w.clone();
         let h = thread::spawn(move || {
             let mut accepted = Vec::new();
