@@ -20,10 +20,6 @@ fn have(bin: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 fn wait_port(port: u16) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
@@ -76,7 +72,7 @@ pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
          servers on cpus {server_cpus}, redis-benchmark on cpu {client_cpu}"
     );
     // Ringmail: one ring (worker + keyspace shard) plus the acceptor.
-    let rport = free_port();
+    let rport = ringmail_examples::unused_port();
     let mut ringmail = Command::new(std::env::current_exe().unwrap())
         .args(["--kv-server", &rport.to_string()])
         .stdout(Stdio::null())
@@ -85,7 +81,7 @@ pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
     let _ = Command::new("taskset")
         .args(["-a", "-p", "-c", &server_cpus, &ringmail.id().to_string()])
         .output();
-    let tport = free_port();
+    let tport = ringmail_examples::unused_port();
     let redis = Redis(
         Command::new("taskset")
             .args(["-c", &server_cpus, "redis-server", "--port", &tport.to_string()])

@@ -116,10 +116,6 @@ fn tcp_peer(s: TcpStream) {
     }
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 struct Far(Child);
 impl Drop for Far {
     fn drop(&mut self) {
@@ -147,7 +143,7 @@ pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
         "remote: two processes on loopback; {n_small} x 64 B tells, {n_big} x 64 KiB tells, \
          {n_rtt} asks per run; peer: a plain TCP stream of the same bytes; {rounds} rounds"
     );
-    let (np, tp) = (free_port(), free_port());
+    let (np, tp) = (ringmail_examples::unused_port(), ringmail_examples::unused_port());
     let _far = Far(Command::new(std::env::current_exe().unwrap())
         .args(["--node-server", &np.to_string(), &tp.to_string()])
         .stdout(Stdio::null())

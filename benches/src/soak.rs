@@ -17,7 +17,7 @@
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -209,10 +209,6 @@ fn lookup_seq(node: &Node, peer: &str, deadline: Instant) -> Option<ActorRef<Seq
     None
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 /// Faults to inject on purpose (`--inject-loss N`, `--inject-duplicate N`),
 /// to show that the account catches them: the framework then drops or
 /// duplicates that many remote tells (only in a build with the benches'
@@ -294,7 +290,7 @@ pub fn run(secs: u64, inject: Inject) -> i32 {
     let (listener, kv_addr) = ringmail_examples::server::listen(0).unwrap();
     let kv = ringmail_examples::kv::server::start(&system, listener, 2).expect("kv server");
 
-    let (pa, pb) = (free_port(), free_port());
+    let (pa, pb) = (ringmail_examples::unused_port(), ringmail_examples::unused_port());
     let wa = start_worker("wa", pa);
     let mut wb = start_worker("wb", pb);
     // The node on a system of its own: its dead letters are the streams'.

@@ -4,7 +4,7 @@
 //! probes late. Every wait is bounded.
 
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -15,23 +15,12 @@ use ringmail_examples::cluster::{self, Line, Totals, WordCounter};
 const SECRET: &str = "test-backpressure-secret";
 const T: Duration = Duration::from_secs(20);
 
-struct Proc(Child);
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+mod common;
+use common::Proc;
 
 fn worker(name: &str, listen: SocketAddr) -> Proc {
-    let child = Command::new(env!("CARGO_BIN_EXE_cluster"))
-        .args(["--name", name, "--listen", &listen.to_string(), "--role", "worker"])
-        .env("RINGMAIL_SECRET", SECRET)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start a worker node");
-    Proc(child)
+    let args = ["--name", name, "--listen", &listen.to_string(), "--role", "worker"];
+    common::node(&args.map(String::from), SECRET)
 }
 
 fn signal(p: &Proc, sig: &str) {
@@ -79,7 +68,7 @@ fn tcp_mem(which: &str) -> [usize; 3] {
 fn a_peer_that_stops_reading_holds_the_sender_back() {
     const CAP: usize = 64;
     const LINE: usize = 64 << 10;
-    let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], ringmail_examples::unused_port()));
     let w = worker("w7", addr);
     let system = System::with_config(SystemConfig::default().mailbox_capacity(CAP));
     // Slow failure detection: the frozen peer must stay a member meanwhile.

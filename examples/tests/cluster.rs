@@ -4,7 +4,7 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -24,16 +24,11 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-struct Proc(Child);
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+mod common;
+use common::Proc;
 
 fn free_addr() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+    SocketAddr::from(([127, 0, 0, 1], ringmail_examples::unused_port()))
 }
 
 fn worker(name: &str, listen: SocketAddr, secret: &str) -> Proc {
@@ -47,14 +42,7 @@ fn worker_joining(name: &str, listen: SocketAddr, secret: &str, join: &[SocketAd
         args.extend(["--join".into(), join.join(",")]);
     }
     args.extend(["--role".into(), "worker".into()]);
-    let child = Command::new(env!("CARGO_BIN_EXE_cluster"))
-        .args(&args)
-        .env("RINGMAIL_SECRET", secret)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start a worker node");
-    Proc(child)
+    common::node(&args, secret)
 }
 
 fn me(system: &System, seeds: &[SocketAddr]) -> Node {

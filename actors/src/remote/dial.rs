@@ -117,11 +117,30 @@ pub(crate) fn spawn(
 /// Connects to `addr` (blocking, up to [`CONNECT_TIMEOUT`]) and sets the
 /// socket up for a peer link.
 fn connect(addr: SocketAddr, user_timeout: Duration) -> std::io::Result<OwnedFd> {
-    TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).and_then(|s| {
+    TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).and_then(not_to_itself).and_then(|s| {
         s.set_nodelay(true)?;
         socket2::SockRef::from(&s).set_tcp_user_timeout(Some(user_timeout))?;
         Ok(OwnedFd::from(s))
     })
+}
+
+/// Refuses a socket connected to itself.
+///
+/// A dial of a local address nobody listens on can pick that very port as
+/// its own source port (TCP's simultaneous open then connects the socket to
+/// itself): it happens when the port lies in the ephemeral range, as the
+/// port of a peer being restarted often does. Kept, that socket would hold
+/// the port the peer is about to bind (its start fails with "address in
+/// use") and would greet itself until the handshake timed out. Closed at
+/// once, it is an ordinary failed dial.
+fn not_to_itself(s: TcpStream) -> std::io::Result<TcpStream> {
+    if s.local_addr()? == s.peer_addr()? {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            "the dial connected the socket to itself (nobody listens on that port)",
+        ));
+    }
+    Ok(s)
 }
 
 /// Which link to one peer survives when a second one authenticates.
@@ -174,6 +193,24 @@ mod tests {
             Duplicate::KeepOld => first,
             Duplicate::Replace => panic!("a crossed dial is not a replacement"),
         }
+    }
+
+    #[test]
+    fn a_socket_connected_to_itself_is_a_failed_dial() {
+        use socket2::{Domain, Socket, Type};
+        // Simultaneous open to itself: bind a port, connect to it.
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        s.bind(&port.into()).unwrap();
+        s.connect(&port.into()).expect("a socket can connect to itself");
+        let s = TcpStream::from(s);
+        assert_eq!(s.local_addr().unwrap(), s.peer_addr().unwrap());
+        let e = not_to_itself(s).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused);
+        // A real connection passes.
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        assert!(not_to_itself(c).is_ok());
     }
 
     #[test]

@@ -77,10 +77,6 @@ fn main() {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 /// Starts the three nodes as child processes and waits for them.
 fn orchestrate(secret: Option<String>) {
     let secret = secret.unwrap_or_else(|| {
@@ -88,7 +84,13 @@ fn orchestrate(secret: Option<String>) {
         format!("demo-{n:016x}")
     });
     let exe = std::env::current_exe().expect("own path");
-    let ports = [free_port(), free_port(), free_port()];
+    let mut ports = Vec::new();
+    while ports.len() < 3 {
+        let p = ringmail_examples::unused_port();
+        if !ports.contains(&p) {
+            ports.push(p);
+        }
+    }
     let addr = |i: usize| format!("127.0.0.1:{}", ports[i]);
     let spawn = |name: &str, i: usize, join: String, role: &str| {
         Command::new(&exe)
