@@ -13,6 +13,10 @@ pub enum TellError<M> {
     Stopped(M),
     /// This thread could not get a ring (see [`SetupError`]).
     Unavailable(M),
+    /// The actor's system is stopping gracefully
+    /// ([`System::shutdown_graceful`](crate::System::shutdown_graceful)): it
+    /// finishes what it has and takes no new work from outside its actors.
+    ShuttingDown(M),
 }
 
 /// An `ask` that got no reply.
@@ -25,6 +29,9 @@ pub enum AskError<M> {
     Stopped(M),
     /// This thread could not get a ring; the message is handed back.
     Unavailable(M),
+    /// The actor's system is stopping gracefully and takes no new work
+    /// from outside its actors; the message is handed back.
+    ShuttingDown(M),
     /// The actor is on the caller's own shard: waiting would deadlock.
     WouldDeadlock(M),
     /// Asked (with the blocking [`ActorRef::ask`](crate::ActorRef::ask))
@@ -50,11 +57,13 @@ macro_rules! msg_error_impls {
         impl<M> std::error::Error for $t<M> {}
     };
 }
-msg_error_impls!(TellError { Full, Stopped, Unavailable } []);
-msg_error_impls!(AskError { Full, Stopped, Unavailable, WouldDeadlock, WouldBlock } [Timeout, NoReply]);
+msg_error_impls!(TellError { Full, Stopped, Unavailable, ShuttingDown } []);
+msg_error_impls!(AskError { Full, Stopped, Unavailable, ShuttingDown, WouldDeadlock, WouldBlock } [Timeout, NoReply]);
 
 const FULL: &str = "the actor's mailbox is full";
 const STOPPED: &str = "the actor has stopped";
+const SHUTTING_DOWN: &str =
+    "the actor's system is stopping gracefully and takes no new work from outside its actors";
 const UNAVAILABLE: &str =
     "this thread has no ring (io_uring unavailable, or the thread is exiting)";
 
@@ -64,6 +73,7 @@ impl<M> fmt::Display for TellError<M> {
             TellError::Full(_) => FULL,
             TellError::Stopped(_) => STOPPED,
             TellError::Unavailable(_) => UNAVAILABLE,
+            TellError::ShuttingDown(_) => SHUTTING_DOWN,
         })
     }
 }
@@ -74,6 +84,7 @@ impl<M> fmt::Display for AskError<M> {
             AskError::Full(_) => "the actor's mailbox stayed full for the whole timeout",
             AskError::Stopped(_) => STOPPED,
             AskError::Unavailable(_) => UNAVAILABLE,
+            AskError::ShuttingDown(_) => SHUTTING_DOWN,
             AskError::WouldDeadlock(_) => {
                 "the actor is on the asking thread's own shard: waiting would deadlock \
                  (inside an actor, use Context::ask)"
@@ -92,7 +103,22 @@ impl<M> TellError<M> {
     /// The message that was not sent.
     pub fn into_inner(self) -> M {
         match self {
-            TellError::Full(m) | TellError::Stopped(m) | TellError::Unavailable(m) => m,
+            TellError::Full(m)
+            | TellError::Stopped(m)
+            | TellError::Unavailable(m)
+            | TellError::ShuttingDown(m) => m,
+        }
+    }
+}
+
+/// A send that failed before an ask's message left: the same reason, for the ask.
+impl<M> From<TellError<M>> for AskError<M> {
+    fn from(e: TellError<M>) -> Self {
+        match e {
+            TellError::Full(m) => AskError::Full(m),
+            TellError::Stopped(m) => AskError::Stopped(m),
+            TellError::Unavailable(m) => AskError::Unavailable(m),
+            TellError::ShuttingDown(m) => AskError::ShuttingDown(m),
         }
     }
 }
@@ -119,6 +145,23 @@ pub enum StopReason {
     /// A reference to an actor of another node: that node (name) is down
     /// or the connection to it was lost.
     NodeDown(String),
+}
+
+impl fmt::Display for StopReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StopReason::Normal => f.write_str("stopped normally"),
+            StopReason::Panicked(m) => write!(f, "panicked: {m}"),
+            StopReason::Shutdown => f.write_str("the system shut down"),
+            StopReason::ShardGone => f.write_str("its shard is gone"),
+            StopReason::Linked(id) => write!(f, "linked actor {id} failed"),
+            StopReason::RestartIntensity => {
+                f.write_str("a supervisor gave up: its children failed past its restart intensity")
+            }
+            StopReason::Failed(m) => write!(f, "failed: {m}"),
+            StopReason::NodeDown(n) => write!(f, "node {n} is down or unreachable"),
+        }
+    }
 }
 
 impl StopReason {

@@ -87,8 +87,8 @@ pub use error::{AskError, SpawnError, StopReason, TellError};
 pub mod future {
     pub use crate::actor::awaits::{AskFuture, IoFuture, Sleep, TellFuture};
 }
-pub use supervisor::{Strategy, Supervisor};
-pub use system::{Shard, System, SystemConfig};
+pub use supervisor::{Restarts, Strategy, Supervisor};
+pub use system::{Shard, StopCause, StopHandle, System, SystemConfig};
 
 /// The ring and mailbox layer (re-export of `ringmail-transport`).
 pub use ringmail_transport as transport;

@@ -1,9 +1,11 @@
 //! The actor system: creates shards (ring-owning threads), places actors on
 //! them, and shuts everything down in order.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::io::{Read, Write};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use ringmail_transport::RingConfig;
 
@@ -58,6 +60,10 @@ impl std::fmt::Debug for Shard {
 }
 
 impl Shard {
+    pub(crate) fn handle(&self) -> &Arc<ShardHandle> {
+        &self.0
+    }
+
     /// The shard's id.
     pub fn id(&self) -> u64 {
         self.0.id
@@ -70,6 +76,60 @@ pub struct System {
     shards: Mutex<Vec<(Arc<ShardHandle>, JoinHandle<()>)>>,
     stats: Arc<SystemStats>,
     registry: Arc<Registry>,
+    stop: StopHandle,
+}
+
+/// Asks a [`System`] to stop, from anywhere: another thread, an actor, a
+/// supervisor that gave up ([`crate::Supervisor::on_give_up`]). The request
+/// ends [`System::run_until_signal`] as a signal would; the system itself
+/// is stopped by the thread that runs that (a shard cannot stop its own
+/// system: stopping joins its thread).
+#[derive(Clone)]
+pub struct StopHandle(Arc<StopRequest>);
+
+struct StopRequest {
+    why: Mutex<Option<String>>,
+    /// Written (one byte, never blocking) to wake the thread waiting in
+    /// `run_until_signal`; the signal handlers write to it too.
+    wake: std::os::unix::net::UnixStream,
+    woken: Mutex<std::os::unix::net::UnixStream>,
+}
+
+impl std::fmt::Debug for StopHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StopHandle").field("requested", &*lock(&self.0.why)).finish()
+    }
+}
+
+impl StopHandle {
+    fn new() -> StopHandle {
+        let (woken, wake) = std::os::unix::net::UnixStream::pair().expect("a socket pair");
+        wake.set_nonblocking(true).expect("a non-blocking socket");
+        let why = Mutex::new(None);
+        StopHandle(Arc::new(StopRequest { why, wake, woken: Mutex::new(woken) }))
+    }
+
+    /// Asks the system to stop, saying why (the first request's reason is
+    /// kept). Never blocks.
+    pub fn stop(&self, why: impl Into<String>) {
+        lock(&self.0.why).get_or_insert_with(|| why.into());
+        let _ = (&self.0.wake).write(&[1]); // full: a wake-up is pending anyway
+    }
+
+    /// The reason given by the first [`StopHandle::stop`], if any.
+    pub fn requested(&self) -> Option<String> {
+        lock(&self.0.why).clone()
+    }
+}
+
+/// What ended [`System::run_until_signal`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StopCause {
+    /// A signal: `SIGINT` or `SIGTERM` (its number).
+    Signal(i32),
+    /// A [`StopHandle::stop`], with its reason.
+    Requested(String),
 }
 
 impl std::fmt::Debug for System {
@@ -103,6 +163,7 @@ impl System {
             shards: Mutex::new(Vec::new()),
             stats: Arc::default(),
             registry: Arc::default(),
+            stop: StopHandle::new(),
         }
     }
 
@@ -238,6 +299,116 @@ impl System {
     /// ```
     pub fn dead_letters(&self) -> u64 {
         self.stats.dead_letters.load(Ordering::Relaxed)
+    }
+
+    /// Restarts in place so far: supervised actors replaced by a fresh
+    /// instance that kept their reference, name and mailbox.
+    pub fn restarts(&self) -> u64 {
+        self.stats.restarts.load(Ordering::Relaxed)
+    }
+
+    /// A handle that asks this system to stop (see [`StopHandle`]).
+    pub fn stop_handle(&self) -> StopHandle {
+        self.stop.clone()
+    }
+
+    /// Waits for `SIGINT` or `SIGTERM` (or a [`StopHandle::stop`]), then
+    /// stops the system gracefully within `deadline`
+    /// ([`System::shutdown_graceful`]) and says what ended the wait. For a
+    /// service that has its own steps between the two (stop accepting,
+    /// flush logs), [`System::wait_for_signal`] only waits.
+    pub fn run_until_signal(&self, deadline: Duration) -> std::io::Result<StopCause> {
+        let cause = self.wait_for_signal()?;
+        self.shutdown_graceful(deadline);
+        Ok(cause)
+    }
+
+    /// Waits for `SIGINT` or `SIGTERM` (or a [`StopHandle::stop`]) and says
+    /// which came; the system runs on.
+    ///
+    /// The handlers it installs for the two signals only set a flag and
+    /// wake this thread, so a signal may land on any thread, the shards'
+    /// included (their ring waits go on after the interruption); no thread
+    /// needs its signal mask changed. From the first signal on, a second
+    /// one ends the process at once (exit code 1), as users expect of a
+    /// second Ctrl-C during a slow stop. The handlers stay installed
+    /// afterwards.
+    pub fn wait_for_signal(&self) -> std::io::Result<StopCause> {
+        use signal_hook::consts::{SIGINT, SIGTERM};
+        use signal_hook::{flag, low_level::pipe};
+        let req = &self.stop.0;
+        let got: [(i32, Arc<AtomicBool>); 2] =
+            [(SIGINT, Arc::default()), (SIGTERM, Arc::default())];
+        let mut pipes = Vec::new();
+        for (sig, seen) in &got {
+            // Order matters: the conditional exit must see the flag of the
+            // *previous* signal, so it is registered first.
+            flag::register_conditional_shutdown(*sig, 1, seen.clone())?;
+            flag::register(*sig, seen.clone())?;
+            pipes.push(pipe::register(*sig, req.wake.try_clone()?)?);
+        }
+        let cause = {
+            let mut woken = lock(&req.woken);
+            loop {
+                if let Some((sig, _)) = got.iter().find(|(_, seen)| seen.load(Ordering::SeqCst)) {
+                    break StopCause::Signal(*sig);
+                }
+                if let Some(why) = self.stop.requested() {
+                    break StopCause::Requested(why);
+                }
+                let mut buf = [0u8; 64];
+                match woken.read(&mut buf) {
+                    Ok(_) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        };
+        // The pipe writers go (their flags and conditional exits stay).
+        for id in pipes {
+            signal_hook::low_level::unregister(id);
+        }
+        Ok(cause)
+    }
+
+    /// Stops the system gracefully: no new work from outside, the work it
+    /// has runs to its end, then [`System::shutdown`]. True when the work
+    /// ran out within `deadline`; false when the deadline ended it (what
+    /// was still queued then became dead letters, as with `shutdown`).
+    ///
+    /// From the call on, sends from threads that are not this system's
+    /// shards (clients, `main`) are refused with
+    /// [`TellError::ShuttingDown`](crate::TellError::ShuttingDown) (asks
+    /// likewise); actors keep sending to each other, replies and timers
+    /// keep flowing. The work has run out when every shard waits on its
+    /// ring with nothing queued and no actor paused, and no shard has
+    /// dispatched anything across three looks 2 ms apart. An actor with a
+    /// periodic timer never runs out of work: its system stops at the
+    /// deadline.
+    pub fn shutdown_graceful(&self, deadline: Duration) -> bool {
+        self.stats.draining.store(true, Ordering::SeqCst);
+        let end = Instant::now() + deadline;
+        let (mut last, mut stable) = (None, 0);
+        let drained = loop {
+            let (idle, activity) = {
+                let shards = lock(&self.shards);
+                let idle =
+                    shards.iter().all(|(h, t)| t.is_finished() || h.idle.load(Ordering::Acquire));
+                (idle, shards.iter().map(|(h, _)| h.activity.load(Ordering::Relaxed)).sum::<u64>())
+            };
+            let sending = self.stats.client_sends.load(Ordering::SeqCst) > 0;
+            stable = if idle && !sending && last == Some(activity) { stable + 1 } else { 0 };
+            last = Some(activity);
+            if stable >= 3 {
+                break true;
+            }
+            if Instant::now() >= end {
+                break false;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        };
+        self.shutdown();
+        drained
     }
 
     /// Stops every actor (running `stopped` hooks), closes every ring and

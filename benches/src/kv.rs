@@ -142,11 +142,10 @@ pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
 /// service with one ring on `port`, until SIGTERM.
 pub fn serve(port: u16) -> ! {
     use ringmail_examples::{kv, server};
-    server::block_shutdown_signals();
     let system = ringmail::System::with_config(server::server_config());
     let (listener, _) = server::listen(port).expect("listen");
     let srv = kv::server::start(&system, listener, 1).expect("kv server");
-    server::wait_for_shutdown_signal();
+    system.wait_for_signal().expect("wait for SIGTERM");
     drop(srv);
     system.shutdown();
     std::process::exit(0)

@@ -32,35 +32,3 @@ pub fn listen_on(addr: SocketAddr) -> std::io::Result<(TcpListener, SocketAddr)>
     let addr = l.local_addr()?;
     Ok((l, addr))
 }
-
-/// Blocks SIGINT and SIGTERM in the calling thread and every thread it
-/// starts afterwards. Call first thing in `main`, then
-/// [`wait_for_shutdown_signal`].
-pub fn block_shutdown_signals() {
-    let set = signal_set();
-    // SAFETY: `set` is a valid, initialised signal set; a null old-set
-    // pointer is allowed.
-    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
-}
-
-/// Waits until SIGINT or SIGTERM arrives (blocked by
-/// [`block_shutdown_signals`]); returns its number.
-pub fn wait_for_shutdown_signal() -> i32 {
-    let set = signal_set();
-    let mut sig = 0;
-    // SAFETY: both pointers are valid for the call.
-    unsafe { libc::sigwait(&set, &mut sig) };
-    sig
-}
-
-fn signal_set() -> libc::sigset_t {
-    // SAFETY: an all-zero sigset_t is a valid value for sigemptyset to
-    // initialise; the calls only write into `set`.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        set
-    }
-}

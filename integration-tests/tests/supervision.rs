@@ -5,7 +5,8 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use ringmail::{
-    Actor, ActorRef, Context, Down, Handler, Message, StopReason, Strategy, Supervisor, System,
+    Actor, ActorRef, Context, Down, Handler, Message, Restarts, StopReason, Strategy, Supervisor,
+    System,
 };
 
 /// Collects every DOWN it is sent.
@@ -48,7 +49,7 @@ fn wait_new_instance(system: &System, name: &str, not: &[u64]) -> ActorRef<Crash
 }
 
 #[test]
-fn one_for_one_restarts_until_the_intensity_limit_and_monitors_see_each_down() {
+fn fresh_restarts_until_the_intensity_limit_and_monitors_see_each_down() {
     let system = System::new();
     let (down_s, down_r) = mpsc::channel();
     let watcher = system.spawn(Watcher(down_s)).unwrap();
@@ -58,6 +59,7 @@ fn one_for_one_restarts_until_the_intensity_limit_and_monitors_see_each_down() {
         .spawn(
             Supervisor::new(Strategy::OneForOne)
                 .intensity(3, Duration::from_secs(30))
+                .restarts(Restarts::Fresh)
                 .child(Some("worker"), move || Crashy(s2.clone())),
         )
         .unwrap();
@@ -132,4 +134,37 @@ fn a_link_stops_the_partner_of_a_failed_actor() {
     std::thread::sleep(Duration::from_millis(20)); // the link is made in `started`
     crashy.tell(Crash).unwrap();
     assert_eq!(linker.wait_stopped(Duration::from_secs(10)), Some(StopReason::Linked(crashy.id())));
+}
+
+/// Finds the current instance of "worker" from inside an actor.
+struct Finder;
+impl Actor for Finder {}
+struct Find;
+impl Message for Find {
+    type Reply = Option<u64>;
+}
+impl Handler<Find> for Finder {
+    fn handle(&mut self, _: Find, ctx: &mut Context<Self>) -> Option<u64> {
+        ctx.lookup::<Crashy>("worker").map(|w| w.id())
+    }
+}
+
+#[test]
+fn an_actor_finds_a_freshly_restarted_child_by_name() {
+    let system = System::new();
+    let _sup = system
+        .spawn(
+            Supervisor::new(Strategy::OneForOne)
+                .restarts(Restarts::Fresh)
+                .child(Some("worker"), || Crashy(Arc::default())),
+        )
+        .unwrap();
+    let finder = system.spawn(Finder).unwrap();
+    let first = wait_new_instance(&system, "worker", &[]);
+    let t = Duration::from_secs(10);
+    assert_eq!(finder.ask(Find, t).unwrap(), Some(first.id()));
+    first.tell(Crash).unwrap();
+    let second = wait_new_instance(&system, "worker", &[first.id()]);
+    assert_eq!(finder.ask(Find, t).unwrap(), Some(second.id()), "the new instance, by name");
+    assert!(!first.is_alive(), "a fresh restart is a new actor");
 }

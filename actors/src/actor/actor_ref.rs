@@ -139,6 +139,9 @@ impl<A: Actor> ActorRef<A> {
         if outbox::in_handler() || thread::on_a_shard() {
             return self.try_tell(msg);
         }
+        let Some(_sending) = self.shard.stats.client_send() else {
+            return Err(TellError::ShuttingDown(msg));
+        };
         let deadline = Instant::now().checked_add(patience); // None: no limit
         let mut waits = 0u32;
         loop {
@@ -245,6 +248,9 @@ impl<A: Actor> ActorRef<A> {
         if outbox::in_handler() || thread::on_a_shard() {
             return Err(AskError::WouldBlock(msg));
         }
+        let Some(sending) = self.shard.stats.client_send() else {
+            return Err(AskError::ShuttingDown(msg));
+        };
         let Ok(addr) = my_addr() else { return Err(AskError::Unavailable(msg)) };
         let id = NEXT_ASK.fetch_add(1, Ordering::Relaxed);
         if ask::expect_reply(id).is_err() {
@@ -268,15 +274,10 @@ impl<A: Actor> ActorRef<A> {
                     }
                     waits = waits.saturating_add(1);
                 }
-                Err((m, e)) => {
-                    return Err(match e.with(m) {
-                        TellError::Full(m) => AskError::Full(m),
-                        TellError::Stopped(m) => AskError::Stopped(m),
-                        TellError::Unavailable(m) => AskError::Unavailable(m),
-                    })
-                }
+                Err((m, e)) => return Err(e.with(m).into()),
             }
         }
+        drop(sending); // in a ring: a graceful stop waits for its handling
         match ask::wait_reply(id, deadline) {
             None => Err(AskError::Timeout),
             Some(None) => Err(AskError::NoReply),
@@ -295,6 +296,19 @@ impl<A: Actor> ActorRef<A> {
         let env = Envelope { to: self.cell.id, body: Body::Stop(reason) };
         if outbox::parked_for(&self.cell) {
             // Behind what this handler parked for the actor, as promised.
+            self.park(env, false);
+            return;
+        }
+        send_control(self.shard.id, &self.shard.addr, env, true, Some(&self.shard.stats));
+    }
+
+    /// Asks the actor's shard to replace it by a fresh instance in place,
+    /// after the messages queued before this request (its supervisor
+    /// restarts it with a failed sibling). Nothing for an actor nobody
+    /// supervises in place, or one that has stopped.
+    pub(crate) fn restart_in_place(&self, reason: StopReason) {
+        let env = Envelope { to: self.cell.id, body: Body::Restart(reason) };
+        if outbox::parked_for(&self.cell) {
             self.park(env, false);
             return;
         }

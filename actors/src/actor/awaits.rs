@@ -178,12 +178,7 @@ impl<R: Send + 'static, M: Send + 'static> AskFuture<R, M> {
         }));
         if let Err(e) = target.send_or_park(msg, Some(reply)) {
             cancel(timer);
-            let e = match e {
-                TellError::Full(m) => AskError::Full(m),
-                TellError::Stopped(m) => AskError::Stopped(m),
-                TellError::Unavailable(m) => AskError::Unavailable(m),
-            };
-            lock(&shared).value = Some(Err(e));
+            lock(&shared).value = Some(Err(e.into()));
             return AskFuture { shared, timer: None, fired };
         }
         AskFuture { shared, timer: Some(timer), fired }

@@ -18,7 +18,9 @@ use ringmail_transport::FixedFd;
 use super::{Actor, ActorRef, Context, FdHandler, Handler, Message};
 use crate::error::StopReason;
 use crate::runtime::cell::ActorCell;
-use crate::runtime::envelope::{Body, Envelope, Erased, ErasedFd, Handled, Hosted, ReplyTo, Task};
+use crate::runtime::envelope::{
+    Body, Envelope, Erased, ErasedFd, Handled, Hosted, ReplyTo, RestartPolicy, Task,
+};
 use crate::runtime::shard::ShardHandle;
 
 /// A typed message for actor type `A`.
@@ -95,6 +97,15 @@ impl<A: FdHandler<M>, M: Send + 'static> ErasedFd for TypedFd<A, M> {
 pub(crate) struct Slot<A: Actor> {
     pub(crate) actor: Option<A>,
     pub(crate) me: ActorRef<A>,
+    /// How a supervisor restarts it in place (`None`: nobody does).
+    pub(crate) restart: Option<Restart<A>>,
+}
+
+/// What restarting an actor in place takes: a maker of fresh instances and
+/// its supervisor's say.
+pub(crate) struct Restart<A> {
+    pub(crate) make: Box<dyn FnMut() -> A + Send>,
+    pub(crate) policy: Arc<dyn RestartPolicy>,
 }
 
 impl<A: Actor> Slot<A> {
@@ -124,14 +135,45 @@ impl<A: Actor> Hosted for Slot<A> {
     fn as_any(&mut self) -> &mut dyn Any {
         self
     }
+    fn supervised(&self) -> bool {
+        self.restart.is_some()
+    }
+    fn restart_wanted(&self, reason: &StopReason) -> bool {
+        self.restart.as_ref().is_some_and(|r| r.policy.failed(self.me.cell.id, reason))
+    }
+    fn restart(&mut self, reason: &StopReason) -> Option<StopReason> {
+        // The old instance first (gone already if an async run held it);
+        // dropped before the new one exists, even if its hook panics.
+        if let Some(mut old) = self.actor.take() {
+            let mut ctx = Context::new(self.me.clone());
+            old.pre_restart(reason, &mut ctx);
+        }
+        let make = &mut self.restart.as_mut().expect("only a supervised actor restarts").make;
+        let mut new = make();
+        let mut ctx = Context::new(self.me.clone());
+        new.post_restart(reason, &mut ctx);
+        self.actor = Some(new);
+        ctx.stop
+    }
 }
 
 /// Spawns `actor` on `shard`. The reference is usable at once: messages
 /// sent before the actor is installed wait for it.
 pub(crate) fn spawn_on<A: Actor>(shard: &Arc<ShardHandle>, actor: A) -> ActorRef<A> {
+    spawn_restartable(shard, actor, None)
+}
+
+/// Spawns `actor` on `shard`; with `restart`, its supervisor can restart
+/// it in place.
+pub(crate) fn spawn_restartable<A: Actor>(
+    shard: &Arc<ShardHandle>,
+    actor: A,
+    restart: Option<Restart<A>>,
+) -> ActorRef<A> {
     let cell = Arc::new(ActorCell::new(ShardHandle::next_id(), shard.mailbox_capacity()));
     let me = ActorRef { cell: cell.clone(), shard: shard.clone(), _a: PhantomData };
-    shard.spawn_hosted(&cell, Box::new(Slot { actor: Some(actor), me: me.clone() }));
+    let slot = Slot { actor: Some(actor), me: me.clone(), restart };
+    shard.spawn_hosted(&cell, Box::new(slot));
     me
 }
 

@@ -89,6 +89,14 @@ impl<A: Actor> Context<A> {
         monitor::link(&self.me, other);
     }
 
+    /// The actor registered as `name` in this actor's system, if it is of
+    /// type `B` (like [`crate::System::lookup`], from inside an actor: a
+    /// child that a supervisor restarted fresh is found here under its
+    /// name).
+    pub fn lookup<B: Actor>(&self, name: &str) -> Option<ActorRef<B>> {
+        super::registry::lookup(&self.me.shard.registry, name)
+    }
+
     /// Spawns another actor on this actor's shard (co-located: messages
     /// between the two never enter the kernel).
     pub fn spawn<B: Actor>(&self, actor: B) -> ActorRef<B> {
@@ -315,11 +323,7 @@ impl<A: Actor> Context<A> {
         target.send_or_park(msg, Some(reply)).map_err(|e| {
             self.cancel_timer(timer);
             drop(pending.take()); // `then` never runs
-            match e {
-                crate::TellError::Full(m) => AskError::Full(m),
-                crate::TellError::Stopped(m) => AskError::Stopped(m),
-                crate::TellError::Unavailable(m) => AskError::Unavailable(m),
-            }
+            AskError::from(e)
         })
     }
 

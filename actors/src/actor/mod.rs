@@ -40,6 +40,18 @@ pub trait Actor: Sized + Send + 'static {
     fn started(&mut self, _ctx: &mut Context<Self>) {}
     /// Runs when the actor stops normally (not after a panic).
     fn stopped(&mut self, _ctx: &mut Context<Self>) {}
+    /// Runs on the failed instance when its supervisor restarts it in
+    /// place ([`crate::Supervisor`]), before the instance is dropped. After
+    /// a panic its state may be half-updated. Default: [`Actor::stopped`].
+    fn pre_restart(&mut self, _reason: &crate::StopReason, ctx: &mut Context<Self>) {
+        self.stopped(ctx);
+    }
+    /// Runs on the fresh instance that replaces a failed one in place,
+    /// before it handles the messages queued behind the failure. Default:
+    /// [`Actor::started`].
+    fn post_restart(&mut self, _reason: &crate::StopReason, ctx: &mut Context<Self>) {
+        self.started(ctx);
+    }
 }
 
 /// A message type and the type of its reply (`()` for tell-only messages).

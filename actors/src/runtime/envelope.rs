@@ -44,6 +44,11 @@ pub(crate) enum Body {
     /// The actor's pending async handler was woken: poll it again.
     /// Harmless when it has finished meanwhile.
     Poll,
+    /// Replace the actor by a fresh instance after the messages before
+    /// this one, keeping its cell, mailbox and names (its supervisor
+    /// restarts it with a failed sibling). Nothing for an actor that is
+    /// gone.
+    Restart(StopReason),
 }
 
 /// What running a handler left behind.
@@ -104,6 +109,34 @@ pub(crate) trait Hosted: Send {
     fn is_stand_in(&self) -> bool {
         false
     }
+    /// True when a supervisor may restart it in place.
+    fn supervised(&self) -> bool {
+        false
+    }
+    /// It failed with `reason`: asks its supervisor (which counts the
+    /// restart) whether to restart it in place.
+    fn restart_wanted(&self, _reason: &StopReason) -> bool {
+        false
+    }
+    /// Replaces the actor by a fresh instance, keeping the cell: the old
+    /// instance (if an async run does not hold it) gets its `pre_restart`
+    /// hook and is dropped, the new one is made and gets `post_restart`.
+    /// `Some` when the new one asked to stop. Only called when
+    /// [`Hosted::supervised`].
+    fn restart(&mut self, reason: &StopReason) -> Option<StopReason> {
+        Some(reason.clone())
+    }
+}
+
+/// A supervisor's say over a failed actor, without its type (the typed
+/// side, `supervisor.rs`, implements it; the shard asks it on the failed
+/// actor's thread).
+pub(crate) trait RestartPolicy: Send + Sync {
+    /// Actor `id` failed with `reason`: true to restart it in place,
+    /// keeping its cell, mailbox and names. Counts the restart against the
+    /// supervisor's intensity; false once that is exceeded (the actor then
+    /// stops with `reason`).
+    fn failed(&self, id: u64, reason: &StopReason) -> bool;
 }
 
 /// Where a reply goes: the asker's ring (and the ask's id, for a thread

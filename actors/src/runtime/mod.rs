@@ -58,14 +58,47 @@ static DEAD_LETTERS: AtomicU64 = AtomicU64::new(0);
 /// references hold.
 #[derive(Debug, Default)]
 pub(crate) struct SystemStats {
-    /// Handler panics (each stopped its actor).
+    /// Handler panics (each stopped its actor, or had its supervisor
+    /// restart it in place).
     pub(crate) panics: AtomicU64,
+    /// Restarts in place (a supervised actor replaced by a fresh instance
+    /// that keeps its cell, mailbox and names).
+    pub(crate) restarts: AtomicU64,
     /// Dead letters attributed to this system (see [`dead_letter`]).
     pub(crate) dead_letters: AtomicU64,
     /// Set when the system starts shutting down: its shards stop handling
     /// messages (what is queued becomes dead letters), so a shutdown does
     /// not wait for queues to drain.
     pub(crate) stopping: std::sync::atomic::AtomicBool,
+    /// Set while the system stops gracefully: sends from threads outside
+    /// its shards are refused (`ShuttingDown`), its actors go on.
+    pub(crate) draining: std::sync::atomic::AtomicBool,
+    /// Sends from outside the shards under way (past their `draining`
+    /// check, not yet in a ring): a graceful stop waits for none.
+    pub(crate) client_sends: AtomicU64,
+}
+
+impl SystemStats {
+    /// Enters a send from a thread outside the system's shards: `None`
+    /// once a graceful stop has begun (refuse the send), else a guard to
+    /// hold until the message is in a ring. The count is raised before
+    /// `draining` is read and the stop sets `draining` before it reads the
+    /// count (both `SeqCst`), so a send the stop does not wait for is one
+    /// that saw `draining` and was refused.
+    pub(crate) fn client_send(&self) -> Option<ClientSend<'_>> {
+        self.client_sends.fetch_add(1, Ordering::SeqCst);
+        let guard = ClientSend(self);
+        (!self.draining.load(Ordering::SeqCst)).then_some(guard)
+    }
+}
+
+/// A send from outside the shards, under way (see [`SystemStats::client_send`]).
+pub(crate) struct ClientSend<'a>(&'a SystemStats);
+
+impl Drop for ClientSend<'_> {
+    fn drop(&mut self) {
+        self.0.client_sends.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 thread_local! {

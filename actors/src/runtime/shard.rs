@@ -69,6 +69,12 @@ pub(crate) struct ShardHandle {
     pub(crate) registry: Arc<Registry>,
     /// The counters of the system this shard belongs to.
     pub(crate) stats: Arc<SystemStats>,
+    /// Envelopes this shard has dispatched (written by its thread only):
+    /// what a graceful stop watches to see that work has run out.
+    pub(crate) activity: AtomicU64,
+    /// The shard waits for its ring with nothing queued and no actor
+    /// paused (set just before it blocks, cleared when it wakes).
+    pub(crate) idle: AtomicBool,
 }
 
 impl ShardHandle {
@@ -80,7 +86,16 @@ impl ShardHandle {
         stats: Arc<SystemStats>,
     ) -> Self {
         let pending = Mutex::new(HashSet::new());
-        ShardHandle { id, addr, pending, mailbox_capacity, registry, stats }
+        ShardHandle {
+            id,
+            addr,
+            pending,
+            mailbox_capacity,
+            registry,
+            stats,
+            activity: AtomicU64::new(0),
+            idle: AtomicBool::new(false),
+        }
     }
 
     fn pending(&self) -> std::sync::MutexGuard<'_, HashSet<u64>> {
@@ -207,10 +222,16 @@ impl ShardLoop {
         let mut events = Vec::new();
         'run: loop {
             // Under the borrow: only move things out. Handling happens after.
+            let quiet = self.paused.is_empty();
+            let handle = &self.handle;
             let polled = thread::with(|t| {
                 let idle = t.queue.is_empty() && t.completions.is_empty();
                 let timeout = if batch.is_empty() && idle { None } else { Some(Duration::ZERO) };
+                if timeout.is_none() && quiet {
+                    handle.idle.store(true, Ordering::Release);
+                }
                 let r = t.ring.wait(&mut events, timeout);
+                handle.idle.store(false, Ordering::Release);
                 // Sorted under the borrow: received data is copied out of
                 // its ring buffer, fds are attached to their envelopes.
                 let mut rest = Vec::new();
@@ -267,6 +288,9 @@ impl ShardLoop {
     /// Handles one envelope; false means "shut the shard down".
     fn dispatch(&mut self, env: Envelope, batch: &mut VecDeque<Envelope>) -> bool {
         let to = env.to;
+        // Only this thread writes it: a load and a store, no locked op.
+        let n = self.handle.activity.load(Ordering::Relaxed);
+        self.handle.activity.store(n + 1, Ordering::Relaxed);
         // The system is shutting down: queued messages are not handled
         // (dead letters), so the `Shutdown` behind them comes at once.
         if matches!(env.body, Body::Msg(_) | Body::FdMsg { .. })
@@ -284,10 +308,16 @@ impl ShardLoop {
         if let Some(p) = self.paused.get_mut(&to).filter(|_| self.actors.contains_key(&to)) {
             match env.body {
                 Body::Stop(reason) if p.task.is_some() => {
-                    self.cancel_task(to, reason);
+                    self.cancel_task(to, reason, batch);
                     return true;
                 }
-                Body::Msg(_) | Body::FdMsg { .. } | Body::Stop(_) => {
+                Body::Restart(reason) if p.task.is_some() => {
+                    // The run holds the instance being replaced: it goes.
+                    self.cancel_task(to, StopReason::Normal, batch);
+                    self.restart_now(to, reason);
+                    return true;
+                }
+                Body::Msg(_) | Body::FdMsg { .. } | Body::Stop(_) | Body::Restart(_) => {
                     p.held.push_back(env); // still counted against its mailbox
                     return true;
                 }
@@ -316,8 +346,21 @@ impl ShardLoop {
                     }
                     Err(p) => {
                         self.handle.stats.panics.fetch_add(1, Ordering::Relaxed);
-                        self.finished(slot.cell(), StopReason::Panicked(panic_message(p)));
-                        self.dead_letter_early(to);
+                        let reason = StopReason::Panicked(panic_message(p));
+                        if slot.supervised() {
+                            // Its supervisor may restart it in place; what
+                            // arrived early waits for the new instance.
+                            self.actors.insert(to, slot);
+                            if let Some(early) = self.early.remove(&to) {
+                                for e in early.into_iter().rev() {
+                                    batch.push_front(e);
+                                }
+                            }
+                            self.fail(to, reason, false);
+                        } else {
+                            self.finished(slot.cell(), reason);
+                            self.dead_letter_early(to);
+                        }
                     }
                 }
             }
@@ -396,6 +439,7 @@ impl ShardLoop {
             Body::Shutdown => return false,
             Body::Resume => self.resume(to, batch),
             Body::Poll => self.poll_task(to, batch),
+            Body::Restart(reason) => self.restart_now(to, reason),
         }
         true
     }
@@ -465,15 +509,22 @@ impl ShardLoop {
     /// A stop for an actor whose async handler awaits: the run (holding the
     /// actor) is dropped, its asker answered `NoReply` by the reply's drop,
     /// and what the actor held becomes dead letters.
-    fn cancel_task(&mut self, id: u64, reason: StopReason) {
+    ///
+    /// A supervised actor stopped abnormally may be restarted in place
+    /// instead: then it goes on with what it held.
+    fn cancel_task(&mut self, id: u64, reason: StopReason, batch: &mut VecDeque<Envelope>) {
         let Some(p) = self.paused.get_mut(&id) else { return };
         let task = p.task.take();
-        let held = std::mem::take(&mut p.held);
         if catch_unwind(AssertUnwindSafe(move || drop(task))).is_err() {
             super::dead_letter(); // a panic in its drop: counted, not spread
         }
         self.stop_actor(id, reason); // its `stopped` does not run: no actor
-        held.into_iter().for_each(discard);
+        if self.actors.contains_key(&id) {
+            self.unpause_if_done(id, batch);
+            return;
+        }
+        let held = self.paused.get_mut(&id).map(|p| std::mem::take(&mut p.held));
+        held.into_iter().flatten().for_each(discard);
         if let Some(p) = self.paused.get(&id) {
             if !p.outbox {
                 self.paused.remove(&id);
@@ -537,13 +588,94 @@ impl ShardLoop {
             Ok(Some(reason)) => self.stop_actor(to, reason),
             Err(p) => {
                 self.handle.stats.panics.fetch_add(1, Ordering::Relaxed);
-                let slot = self.actors.remove(&to).expect("present");
-                self.finished(slot.cell(), StopReason::Panicked(panic_message(p)));
+                self.fail(to, StopReason::Panicked(panic_message(p)), false);
             }
         }
     }
 
+    /// Supervised actor `id` failed with abnormal `reason`. While its
+    /// supervisor agrees (each time counts against its intensity), it is
+    /// restarted in place: same cell, mailbox and names, its queued and
+    /// held envelopes go to the new instance, and a restart that fails is
+    /// one more failure. Else it ends with the reason (`hook`: its
+    /// `stopped` hook runs first, as for any stop it asked for; not after
+    /// a panic). True while it still runs.
+    fn fail(&mut self, id: u64, mut reason: StopReason, mut hook: bool) -> bool {
+        loop {
+            let Some(slot) = self.actors.get(&id) else { return false };
+            if !slot.restart_wanted(&reason) {
+                if hook {
+                    self.end_actor(id, reason);
+                } else if let Some(slot) = self.actors.remove(&id) {
+                    self.finished(slot.cell(), reason);
+                }
+                return false;
+            }
+            // A panic in a handler lost the message it was handling: a dead
+            // letter (the rest of the mailbox goes to the new instance).
+            if matches!(reason, StopReason::Panicked(_)) {
+                super::dead_letter_in(Some(&self.handle.stats));
+            }
+            match self.restart_in_place(id, &reason) {
+                Ok(None) => return true,
+                Ok(Some(stop)) if !stop.is_abnormal() => {
+                    self.end_actor(id, stop);
+                    return false;
+                }
+                Ok(Some(stop)) => (reason, hook) = (stop, true),
+                Err(panic) => (reason, hook) = (panic, false),
+            }
+        }
+    }
+
+    /// Replaces actor `id` by a fresh instance (see [`Hosted::restart`]):
+    /// `Ok(Some)` when the new one asked to stop, `Err` with the panic when
+    /// a hook or the maker panicked (counted).
+    fn restart_in_place(
+        &mut self,
+        id: u64,
+        reason: &StopReason,
+    ) -> Result<Option<StopReason>, StopReason> {
+        let Some(slot) = self.actors.get_mut(&id) else { return Ok(None) };
+        self.handle.stats.restarts.fetch_add(1, Ordering::Relaxed);
+        let cell = slot.cell().clone();
+        outbox::enter(id);
+        let r = catch_unwind(AssertUnwindSafe(|| slot.restart(reason)));
+        self.left(id, &cell);
+        r.map_err(|p| {
+            self.handle.stats.panics.fetch_add(1, Ordering::Relaxed);
+            StopReason::Panicked(panic_message(p))
+        })
+    }
+
+    /// A `Restart` from the actor's supervisor (a sibling failed): already
+    /// counted, so no question asked; a restart that fails is a failure.
+    fn restart_now(&mut self, id: u64, reason: StopReason) {
+        if !self.actors.get(&id).is_some_and(|s| s.supervised()) {
+            return;
+        }
+        match self.restart_in_place(id, &reason) {
+            Ok(None) => {}
+            Ok(Some(stop)) => self.stop_actor(id, stop),
+            Err(panic) => {
+                self.fail(id, panic, false);
+            }
+        }
+    }
+
+    /// Stops actor `id` with `reason`; a supervised actor stopped
+    /// abnormally (it asked to, or a linked actor failed) is a failure its
+    /// supervisor may restart in place instead.
     fn stop_actor(&mut self, id: u64, reason: StopReason) {
+        if reason.is_abnormal() && self.actors.get(&id).is_some_and(|s| s.supervised()) {
+            self.fail(id, reason, true);
+            return;
+        }
+        self.end_actor(id, reason);
+    }
+
+    /// Ends actor `id`: its `stopped` hook, then its end is recorded.
+    fn end_actor(&mut self, id: u64, reason: StopReason) {
         if let Some(mut slot) = self.actors.remove(&id) {
             outbox::enter(id);
             let stopped = catch_unwind(AssertUnwindSafe(|| slot.stopped()));
@@ -576,9 +708,11 @@ impl ShardLoop {
         // Awaiting async handlers end first (each holds its actor).
         let awaiting: Vec<u64> =
             self.paused.iter().filter(|(_, p)| p.task.is_some()).map(|(id, _)| *id).collect();
+        let mut none = VecDeque::new(); // a shutdown restarts nothing
         for id in awaiting {
-            self.cancel_task(id, StopReason::Shutdown);
+            self.cancel_task(id, StopReason::Shutdown, &mut none);
         }
+        none.into_iter().for_each(discard);
         let ids: Vec<u64> = self.actors.keys().copied().collect();
         for id in ids {
             self.stop_actor(id, StopReason::Shutdown);

@@ -364,7 +364,7 @@ pub(crate) fn discard_in(env: Envelope, sys: Option<&SystemStats>) {
             drop(msg);
             drop(take_attached(key)); // closes the fd
         }
-        Body::Stop(_) | Body::Shutdown | Body::Resume | Body::Poll => {}
+        Body::Stop(_) | Body::Shutdown | Body::Resume | Body::Poll | Body::Restart(_) => {}
     }
 }
 

@@ -17,7 +17,6 @@ use clap::Parser;
 use ringmail::remote::{Node, NodeConfig};
 use ringmail::System;
 use ringmail_examples::cluster::{self, Line, Ping, Pong, Quit, Totals, WordCounter};
-use ringmail_examples::server;
 
 /// A Ringmail cluster example. With no --name: starts 3 nodes as child
 /// processes on loopback, runs the demo, exits. With --name: runs one node.
@@ -144,7 +143,6 @@ fn run_node(name: &str, args: Args) {
         std::process::exit(2);
     };
     let (listen, seeds, role) = (args.listen, args.join, args.role);
-    server::block_shutdown_signals();
     let system = System::new();
     let node = Node::start(&system, NodeConfig::new(name, listen, secret).seeds(seeds))
         .unwrap_or_else(|e| {
@@ -176,19 +174,22 @@ fn worker(name: &str, system: &System, node: &Node) -> i32 {
         std::process::id()
     );
     // Stop on Quit (from the driver) or on a signal.
-    let (tx, rx) = std::sync::mpsc::channel();
-    let tx2 = tx.clone();
-    std::thread::spawn(move || {
-        let _ = tx2.send(format!("signal {}", server::wait_for_shutdown_signal()));
-    });
+    let stop = system.stop_handle();
     std::thread::spawn(move || {
         if w.quit.recv().is_ok() {
-            let _ = tx.send("Quit from the driver".to_string());
+            stop.stop("Quit from the driver");
         }
     });
-    let why = rx.recv().unwrap_or_default();
-    println!("{name}: stopping ({why})");
-    0
+    match system.wait_for_signal() {
+        Ok(cause) => {
+            println!("{name}: stopping ({cause:?})");
+            0
+        }
+        Err(e) => {
+            eprintln!("{name}: cannot wait for signals: {e}");
+            1
+        }
+    }
 }
 
 /// Prints DOWNs of the monitored actor.
@@ -221,19 +222,15 @@ fn watch(name: &str, system: &System, node: &Node) -> i32 {
     let printer = system.spawn(Printer(name.to_string())).expect("spawn");
     pong.monitor(&printer);
     println!("{name}: monitoring pong on {peer}");
-    let (tx, rx) = std::sync::mpsc::channel::<()>();
-    std::thread::spawn(move || {
-        server::wait_for_shutdown_signal();
-        let _ = tx.send(());
-    });
-    loop {
-        if rx.try_recv().is_ok() {
-            return 0;
+    std::thread::scope(|s| {
+        let signal = s.spawn(|| system.wait_for_signal());
+        while !signal.is_finished() {
+            if let Ok(ev) = events.recv_timeout(Duration::from_millis(20)) {
+                println!("{name}: event {ev:?}");
+            }
         }
-        if let Ok(ev) = events.recv_timeout(Duration::from_millis(20)) {
-            println!("{name}: event {ev:?}");
-        }
-    }
+        i32::from(signal.join().map_or(true, |r| r.is_err()))
+    })
 }
 
 // ANCHOR: driver

@@ -28,7 +28,6 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
-    server::block_shutdown_signals();
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let workers = args.workers.map_or(cpus, usize::from);
     let system = System::with_config(server::server_config());
@@ -42,15 +41,18 @@ fn main() {
         std::process::exit(1);
     });
     println!("echo: listening on {addr} with {workers} workers (Ctrl-C to stop)");
-    let sig = server::wait_for_shutdown_signal();
+    let cause = system.wait_for_signal().unwrap_or_else(|e| {
+        eprintln!("echo: cannot wait for signals: {e}");
+        std::process::exit(1);
+    });
     let s = &srv.stats;
     use std::sync::atomic::Ordering::Relaxed;
     println!(
-        "echo: signal {sig}, shutting down; accepted {} connections, handed off {}, rejected {}",
+        "echo: {cause:?}, shutting down; accepted {} connections, handed off {}, rejected {}",
         s.accepted.load(Relaxed),
         s.handed_off.load(Relaxed),
         s.rejected.load(Relaxed)
     );
-    system.shutdown();
+    system.shutdown_graceful(std::time::Duration::from_secs(5));
     println!("echo: stopped");
 }

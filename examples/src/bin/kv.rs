@@ -35,7 +35,6 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
-    server::block_shutdown_signals();
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let workers = args.workers.map_or(cpus, usize::from);
     let system = System::with_config(server::server_config());
@@ -54,7 +53,10 @@ fn main() {
         "kv: listening on {addr} with {workers} rings (try: redis-cli -p {}) (Ctrl-C to stop)",
         addr.port()
     );
-    let sig = server::wait_for_shutdown_signal();
+    let cause = system.wait_for_signal().unwrap_or_else(|e| {
+        eprintln!("kv: cannot wait for signals: {e}");
+        std::process::exit(1);
+    });
     if aof.is_some() {
         srv.stop_serving(std::time::Duration::from_secs(5));
     }
@@ -64,11 +66,12 @@ fn main() {
     let s = &srv.stats;
     use std::sync::atomic::Ordering::Relaxed;
     println!(
-        "kv: signal {sig}, shutting down; accepted {} connections, handed off {}, rejected {}",
+        "kv: {cause:?}, shutting down; accepted {} connections, handed off {}, rejected {}",
         s.accepted.load(Relaxed),
         s.handed_off.load(Relaxed),
         s.rejected.load(Relaxed)
     );
-    system.shutdown();
+    // What clients sent before the signal is answered; then it stops.
+    system.shutdown_graceful(std::time::Duration::from_secs(5));
     println!("kv: stopped");
 }
