@@ -92,6 +92,10 @@ pub use system::{Shard, StopCause, StopHandle, System, SystemConfig};
 
 /// The ring and mailbox layer (re-export of `ringmail-transport`).
 pub use ringmail_transport as transport;
+/// The transport types this crate's own signatures use, at its root:
+/// [`FdHandler::handle_fd`] takes a [`FixedFd`], [`SystemConfig::ring`] a
+/// [`RingConfig`], [`SpawnError`] may carry a [`SetupError`].
+pub use ringmail_transport::{FixedFd, RingConfig, SetupError};
 
 /// Messages that reached no handler since the process started: sent to a
 /// stopped actor, still queued when their actor stopped or its shard shut

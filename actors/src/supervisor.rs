@@ -1,44 +1,4 @@
-//! Supervision: a [`Supervisor`] starts its children, and when one fails
-//! (a panic, or a stop with an abnormal reason: [`StopReason::is_abnormal`];
-//! a normal stop is not a failure) restarts it by its [`Strategy`], up to
-//! an OTP-style intensity limit.
-//!
-//! # What a restart keeps
-//!
-//! By default ([`Restarts::InPlace`], Akka's semantics) a child restarts
-//! *in place*: its shard replaces the failed instance by a fresh one from
-//! the child's maker, in the same cell. The child's [`crate::ActorRef`]s,
-//! its registered name and its mailbox survive: messages queued behind the
-//! one that failed are handled by the new instance, in their order, and
-//! senders never see `Stopped`. Only the message whose handler panicked is
-//! lost; it is counted as a dead letter ([`crate::System::dead_letters`]),
-//! and an ask it carried gets `NoReply`. The failed instance gets
-//! [`crate::Actor::pre_restart`] (default: its `stopped` hook), the new one
-//! [`crate::Actor::post_restart`] (default: `started`). Monitors and links
-//! see only the child's final end: a restart is not a stop.
-//!
-//! With [`Restarts::Fresh`] (Erlang's semantics) a restart is a new actor
-//! with a new reference and an empty mailbox: holders of the old reference
-//! get `Stopped`, what was queued for it becomes dead letters, monitors get
-//! a [`Down`] per failure, and the name is re-registered for
-//! [`crate::System::lookup`].
-//!
-//! # Giving up, and escalation
-//!
-//! More than `max_restarts` restarts within `within` and the supervisor
-//! gives up: the failing child stops with its reason, the supervisor stops
-//! its other children and then itself with [`StopReason::RestartIntensity`],
-//! which its monitors see as a [`Down`]. A supervisor supervised by another
-//! is a failing child of that one, so giving up travels up the tree (OTP's
-//! escalation), each level restarting or giving up by its own intensity.
-//! At the top, [`Supervisor::on_give_up`] runs a closure, for instance a
-//! [`crate::StopHandle`] asking the system to stop.
-//!
-//! # Placement
-//!
-//! Children live on the supervisor's shard unless the child is added with
-//! [`Supervisor::child_on`], which places it on a given [`crate::Shard`].
-//! A restart in place happens on the child's own shard.
+//! Supervisors: see [`Supervisor`], whose docs are the design.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -64,7 +24,7 @@ pub enum Strategy {
     RestForOne,
 }
 
-/// What a restart keeps (see the module docs of [`Supervisor`]).
+/// What a restart keeps (see [`Supervisor`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Restarts {
@@ -165,7 +125,49 @@ impl Message for SiblingFailed {
     type Reply = ();
 }
 
-/// A supervisor: see the module docs.
+/// Supervision: a [`Supervisor`] starts its children, and when one fails
+/// (a panic, or a stop with an abnormal reason: [`StopReason::is_abnormal`];
+/// a normal stop is not a failure) restarts it by its [`Strategy`], up to
+/// an OTP-style intensity limit.
+///
+/// # What a restart keeps
+///
+/// By default ([`Restarts::InPlace`], Akka's semantics) a child restarts
+/// *in place*: its shard replaces the failed instance by a fresh one from
+/// the child's maker, in the same cell. The child's [`crate::ActorRef`]s,
+/// its registered name and its mailbox survive: messages queued behind the
+/// one that failed are handled by the new instance, in their order, and
+/// senders never see `Stopped`. Only the message whose handler panicked is
+/// lost; it is counted as a dead letter ([`crate::System::dead_letters`]),
+/// and an ask it carried gets `NoReply`. The failed instance gets
+/// [`crate::Actor::pre_restart`] (default: its `stopped` hook), the new one
+/// [`crate::Actor::post_restart`] (default: `started`). Monitors and links
+/// see only the child's final end: a restart is not a stop.
+///
+/// With [`Restarts::Fresh`] (Erlang's semantics) a restart is a new actor
+/// with a new reference and an empty mailbox: holders of the old reference
+/// get `Stopped`, what was queued for it becomes dead letters, monitors get
+/// a [`Down`] per failure, and the name is re-registered for
+/// [`crate::System::lookup`].
+///
+/// # Giving up, and escalation
+///
+/// More than `max_restarts` restarts within `within` and the supervisor
+/// gives up: the failing child stops with its reason, the supervisor stops
+/// its other children and then itself with [`StopReason::RestartIntensity`],
+/// which its monitors see as a [`Down`]. A supervisor supervised by another
+/// is a failing child of that one, so giving up travels up the tree (OTP's
+/// escalation), each level restarting or giving up by its own intensity.
+/// At the top, [`Supervisor::on_give_up`] runs a closure, for instance a
+/// [`crate::StopHandle`] asking the system to stop.
+///
+/// # Placement
+///
+/// Children live on the supervisor's shard unless the child is added with
+/// [`Supervisor::child_on`], which places it on a given [`crate::Shard`].
+/// A restart in place happens on the child's own shard.
+///
+/// # Example
 ///
 /// ```
 /// use std::time::Duration;

@@ -161,7 +161,7 @@ pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
         n - 1
     );
     pin(&server_cpus);
-    let system = ringmail::System::with_config(ringmail_examples::server::server_config());
+    let system = ringmail::System::with_config(ringmail::SystemConfig::server());
     let (listener, raddr) = ringmail_examples::server::listen(0).unwrap();
     let srv = ringmail_examples::echo::start(&system, listener, workers).expect("echo server");
     let (taddr, rt) = tokio_server(workers);

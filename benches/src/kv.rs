@@ -142,7 +142,7 @@ pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
 /// service with one ring on `port`, until SIGTERM.
 pub fn serve(port: u16) -> ! {
     use ringmail_examples::{kv, server};
-    let system = ringmail::System::with_config(server::server_config());
+    let system = ringmail::System::with_config(ringmail::SystemConfig::server());
     let (listener, _) = server::listen(port).expect("listen");
     let srv = kv::server::start(&system, listener, 1).expect("kv server");
     system.wait_for_signal().expect("wait for SIGTERM");

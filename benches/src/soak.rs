@@ -286,7 +286,7 @@ pub fn run(secs: u64, inject: Inject) -> i32 {
     println!("soak: {secs} s of KV and cluster load with random faults");
     let fds0 = open_fds();
     let kinds0 = fd_kinds();
-    let system = System::with_config(ringmail_examples::server::server_config());
+    let system = System::with_config(ringmail::SystemConfig::server());
     let (listener, kv_addr) = ringmail_examples::server::listen(0).unwrap();
     let kv = ringmail_examples::kv::server::start(&system, listener, 2).expect("kv server");
 

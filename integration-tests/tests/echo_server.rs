@@ -11,7 +11,7 @@ use ringmail_examples::echo::{self, ConnCount, EchoServer};
 use ringmail_examples::server;
 
 fn start(workers: usize) -> (System, EchoServer) {
-    let system = System::with_config(server::server_config());
+    let system = System::with_config(ringmail::SystemConfig::server());
     let (listener, _) = server::listen(0).unwrap();
     let srv = echo::start(&system, listener, workers).unwrap();
     (system, srv)

@@ -12,7 +12,7 @@ use ringmail_examples::kv::server::{start, KvServer};
 use ringmail_examples::server;
 
 fn serve(rings: usize) -> (System, KvServer) {
-    let system = System::with_config(server::server_config());
+    let system = System::with_config(ringmail::SystemConfig::server());
     let (listener, _) = server::listen(0).unwrap();
     let srv = start(&system, listener, rings).unwrap();
     (system, srv)
@@ -263,7 +263,7 @@ fn the_append_only_file_survives_a_restart_with_another_ring_count() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("kv.aof");
     let start = |rings: usize| {
-        let system = System::with_config(server::server_config());
+        let system = System::with_config(ringmail::SystemConfig::server());
         let (listener, _) = server::listen(0).unwrap();
         let srv = start_with(&system, listener, rings, Some(&path)).unwrap();
         (system, srv)

@@ -86,14 +86,14 @@ fn a_client_that_never_reads_is_disconnected_at_the_output_limit() {
 /// and the acceptor arms it again (`AcceptorStats::rearmed` > 0). Nothing
 /// is lost: every one of the 1 000 clients is accepted, handed off and
 /// echoed. (The echo workers run on rings sized for many connections, as
-/// `server_config` makes them.)
+/// `SystemConfig::server` makes them.)
 #[test]
 fn an_accept_burst_past_a_small_cq_rearms_and_loses_no_connection() {
     use ringmail_examples::{echo::EchoWorker, server};
     use std::sync::atomic::Ordering::Relaxed;
     const THREADS: u32 = 8;
     const PER: u32 = 125;
-    let workers_system = System::with_config(server::server_config());
+    let workers_system = System::with_config(ringmail::SystemConfig::server());
     let ring = RingConfig::default().cq_entries(32).fixed_files(4096);
     let acceptor_system = System::with_config(SystemConfig::default().ring(ring));
     let (listener, addr) = server::listen(0).unwrap();

@@ -27,7 +27,7 @@ fn tcp_states_on(port: u16) -> Vec<String> {
 
 #[test]
 fn ten_thousand_sockets_handed_off_and_all_closed() {
-    let system = System::with_config(server::server_config());
+    let system = System::with_config(ringmail::SystemConfig::server());
     let (listener, addr) = server::listen(0).unwrap();
     let srv = echo::start(&system, listener, 2).unwrap();
     let count = |srv: &echo::EchoServer| -> usize {

@@ -37,7 +37,7 @@ fn main() {
     let args = Args::parse();
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let workers = args.workers.map_or(cpus, usize::from);
-    let system = System::with_config(server::server_config());
+    let system = System::with_config(ringmail::SystemConfig::server());
     let (listener, addr) =
         server::listen_on(SocketAddr::new(args.bind, args.port)).unwrap_or_else(|e| {
             eprintln!("kv: cannot listen on {}:{}: {e}", args.bind, args.port);

@@ -42,8 +42,15 @@
 //! shutdown, against the shard's I/O limit (`RingConfig::io_reserve / 2`
 //! operations). With the default ring settings a worker serves about 120
 //! connections; [`Connections::add`] refuses more (`EBUSY`, the connection
-//! is closed). Servers raise `io_reserve`, `cq_entries` and `fixed_files`
-//! (see `ringmail_examples::server::server_config`: thousands per worker).
+//! is closed). Servers raise `io_reserve`, `cq_entries` and `fixed_files`:
+//! [`SystemConfig::server`](crate::SystemConfig::server) does (thousands
+//! per worker).
+//!
+//! # Messages, not bytes
+//!
+//! [`Input::Data`] carries bytes as TCP delivered them: a message may come
+//! in pieces, or several at once. [`frame::Framer`] cuts them back into
+//! lines or length-prefixed frames, one framer per connection.
 //!
 //! # Slow and vanishing clients
 //!
@@ -54,6 +61,8 @@
 //! mid-message ends the receive (`Closed` or an error): the worker gets
 //! [`Input::Closed`] once, and the socket is closed when its last send is
 //! done.
+
+pub mod frame;
 
 use std::collections::HashMap;
 use std::io;
@@ -204,6 +213,11 @@ impl<W: FdHandler<NewConnection>> Handler<Rearm> for Acceptor<W> {
 }
 
 /// A connection of a [`Connections`] set.
+///
+/// Unique within its set (one worker), for the life of the set: ids are
+/// never reused. Two workers hand out the same ids, so a key that must be
+/// unique across workers pairs it with the worker's actor id
+/// ([`ActorRef::id`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ConnId(pub u64);
 
@@ -332,6 +346,12 @@ impl Connections {
     /// True when no connection is open.
     pub fn is_empty(&self) -> bool {
         self.conns.is_empty()
+    }
+
+    /// The connections that take writes now (open, not closing), in no
+    /// particular order: to broadcast, or to close them all.
+    pub fn ids(&self) -> impl Iterator<Item = ConnId> + '_ {
+        self.conns.iter().filter(|(_, c)| !c.closing).map(|(id, _)| ConnId(*id))
     }
 
     /// Starts serving `fd`: arms its multishot receive. On error the

@@ -1,0 +1,230 @@
+//! Framing: cuts the byte stream of a connection ([`super::Input::Data`])
+//! back into messages, as lines or as length-prefixed frames, with a bound
+//! on a message's size so that a peer cannot make a worker buffer without
+//! limit.
+//!
+//! A [`Framer`] per connection; feed it what arrives, take what is whole:
+//!
+//! ```
+//! use ringmail::net::frame::Framer;
+//!
+//! let mut lines = Framer::lines(1024);
+//! lines.push(b"hel");
+//! assert_eq!(lines.next_frame(), Ok(None)); // not whole yet
+//! lines.push(b"lo\nwor");
+//! assert_eq!(lines.next_frame(), Ok(Some(b"hello".to_vec())));
+//! lines.push(b"ld\r\n");
+//! assert_eq!(lines.next_frame(), Ok(Some(b"world".to_vec())));
+//!
+//! let mut frames = Framer::length_prefixed(1024);
+//! let mut wire = Vec::new();
+//! Framer::encode_length_prefixed(b"ping", &mut wire);
+//! frames.push(&wire);
+//! assert_eq!(frames.next_frame(), Ok(Some(b"ping".to_vec())));
+//! ```
+
+use std::fmt;
+
+/// How a connection's bytes are cut into messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Framing {
+    /// Lines ended by `\n`; a `\r` before it is dropped too.
+    Lines,
+    /// A 4-byte big-endian length, then that many bytes.
+    LengthPrefixed,
+}
+
+/// A message longer than the framer's limit: the stream cannot be trusted
+/// further (close the connection).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FrameError {
+    /// A frame (or a line without its end) longer than `limit` bytes.
+    TooLong {
+        /// The framer's limit.
+        limit: usize,
+    },
+}
+
+impl fmt::Display for FrameError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FrameError::TooLong { limit } => {
+                write!(f, "a message longer than the limit of {limit} bytes")
+            }
+        }
+    }
+}
+
+impl std::error::Error for FrameError {}
+
+/// Cuts one connection's bytes into messages (see the module docs).
+#[derive(Debug)]
+pub struct Framer {
+    framing: Framing,
+    limit: usize,
+    buf: Vec<u8>,
+    /// Where the next message starts in `buf` (consumed bytes are dropped
+    /// lazily, once they are half the buffer).
+    start: usize,
+    /// Lines: how far `buf` has been searched for `\n` already.
+    scanned: usize,
+}
+
+impl Framer {
+    /// Lines of at most `limit` bytes (without their end).
+    pub fn lines(limit: usize) -> Framer {
+        Framer::new(Framing::Lines, limit)
+    }
+
+    /// Length-prefixed frames of at most `limit` bytes.
+    pub fn length_prefixed(limit: usize) -> Framer {
+        Framer::new(Framing::LengthPrefixed, limit)
+    }
+
+    /// A framer for `framing`, with messages of at most `limit` bytes.
+    pub fn new(framing: Framing, limit: usize) -> Framer {
+        Framer { framing, limit, buf: Vec::new(), start: 0, scanned: 0 }
+    }
+
+    /// Appends bytes that arrived.
+    pub fn push(&mut self, data: &[u8]) {
+        if self.start > 0 && self.start * 2 >= self.buf.len() {
+            self.buf.drain(..self.start);
+            self.scanned -= self.start.min(self.scanned);
+            self.start = 0;
+        }
+        self.buf.extend_from_slice(data);
+    }
+
+    /// Bytes held that are not a whole message yet.
+    pub fn buffered(&self) -> usize {
+        self.buf.len() - self.start
+    }
+
+    /// The next whole message, `Ok(None)` when none is whole yet, or an
+    /// error when the one in progress is over the limit.
+    pub fn next_frame(&mut self) -> Result<Option<Vec<u8>>, FrameError> {
+        let rest = &self.buf[self.start..];
+        let too_long = FrameError::TooLong { limit: self.limit };
+        match self.framing {
+            Framing::Lines => {
+                let from = self.scanned.max(self.start) - self.start;
+                match rest[from..].iter().position(|&b| b == b'\n') {
+                    Some(i) => {
+                        let end = from + i;
+                        let line = rest[..end].strip_suffix(b"\r").unwrap_or(&rest[..end]);
+                        if line.len() > self.limit {
+                            return Err(too_long);
+                        }
+                        let line = line.to_vec();
+                        self.start += end + 1;
+                        self.scanned = self.start;
+                        Ok(Some(line))
+                    }
+                    None => {
+                        // "\r" may still come before the "\n": one byte over.
+                        if rest.len() > self.limit + 1 {
+                            return Err(too_long);
+                        }
+                        self.scanned = self.buf.len();
+                        Ok(None)
+                    }
+                }
+            }
+            Framing::LengthPrefixed => {
+                let Some(head) = rest.get(..4) else { return Ok(None) };
+                let len = u32::from_be_bytes(head.try_into().expect("4 bytes")) as usize;
+                if len > self.limit {
+                    return Err(too_long);
+                }
+                let Some(body) = rest.get(4..4 + len) else { return Ok(None) };
+                let frame = body.to_vec();
+                self.start += 4 + len;
+                Ok(Some(frame))
+            }
+        }
+    }
+
+    /// Appends `frame` to `out` as a length-prefixed frame.
+    ///
+    /// # Panics
+    ///
+    /// If `frame` is longer than `u32::MAX` bytes.
+    pub fn encode_length_prefixed(frame: &[u8], out: &mut Vec<u8>) {
+        let len = u32::try_from(frame.len()).expect("a frame of at most 4 GiB");
+        out.extend_from_slice(&len.to_be_bytes());
+        out.extend_from_slice(frame);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn all(f: &mut Framer) -> Vec<Vec<u8>> {
+        std::iter::from_fn(|| f.next_frame().unwrap()).collect()
+    }
+
+    #[test]
+    fn lines_come_whole_whatever_the_pieces() {
+        let text = b"one\ntwo\r\n\nthree\n";
+        for cut in 1..text.len() {
+            let mut f = Framer::lines(16);
+            let mut got = Vec::new();
+            for piece in text.chunks(cut) {
+                f.push(piece);
+                got.extend(all(&mut f));
+            }
+            assert_eq!(got, [&b"one"[..], b"two", b"", b"three"], "pieces of {cut}");
+            assert_eq!(f.buffered(), 0);
+        }
+    }
+
+    #[test]
+    fn frames_come_whole_whatever_the_pieces() {
+        let mut wire = Vec::new();
+        for m in [&b"a"[..], b"", b"hello world"] {
+            Framer::encode_length_prefixed(m, &mut wire);
+        }
+        for cut in 1..wire.len() {
+            let mut f = Framer::length_prefixed(64);
+            let mut got = Vec::new();
+            for piece in wire.chunks(cut) {
+                f.push(piece);
+                got.extend(all(&mut f));
+            }
+            assert_eq!(got, [&b"a"[..], b"", b"hello world"], "pieces of {cut}");
+        }
+    }
+
+    #[test]
+    fn a_message_over_the_limit_is_an_error_before_it_is_buffered_whole() {
+        let mut f = Framer::lines(4);
+        f.push(b"12345"); // limit + 1 bytes: could be 4 bytes and a "\r"
+        assert_eq!(f.next_frame(), Ok(None));
+        f.push(b"6");
+        assert_eq!(f.next_frame(), Err(FrameError::TooLong { limit: 4 }));
+        let mut f = Framer::lines(4);
+        f.push(b"1234\r\n");
+        assert_eq!(f.next_frame(), Ok(Some(b"1234".to_vec())), "the limit itself is fine");
+        let mut f = Framer::length_prefixed(8);
+        f.push(&9u32.to_be_bytes()); // refused from the header alone
+        assert_eq!(f.next_frame(), Err(FrameError::TooLong { limit: 8 }));
+        assert_eq!(
+            FrameError::TooLong { limit: 8 }.to_string(),
+            "a message longer than the limit of 8 bytes"
+        );
+    }
+
+    #[test]
+    fn memory_stays_bounded_over_a_long_stream() {
+        let mut f = Framer::lines(64);
+        for i in 0..100_000 {
+            f.push(format!("line {i}\n").as_bytes());
+            assert_eq!(f.next_frame().unwrap().unwrap(), format!("line {i}").into_bytes());
+        }
+        assert!(f.buf.capacity() < 4096, "consumed bytes are dropped: {}", f.buf.capacity());
+    }
+}
