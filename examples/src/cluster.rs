@@ -7,12 +7,14 @@
 //! node). A *driver* node finds them through the cluster and uses them
 //! exactly like local actors.
 
+// ANCHOR: uses
 use std::collections::HashMap;
 use std::sync::mpsc;
 
 use ringmail::remote::Node;
 use ringmail::{Actor, ActorRef, Context, Handler, Message, SpawnError, System};
 use serde::{Deserialize, Serialize};
+// ANCHOR_END: uses
 
 // ANCHOR: messages
 /// Answers a ping with the same number.

@@ -2,12 +2,14 @@
 //! workers, each on its own shard; a worker sends back every byte it
 //! receives, in order, through [`Connections`].
 
+// ANCHOR: uses
 use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 
 use ringmail::net::{Acceptor, AcceptorStats, Connections, Input, NetEvent, NewConnection};
 use ringmail::transport::FixedFd;
 use ringmail::{Actor, ActorRef, Context, FdHandler, Handler, Message, SpawnError, System};
+// ANCHOR_END: uses
 
 // ANCHOR: worker
 /// Serves connections on its shard's ring: echoes what it receives.

@@ -1,10 +1,12 @@
 //! Tutorial, chapter "Rings and co-located actors": one shard hosting many
 //! actors, messages between them never entering the kernel.
 
+// ANCHOR: uses
 use std::sync::mpsc;
 use std::time::Duration;
 
 use ringmail::{Actor, ActorRef, Context, Handler, Message, System};
+// ANCHOR_END: uses
 
 // ANCHOR: relay
 /// Passes a token to the next relay; the last one reports.

@@ -2,9 +2,11 @@
 //! handlers; tell and ask.
 
 // ANCHOR: actor
+// ANCHOR: uses
 use std::time::Duration;
 
 use ringmail::{Actor, Context, Handler, Message, System};
+// ANCHOR_END: uses
 
 /// A counter: its state is plain data, owned by the actor.
 struct Counter {

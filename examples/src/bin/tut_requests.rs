@@ -4,9 +4,11 @@
 //! handlers that `.await`. Then a producer that outruns its consumer, paused
 //! (as an actor) by the consumer's full mailbox.
 
+// ANCHOR: uses
 use std::time::Duration;
 
 use ringmail::{Actor, ActorRef, AsyncHandler, Context, Handler, Message, System, SystemConfig};
+// ANCHOR_END: uses
 
 // ANCHOR: rates
 /// The last stage: an exchange rate per currency, in basis points.

@@ -1,9 +1,11 @@
 //! Tutorial, chapter "Supervision, monitors and links".
 
+// ANCHOR: uses
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use ringmail::{Actor, Context, Down, Handler, Message, StopReason, Strategy, Supervisor, System};
+// ANCHOR_END: uses
 
 // ANCHOR: worker
 /// A worker that counts the jobs it did; job 0 makes it panic.

@@ -1,5 +1,6 @@
 //! Tutorial, chapter "Timers and I/O as messages".
 
+// ANCHOR: uses
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::sync::mpsc;
@@ -7,6 +8,7 @@ use std::time::Duration;
 
 use ringmail::io::{IoDone, IoOp};
 use ringmail::{Actor, Context, Handler, Message, System};
+// ANCHOR_END: uses
 
 // ANCHOR: actor
 /// Writes a line to a file every 10 ms (three times), then reads it back.

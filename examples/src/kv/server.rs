@@ -21,6 +21,7 @@
 //! * Malformed RESP gets `-ERR Protocol error: ...` after the replies to
 //!   the requests before it, and closes that connection only.
 
+// ANCHOR: uses
 use std::collections::{HashMap, VecDeque};
 use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
@@ -33,6 +34,7 @@ use ringmail::{Actor, ActorRef, Context, FdHandler, Handler, Message, SpawnError
 use super::aof::{Aof, AofIo};
 use super::engine::Keyspace;
 use super::resp::{self, Limits, Parsed, Reply};
+// ANCHOR_END: uses
 
 /// The shard that owns `key`, among `n` (FNV-1a: stable across runs).
 pub fn shard_of(key: &[u8], n: usize) -> usize {
