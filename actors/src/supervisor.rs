@@ -360,6 +360,13 @@ impl Supervisor {
 
     /// Past the intensity: stop the children and then itself.
     fn give_up(&mut self, reason: &StopReason, ctx: &mut Context<Self>) {
+        tracing::error!(
+            supervisor = ctx.myself().id(),
+            %reason,
+            max_restarts = self.max_restarts,
+            within = ?self.within,
+            "supervisor gave up: past its restart intensity"
+        );
         if let Some(f) = self.on_give_up.take() {
             f(reason);
         }

@@ -381,6 +381,7 @@ impl System {
                 }
             }
         };
+        tracing::info!(?cause, "stop requested");
         // The pipe writers go (their flags and conditional exits stay).
         for id in pipes {
             signal_hook::low_level::unregister(id);
@@ -403,6 +404,7 @@ impl System {
     /// periodic timer never runs out of work: its system stops at the
     /// deadline.
     pub fn shutdown_graceful(&self, deadline: Duration) -> bool {
+        tracing::info!(?deadline, "stopping gracefully");
         self.stats.draining.store(true, Ordering::SeqCst);
         let end = Instant::now() + deadline;
         let (mut last, mut stable) = (None, 0);
@@ -424,6 +426,9 @@ impl System {
             }
             std::thread::sleep(Duration::from_millis(2));
         };
+        if !drained {
+            tracing::warn!(?deadline, "the work did not run out within the deadline: stopping now");
+        }
         self.shutdown();
         drained
     }

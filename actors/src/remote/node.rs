@@ -264,7 +264,7 @@ impl NodeActor {
             }
             Err(QueueError::NotUp) => return false,
             Err(QueueError::Frame(e)) => {
-                eprintln!("ringmail node {}: frame not sent: {e}", self.shared.cfg.name);
+                tracing::warn!(node = %self.shared.cfg.name, error = %e, "frame not sent");
                 return false;
             }
         }
@@ -322,7 +322,7 @@ impl NodeActor {
         }
         let quiet = ["", "node shut down", "duplicate connection retired"];
         if l.peer.is_some() && !quiet.contains(&reason) {
-            eprintln!("ringmail node {}: connection closed: {reason}", self.shared.cfg.name);
+            tracing::info!(node = %self.shared.cfg.name, reason, "connection closed");
         }
         self.conns.close(conn, ctx);
         self.peer_down(link, reason);
@@ -364,6 +364,7 @@ impl NodeActor {
         for id in self.proxies.take_of_peer(&name, inc) {
             self.stop_proxy(id, StopReason::NodeDown(name.clone()));
         }
+        tracing::warn!(node = %self.shared.cfg.name, peer = %name, incarnation = inc, reason, in_doubt, "peer down");
         self.shared.publish(NodeEvent::Down {
             name,
             incarnation: inc,
@@ -414,6 +415,7 @@ impl NodeActor {
         }
         self.up.insert(name.clone(), link);
         crate::runtime::lock(&self.shared.peers).insert(name.clone(), inc);
+        tracing::info!(node = %self.shared.cfg.name, peer = %name, incarnation = inc, "peer up");
         self.shared.publish(NodeEvent::Up { name: name.clone(), incarnation: inc });
         self.send_members(link);
         self.swim.announce(&name);
@@ -574,9 +576,9 @@ impl Handler<Outbound> for NodeActor {
         let remote_id = p.remote_id;
         let Some(codec) = self.shared.codecs.for_msg(msg.msg_type()) else {
             shared.unreserve();
-            eprintln!(
-                "ringmail node {}: a message type is not registered (Node::register): dead letter",
-                self.shared.cfg.name
+            tracing::warn!(
+                node = %self.shared.cfg.name,
+                "a message type is not registered (Node::register): dead letter"
             );
             dead_letter();
             return;
@@ -586,7 +588,7 @@ impl Handler<Outbound> for NodeActor {
             Ok(p) => p,
             Err(e) => {
                 shared.unreserve();
-                eprintln!("ringmail node {}: a message does not encode: {e}", self.shared.cfg.name);
+                tracing::warn!(node = %self.shared.cfg.name, error = %e, "a message does not encode: dead letter");
                 dead_letter();
                 return;
             }

@@ -204,7 +204,7 @@ impl Swim {
     fn reject(&mut self, e: &foca::Error) {
         self.rejected += 1;
         if !matches!(e, foca::Error::DataFromOurselves) {
-            eprintln!("ringmail node {}: membership packet refused: {e}", self.me().name);
+            tracing::warn!(node = %self.me().name, error = %e, "membership packet refused");
         }
     }
 }

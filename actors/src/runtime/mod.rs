@@ -121,6 +121,7 @@ pub(crate) fn thread_system() -> Option<Arc<SystemStats>> {
 /// Where the system of the message's target is known, use
 /// [`dead_letter_in`] instead.
 pub(crate) fn dead_letter() {
+    tracing::debug!("dead letter");
     DEAD_LETTERS.fetch_add(1, Ordering::Relaxed);
     let _ = SYSTEM.try_with(|s| {
         if let Some(s) = s.get() {
@@ -134,6 +135,7 @@ pub(crate) fn dead_letter() {
 pub(crate) fn dead_letter_in(stats: Option<&SystemStats>) {
     match stats {
         Some(s) => {
+            tracing::debug!("dead letter");
             DEAD_LETTERS.fetch_add(1, Ordering::Relaxed);
             s.dead_letters.fetch_add(1, Ordering::Relaxed);
         }

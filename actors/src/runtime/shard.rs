@@ -247,7 +247,7 @@ impl ShardLoop {
                     done
                 }
                 Ok((Err(e), _, _)) => {
-                    eprintln!("ringmail: shard {} ring failed: {e}; stopping it", self.handle.id);
+                    tracing::error!(shard = self.handle.id, error = %e, "ring failed; stopping the shard");
                     break 'run;
                 }
                 Err(_) => break 'run,
@@ -603,6 +603,7 @@ impl ShardLoop {
     fn fail(&mut self, id: u64, mut reason: StopReason, mut hook: bool) -> bool {
         loop {
             let Some(slot) = self.actors.get(&id) else { return false };
+            tracing::warn!(actor = id, %reason, "actor failed");
             if !slot.restart_wanted(&reason) {
                 if hook {
                     self.end_actor(id, reason);
@@ -638,6 +639,7 @@ impl ShardLoop {
     ) -> Result<Option<StopReason>, StopReason> {
         let Some(slot) = self.actors.get_mut(&id) else { return Ok(None) };
         self.handle.stats.restarts.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(actor = id, %reason, "restarting the actor in place");
         let cell = slot.cell().clone();
         outbox::enter(id);
         let r = catch_unwind(AssertUnwindSafe(|| slot.restart(reason)));
@@ -691,6 +693,11 @@ impl ShardLoop {
 
     /// Records the end of an actor: its reason, and its names leave the registry.
     fn finished(&mut self, cell: &ActorCell, reason: StopReason) {
+        if reason.is_abnormal() {
+            tracing::warn!(actor = cell.id, %reason, "actor stopped");
+        } else {
+            tracing::debug!(actor = cell.id, %reason, "actor stopped");
+        }
         self.task_wakers.remove(&cell.id);
         cell.set_stopped(reason);
         for name in cell.take_names() {

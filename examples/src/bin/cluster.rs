@@ -70,6 +70,7 @@ const TEXT: &str = "the ring passes the message and the message passes the ring 
 
 fn main() {
     let args = Args::parse();
+    ringmail_examples::server::init_logging();
     match args.name.clone() {
         Some(name) => run_node(&name, args),
         None => orchestrate(args.secret),

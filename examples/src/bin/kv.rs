@@ -35,6 +35,7 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
+    server::init_logging();
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let workers = args.workers.map_or(cpus, usize::from);
     let system = System::with_config(ringmail::SystemConfig::server());

@@ -58,7 +58,7 @@ impl NodeActor {
             } else {
                 self.shared.counters.handshakes_failed.fetch_add(1, Ordering::Relaxed);
             }
-            eprintln!("ringmail node {}: closing a connection: {e}", self.shared.cfg.name);
+            tracing::warn!(node = %self.shared.cfg.name, error = %e, "closing a connection");
             self.close(link, &e, ctx);
         }
     }

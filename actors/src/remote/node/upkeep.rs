@@ -102,7 +102,7 @@ impl NodeActor {
         self.dials.retain(|addr, d| {
             let keep = d.keep(members.contains(addr));
             if !keep {
-                eprintln!("ringmail node {name}: {addr} stopped answering; no longer dialled");
+                tracing::warn!(node = %name, %addr, "stopped answering; no longer dialled");
             }
             keep
         });
