@@ -2,7 +2,7 @@
 //! them, and shuts everything down in order.
 
 use std::io::{Read, Write};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -343,35 +343,35 @@ impl System {
     /// Waits for `SIGINT` or `SIGTERM` (or a [`StopHandle::stop`]) and says
     /// which came; the system runs on.
     ///
-    /// The handlers it installs for the two signals only set a flag and
-    /// wake this thread, so a signal may land on any thread, the shards'
-    /// included (their ring waits go on after the interruption); no thread
-    /// needs its signal mask changed. From the first signal on, a second
-    /// one ends the process at once (exit code 1), as users expect of a
-    /// second Ctrl-C during a slow stop. The handlers stay installed
-    /// afterwards.
+    /// The handlers it installs (once per process) for the two signals
+    /// only set flags and wake this thread, so a signal may land on any
+    /// thread, the shards' included (their ring waits go on after the
+    /// interruption); no thread needs its signal mask changed. Once the
+    /// wait has ended, by a signal or a request, the process is stopping:
+    /// a signal then (a second Ctrl-C during a slow stop, a supervisor's
+    /// SIGTERM) ends it at once with exit code 1, until the next wait
+    /// begins.
     pub fn wait_for_signal(&self) -> std::io::Result<StopCause> {
         use signal_hook::consts::{SIGINT, SIGTERM};
-        use signal_hook::{flag, low_level::pipe};
+        let (seen, last) = signals()?;
+        // A signal from now on is this wait's (it was not before: between
+        // two waits, a signal ends the process).
+        last.store(0, Ordering::SeqCst);
+        seen.store(false, Ordering::SeqCst);
         let req = &self.stop.0;
-        let got: [(i32, Arc<AtomicBool>); 2] =
-            [(SIGINT, Arc::default()), (SIGTERM, Arc::default())];
         let mut pipes = Vec::new();
-        for (sig, seen) in &got {
-            // Order matters: the conditional exit must see the flag of the
-            // *previous* signal, so it is registered first.
-            flag::register_conditional_shutdown(*sig, 1, seen.clone())?;
-            flag::register(*sig, seen.clone())?;
-            pipes.push(pipe::register(*sig, req.wake.try_clone()?)?);
-        }
-        let cause = {
+        let waited = (|| {
+            for sig in [SIGINT, SIGTERM] {
+                pipes.push(signal_hook::low_level::pipe::register(sig, req.wake.try_clone()?)?);
+            }
             let mut woken = lock(&req.woken);
             loop {
-                if let Some((sig, _)) = got.iter().find(|(_, seen)| seen.load(Ordering::SeqCst)) {
-                    break StopCause::Signal(*sig);
+                match last.load(Ordering::SeqCst) {
+                    0 => {}
+                    sig => return Ok(StopCause::Signal(sig as i32)),
                 }
                 if let Some(why) = self.stop.requested() {
-                    break StopCause::Requested(why);
+                    return Ok(StopCause::Requested(why));
                 }
                 let mut buf = [0u8; 64];
                 match woken.read(&mut buf) {
@@ -380,13 +380,16 @@ impl System {
                     Err(e) => return Err(e),
                 }
             }
-        };
-        tracing::info!(?cause, "stop requested");
-        // The pipe writers go (their flags and conditional exits stay).
+        })();
         for id in pipes {
             signal_hook::low_level::unregister(id);
         }
-        Ok(cause)
+        // The system is stopping: a signal now ends the process at once.
+        seen.store(true, Ordering::SeqCst);
+        if let Ok(cause) = &waited {
+            tracing::info!(?cause, "stop requested");
+        }
+        waited
     }
 
     /// Stops the system gracefully: no new work from outside, the work it
@@ -399,8 +402,11 @@ impl System {
     /// [`TellError::ShuttingDown`](crate::TellError::ShuttingDown) (asks
     /// likewise); actors keep sending to each other, replies and timers
     /// keep flowing. The work has run out when every shard waits on its
-    /// ring with nothing queued and no actor paused, and no shard has
-    /// dispatched anything across three looks 2 ms apart. An actor with a
+    /// ring with nothing queued, no actor paused, no timer armed and
+    /// nothing of its own unsent, no send from outside is under way (a
+    /// `batched` scope's until its flush), and no shard has dispatched
+    /// anything across three looks 2 ms apart. I/O in flight (a receive
+    /// armed on an idle connection) does not count as work. An actor with a
     /// periodic timer never runs out of work: its system stops at the
     /// deadline.
     pub fn shutdown_graceful(&self, deadline: Duration) -> bool {
@@ -454,6 +460,34 @@ impl System {
         // Let the calling thread's ring forget its lanes to the closed shards.
         flush_if_present();
     }
+}
+
+/// The process's SIGINT/SIGTERM handlers, installed once (the first
+/// [`System::wait_for_signal`]) and shared by every wait: `seen` is set by
+/// either signal, and a signal that finds it set already ends the process
+/// (exit code 1); `last` holds the number of the last signal.
+/// `seen` and `last` (see [`signals`]).
+type SignalFlags = (Arc<AtomicBool>, Arc<AtomicUsize>);
+
+fn signals() -> std::io::Result<&'static SignalFlags> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    use signal_hook::flag;
+    static SIGNALS: std::sync::OnceLock<Result<SignalFlags, String>> = std::sync::OnceLock::new();
+    let installed = SIGNALS.get_or_init(|| {
+        let seen = Arc::new(AtomicBool::new(false));
+        let last = Arc::new(AtomicUsize::new(0));
+        for sig in [SIGINT, SIGTERM] {
+            // Registered first, so it sees `seen` as the previous signal
+            // left it.
+            flag::register_conditional_shutdown(sig, 1, seen.clone()).map_err(|e| e.to_string())?;
+            flag::register(sig, seen.clone()).map_err(|e| e.to_string())?;
+            flag::register_usize(sig, last.clone(), sig as usize).map_err(|e| e.to_string())?;
+        }
+        Ok((seen, last))
+    });
+    installed
+        .as_ref()
+        .map_err(|e| std::io::Error::other(format!("installing signal handlers: {e}")))
 }
 
 impl Drop for System {

@@ -278,6 +278,18 @@ fn signal_child() {
     std::process::exit(if handled == accepted && dead == 0 && accepted > 0 { 0 } else { 1 });
 }
 
+/// The process catches SIGINT (2) and SIGTERM (15).
+fn catches_int_and_term(pid: u32) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let caught = status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigCgt:"))
+        .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+        .unwrap_or(0);
+    let want = (1 << (2 - 1)) | (1 << (15 - 1));
+    caught & want == want
+}
+
 fn signal_run(sig: &str, number: i32) {
     use std::io::BufRead;
     let mut child = std::process::Command::new(std::env::current_exe().unwrap())
@@ -292,7 +304,14 @@ fn signal_run(sig: &str, number: i32) {
         line.clear();
         assert!(out.read_line(&mut line).unwrap() > 0, "the child ended before it was ready");
     }
-    std::thread::sleep(Duration::from_millis(300)); // under load
+    // Signal only once the child's handlers are in (a signal before would
+    // kill it by default): SigCgt lists the signals the process catches.
+    let deadline = Instant::now() + T;
+    while !catches_int_and_term(child.id()) {
+        assert!(Instant::now() < deadline, "the child never installed its signal handlers");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(100)); // under load a while
     let ok = std::process::Command::new("kill").args([sig, &child.id().to_string()]).status();
     assert!(ok.unwrap().success());
     let mut rest = String::new();
@@ -308,4 +327,220 @@ fn signal_run(sig: &str, number: i32) {
 fn a_signal_stops_a_loaded_system_gracefully() {
     signal_run("-TERM", 15);
     signal_run("-INT", 2);
+}
+
+/// Ticks every 2 ms from `started`; each tick names the instance that
+/// armed it. Panics on `Crash`.
+struct Ticker {
+    instance: u64,
+    shared: Arc<Mutex<Ticks>>,
+}
+/// Instances made, and each tick as (armed by, handled by) instance.
+type Ticks = (u64, Vec<(u64, u64)>);
+struct Tick(u64);
+impl Message for Tick {
+    type Reply = ();
+}
+impl Actor for Ticker {
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        let me = self.instance;
+        ctx.send_interval(Duration::from_millis(2), move || Tick(me)).expect("armed");
+    }
+}
+impl Handler<Tick> for Ticker {
+    fn handle(&mut self, Tick(by): Tick, _: &mut Context<Self>) {
+        self.shared.lock().unwrap().1.push((by, self.instance));
+    }
+}
+impl Handler<Crash> for Ticker {
+    fn handle(&mut self, _: Crash, _: &mut Context<Self>) {
+        panic!("ticker crash");
+    }
+}
+
+#[test]
+fn a_restart_in_place_ends_the_old_instances_timers() {
+    let system = System::new();
+    let shared = Arc::new(Mutex::new((0u64, Vec::new())));
+    let s2 = shared.clone();
+    let _sup = system
+        .spawn(Supervisor::new(Strategy::OneForOne).intensity(10, Duration::from_secs(60)).child(
+            Some("ticker"),
+            move || {
+                let mut s = s2.lock().unwrap();
+                s.0 += 1;
+                Ticker { instance: s.0, shared: s2.clone() }
+            },
+        ))
+        .unwrap();
+    let ticker = wait_lookup::<Ticker>(&system, "ticker");
+    for _ in 0..3 {
+        std::thread::sleep(Duration::from_millis(30));
+        ticker.tell(Crash).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(60));
+    let s = shared.lock().unwrap();
+    assert_eq!(s.0, 4, "one start and three restarts");
+    let stale = s.1.iter().filter(|(by, at)| by != at).count();
+    assert_eq!(stale, 0, "no tick armed by a replaced instance reached a newer one");
+    assert!(s.1.iter().any(|(by, _)| *by == 4), "the last instance ticks");
+}
+
+/// Monitors `target` in `started`; passes its DOWNs on; panics on `Crash`.
+struct Monitoring {
+    target: ActorRef<Leaf>,
+    downs: mpsc::Sender<Down>,
+}
+impl Actor for Monitoring {
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        ctx.monitor(&self.target);
+    }
+}
+impl Handler<Down> for Monitoring {
+    fn handle(&mut self, d: Down, _: &mut Context<Self>) {
+        let _ = self.downs.send(d);
+    }
+}
+impl Handler<Crash> for Monitoring {
+    fn handle(&mut self, _: Crash, _: &mut Context<Self>) {
+        panic!("monitoring crash");
+    }
+}
+
+#[test]
+fn a_watcher_restarted_in_place_gets_one_down() {
+    let system = System::new();
+    let leaf = system.spawn(Leaf).unwrap();
+    let (tx, rx) = mpsc::channel();
+    let l2 = leaf.clone();
+    let _sup = system
+        .spawn(Supervisor::new(Strategy::OneForOne).child(Some("monitoring"), move || Monitoring {
+            target: l2.clone(),
+            downs: tx.clone(),
+        }))
+        .unwrap();
+    let m = wait_lookup::<Monitoring>(&system, "monitoring");
+    m.tell(Crash).unwrap();
+    m.tell(Crash).unwrap();
+    let deadline = Instant::now() + T;
+    while system.restarts() < 2 {
+        assert!(Instant::now() < deadline);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    leaf.stop();
+    assert_eq!(rx.recv_timeout(T).unwrap().actor, leaf.id());
+    assert!(rx.recv_timeout(Duration::from_millis(200)).is_err(), "one DOWN, not three");
+}
+
+/// Fails in `post_restart` every time: each failed restart is counted and
+/// retried behind the shard's other work, until the supervisor gives up.
+struct Broken(Arc<AtomicU64>);
+impl Actor for Broken {
+    fn post_restart(&mut self, _: &StopReason, _: &mut Context<Self>) {
+        panic!("cannot come back");
+    }
+}
+impl Handler<Crash> for Broken {
+    fn handle(&mut self, _: Crash, _: &mut Context<Self>) {
+        panic!("broken crash");
+    }
+}
+struct Ping;
+impl Message for Ping {
+    type Reply = u64;
+}
+impl Handler<Ping> for Broken {
+    fn handle(&mut self, _: Ping, _: &mut Context<Self>) -> u64 {
+        self.0.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+#[test]
+fn a_restart_that_keeps_failing_ends_in_giving_up_and_loses_nothing_silently() {
+    let system = System::new();
+    let (tx, rx) = mpsc::channel();
+    let watcher = system.spawn(Watcher(tx)).unwrap();
+    let sup = system
+        .spawn(
+            Supervisor::new(Strategy::OneForOne)
+                .intensity(5, Duration::from_secs(60))
+                .child(Some("broken"), || Broken(Arc::default())),
+        )
+        .unwrap();
+    sup.monitor(&watcher);
+    let broken = wait_lookup::<Broken>(&system, "broken");
+    broken.monitor(&watcher);
+    broken.tell(Crash).unwrap();
+    // Queued behind the crash: held while the restarts fail, then dead
+    // letters when the supervisor gives up.
+    for _ in 0..10 {
+        let _ = broken.tell(Ping);
+    }
+    let downs: Vec<Down> = (0..2).map(|_| rx.recv_timeout(T).expect("a DOWN")).collect();
+    assert_eq!(downs[0].actor, broken.id());
+    assert_eq!(downs[0].reason, StopReason::Panicked("cannot come back".into()));
+    assert_eq!(downs[1], Down { actor: sup.id(), reason: StopReason::RestartIntensity });
+    assert_eq!(system.restarts(), 5, "five tries, then the sixth failure is past the window");
+    // The crash's message, and the ten pings held meanwhile.
+    let deadline = Instant::now() + T;
+    while system.dead_letters() < 11 {
+        assert!(Instant::now() < deadline, "dead letters: {}", system.dead_letters());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(system.dead_letters(), 11);
+}
+
+/// Awaits a long sleep on `Nap`; answers `Ping` with how many pings this
+/// instance has answered.
+struct Napper(u64);
+impl Actor for Napper {}
+struct Nap;
+impl Message for Nap {
+    type Reply = ();
+}
+impl ringmail::AsyncHandler<Nap> for Napper {
+    async fn handle(&mut self, _: Nap, ctx: &mut Context<Self>) {
+        ctx.sleep(Duration::from_secs(60)).await;
+    }
+}
+impl Handler<Ping> for Napper {
+    fn handle(&mut self, _: Ping, _: &mut Context<Self>) -> u64 {
+        self.0 += 1;
+        self.0
+    }
+}
+
+#[test]
+fn a_sibling_awaiting_in_an_async_handler_is_restarted_in_place_not_stopped() {
+    let system = System::new();
+    let _sup = system
+        .spawn(
+            Supervisor::new(Strategy::OneForAll)
+                .child(Some("leaf"), || Leaf)
+                .child(Some("napper"), || Napper(0)),
+        )
+        .unwrap();
+    let leaf = wait_lookup::<Leaf>(&system, "leaf");
+    let napper = wait_lookup::<Napper>(&system, "napper");
+    assert_eq!(napper.ask(Ping, T).unwrap(), 1);
+    // The napper's run awaits; a ping waits behind it.
+    let asker = {
+        let napper = napper.clone();
+        std::thread::spawn(move || napper.ask(Nap, T))
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    let pinger = {
+        let napper = napper.clone();
+        std::thread::spawn(move || napper.ask(Ping, T))
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    leaf.tell(Crash).unwrap(); // one for all: the napper restarts too
+    assert!(
+        matches!(asker.join().unwrap(), Err(ringmail::AskError::NoReply)),
+        "the run the restart dropped answers NoReply"
+    );
+    assert_eq!(pinger.join().unwrap().unwrap(), 1, "the held ping reaches the new instance");
+    assert!(napper.is_alive(), "restarted in place, not stopped");
+    assert_eq!(napper.ask(Ping, T).unwrap(), 2);
+    assert_eq!(system.restarts(), 2, "the leaf and the napper");
 }

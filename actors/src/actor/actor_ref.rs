@@ -139,9 +139,6 @@ impl<A: Actor> ActorRef<A> {
         if outbox::in_handler() || thread::on_a_shard() {
             return self.try_tell(msg);
         }
-        let Some(_sending) = self.shard.stats.client_send() else {
-            return Err(TellError::ShuttingDown(msg));
-        };
         let deadline = Instant::now().checked_add(patience); // None: no limit
         let mut waits = 0u32;
         loop {
@@ -248,9 +245,6 @@ impl<A: Actor> ActorRef<A> {
         if outbox::in_handler() || thread::on_a_shard() {
             return Err(AskError::WouldBlock(msg));
         }
-        let Some(sending) = self.shard.stats.client_send() else {
-            return Err(AskError::ShuttingDown(msg));
-        };
         let Ok(addr) = my_addr() else { return Err(AskError::Unavailable(msg)) };
         let id = NEXT_ASK.fetch_add(1, Ordering::Relaxed);
         if ask::expect_reply(id).is_err() {
@@ -277,7 +271,6 @@ impl<A: Actor> ActorRef<A> {
                 Err((m, e)) => return Err(e.with(m).into()),
             }
         }
-        drop(sending); // in a ring: a graceful stop waits for its handling
         match ask::wait_reply(id, deadline) {
             None => Err(AskError::Timeout),
             Some(None) => Err(AskError::NoReply),
@@ -317,7 +310,9 @@ impl<A: Actor> ActorRef<A> {
 
     /// Makes `watcher` receive a [`Down`] when this actor stops, with the
     /// reason (at once if it already has). DOWN messages bypass the
-    /// watcher's mailbox capacity: they are never refused.
+    /// watcher's mailbox capacity: they are never refused. One per watcher:
+    /// monitoring again (a watcher restarted in place, in its `started`)
+    /// changes nothing.
     pub fn monitor<W>(&self, watcher: &ActorRef<W>)
     where
         W: Handler<Down>,
@@ -415,6 +410,19 @@ impl<A: Actor> ActorRef<A> {
             refuse(reply);
             return Err((msg, TellFail::Stopped));
         }
+        // From outside the shards, new work is refused once a graceful stop
+        // has begun; one under way is counted until it is in a ring.
+        let client = if thread::on_a_shard() {
+            None
+        } else {
+            match self.shard.stats.client_send() {
+                Some(sending) => Some(sending),
+                None => {
+                    refuse(reply);
+                    return Err((msg, TellFail::ShuttingDown));
+                }
+            }
+        };
         // A handler that parked a message for this actor: later ones queue
         // behind it, so a direct send now would overtake it.
         if outbox::parked_for(&self.cell) || !self.cell.reserve() {
@@ -422,7 +430,13 @@ impl<A: Actor> ActorRef<A> {
             return Err((msg, TellFail::Full));
         }
         let env = Typed::<A, M>::envelope(self.cell.id, msg, reply);
-        self.send_reserved(env).map_err(|(env, fail)| (take_back::<A, M>(env).0, fail))
+        let sent = self.send_reserved(env);
+        if let (Some(sending), Ok(())) = (client, &sent) {
+            // In a `batched` scope the message waits in this thread's ring
+            // until the scope's flush: it stays counted until then.
+            sending.until_flushed(&self.shard.stats);
+        }
+        sent.map_err(|(env, fail)| (take_back::<A, M>(env).0, fail))
     }
 
     /// Sends `env`, whose slot in the mailbox is reserved; on failure the
@@ -535,6 +549,7 @@ pub(crate) enum TellFail {
     Full,
     Stopped,
     Unavailable,
+    ShuttingDown,
 }
 
 impl TellFail {
@@ -543,6 +558,7 @@ impl TellFail {
             TellFail::Full => TellError::Full(m),
             TellFail::Stopped => TellError::Stopped(m),
             TellFail::Unavailable => TellError::Unavailable(m),
+            TellFail::ShuttingDown => TellError::ShuttingDown(m),
         }
     }
 }

@@ -114,8 +114,15 @@ impl<A: Actor> Context<A> {
         M: Message,
     {
         let me = self.me.clone();
-        // `None` from `make`, or the actor gone: the timer ends.
-        let make = Box::new(move || requested(&me, make()?));
+        // `None` from `make`, the actor gone, or the instance that armed it
+        // replaced by a restart in place: the timer ends.
+        let armed_by = me.cell.generation();
+        let make = Box::new(move || {
+            if me.cell.generation() != armed_by {
+                return None;
+            }
+            requested(&me, make()?)
+        });
         thread::with(|t| t.io.add_timer(&mut t.ring, delay, period, make))
             .ok()
             .flatten()

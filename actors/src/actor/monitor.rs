@@ -26,13 +26,20 @@ impl Message for Down {
 }
 
 /// Makes `watcher` receive a [`Down`] when `target` stops (at once if it
-/// already has), bypassing the watcher's mailbox capacity.
+/// already has), bypassing the watcher's mailbox capacity; once per
+/// watcher however often it asks.
 pub(super) fn monitor<A: Actor, W: Handler<Down>>(target: &ActorRef<A>, watcher: &ActorRef<W>) {
     let watcher = watcher.clone();
     let actor = target.cell.id;
-    target.cell.watch(Box::new(move |reason| {
-        watcher.deliver_forced(Down { actor, reason: reason.clone() });
-    }));
+    // One per watcher: a watcher that monitors again (a restarted one, in
+    // its `started`) still gets one `Down`.
+    let key = Some(watcher.cell.id);
+    target.cell.watch_keyed(
+        key,
+        Box::new(move |reason| {
+            watcher.deliver_forced(Down { actor, reason: reason.clone() });
+        }),
+    );
 }
 
 /// Links `a` and `b`: when either stops abnormally, the other is stopped

@@ -57,8 +57,13 @@ pub(crate) struct ActorCell {
     reason: Mutex<Option<StopReason>>,
     /// Names this actor is registered under (removed when it stops).
     names: Mutex<Vec<String>>,
-    /// Who is told when it stops; `None` once it has (then `watch` calls at once).
-    watchers: Mutex<Option<Vec<Watcher>>>,
+    /// Who is told when it stops, each with its key (`Some(watcher id)`
+    /// for a monitor: one per watcher); `None` once it has stopped (then
+    /// `watch` calls at once).
+    watchers: Mutex<Option<Vec<Keyed>>>,
+    /// Instances so far minus one: bumped by each restart in place, so
+    /// that timers of an instance that was replaced end with it.
+    generation: std::sync::atomic::AtomicU32,
     /// Actors paused on this mailbox being full, and whether there are any.
     wakers: ModelMutex<Vec<Waker>>,
     /// The actor this one is paused on, while it is.
@@ -66,6 +71,9 @@ pub(crate) struct ActorCell {
 }
 
 pub(crate) type Watcher = Box<dyn FnOnce(&StopReason) + Send>;
+
+/// A watcher and its key (`Some(watcher id)` for a monitor).
+type Keyed = (Option<u64>, Watcher);
 
 /// Top bit of `queued`: some paused sender has a waker registered.
 const WAITING: usize = 1 << (usize::BITS - 1);
@@ -83,6 +91,7 @@ impl ActorCell {
             reason: Mutex::new(None),
             names: Mutex::new(Vec::new()),
             watchers: Mutex::new(Some(Vec::new())),
+            generation: std::sync::atomic::AtomicU32::new(0),
             wakers: ModelMutex::new(Vec::new()),
             waiting_on: Mutex::new(None),
         }
@@ -136,15 +145,33 @@ impl ActorCell {
 
     /// Calls `w` with the stop reason once the actor stops (at once if it has).
     pub(crate) fn watch(&self, w: Watcher) {
+        self.watch_keyed(None, w);
+    }
+
+    /// Like [`ActorCell::watch`], at most once per `key`: a second watcher
+    /// with a key already registered is dropped (a monitor made again by a
+    /// restarted watcher gives one `Down`, not two).
+    pub(crate) fn watch_keyed(&self, key: Option<u64>, w: Watcher) {
         let mut ws = lock(&self.watchers);
         match ws.as_mut() {
-            Some(list) => list.push(w),
+            Some(list) if key.is_some() && list.iter().any(|(k, _)| *k == key) => {}
+            Some(list) => list.push((key, w)),
             None => {
                 drop(ws);
                 let reason = lock(&self.reason).clone();
                 w(&reason.unwrap_or(StopReason::Normal));
             }
         }
+    }
+
+    /// Which instance runs now (0 until the first restart in place).
+    pub(crate) fn generation(&self) -> u32 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// A restart in place begins: the next instance's generation.
+    pub(crate) fn next_generation(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
     }
 
     pub(crate) fn add_name(&self, name: String) {
@@ -209,7 +236,7 @@ impl ActorCell {
         };
         self.alive.store(false, Ordering::Release);
         let watchers = lock(&self.watchers).take();
-        for w in watchers.into_iter().flatten() {
+        for (_, w) in watchers.into_iter().flatten() {
             w(&reason);
         }
         // Senders paused on us: they find us stopped and count what they

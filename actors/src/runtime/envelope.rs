@@ -49,6 +49,10 @@ pub(crate) enum Body {
     /// restarts it with a failed sibling). Nothing for an actor that is
     /// gone.
     Restart(StopReason),
+    /// A restart in place of this actor failed with this reason: ask its
+    /// supervisor again (`hook`: run `stopped` if it says no). Queued on
+    /// the actor's own shard only.
+    Retry { reason: StopReason, hook: bool },
 }
 
 /// What running a handler left behind.

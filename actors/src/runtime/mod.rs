@@ -95,6 +95,33 @@ impl SystemStats {
 /// A send from outside the shards, under way (see [`SystemStats::client_send`]).
 pub(crate) struct ClientSend<'a>(&'a SystemStats);
 
+thread_local! {
+    /// Client sends of this thread's `batched` scope, counted until its
+    /// flush (one entry per send).
+    static UNFLUSHED: std::cell::RefCell<Vec<Arc<SystemStats>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl ClientSend<'_> {
+    /// The message is in this thread's ring. Outside a `batched` scope it
+    /// has left: the count drops now. Inside one it leaves at the scope's
+    /// flush: the count drops then ([`flushed`]).
+    pub(crate) fn until_flushed(self, stats: &Arc<SystemStats>) {
+        if thread::batching() && UNFLUSHED.try_with(|u| u.borrow_mut().push(stats.clone())).is_ok()
+        {
+            std::mem::forget(self);
+        }
+    }
+}
+
+/// This thread's batched sends have left: their counts drop.
+pub(crate) fn flushed() {
+    let sent = UNFLUSHED.try_with(|u| std::mem::take(&mut *u.borrow_mut())).unwrap_or_default();
+    for stats in sent {
+        stats.client_sends.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 impl Drop for ClientSend<'_> {
     fn drop(&mut self) {
         self.0.client_sends.fetch_sub(1, Ordering::SeqCst);

@@ -153,6 +153,7 @@ pub(crate) fn batched<R>(f: impl FnOnce() -> R) -> R {
             if depth == 0 {
                 // Send what the scope batched, and take in what came back.
                 pump(Duration::ZERO);
+                super::flushed();
             }
         }
     }

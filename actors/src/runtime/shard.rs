@@ -168,11 +168,20 @@ struct Paused {
     /// The run was woken while the outbox was not empty: poll it once the
     /// outbox has gone out (never before, or each poll could park more).
     poll_wanted: bool,
+    /// A restart in place failed; another is queued (`Body::Retry`).
+    restarting: bool,
 }
 
 impl Paused {
     fn new(cell: Arc<ActorCell>) -> Self {
-        Paused { cell, held: VecDeque::new(), outbox: false, task: None, poll_wanted: false }
+        Paused {
+            cell,
+            held: VecDeque::new(),
+            outbox: false,
+            task: None,
+            poll_wanted: false,
+            restarting: false,
+        }
     }
 }
 
@@ -227,7 +236,10 @@ impl ShardLoop {
             let polled = thread::with(|t| {
                 let idle = t.queue.is_empty() && t.completions.is_empty();
                 let timeout = if batch.is_empty() && idle { None } else { Some(Duration::ZERO) };
-                if timeout.is_none() && quiet {
+                // Idle: nothing queued, no actor paused, no timer armed, and
+                // what it sent has left (flushed before the flag is set, so
+                // a message of its own is never still in its ring then).
+                if timeout.is_none() && quiet && t.io.timers.is_empty() && t.ring.flush().is_ok() {
                     handle.idle.store(true, Ordering::Release);
                 }
                 let r = t.ring.wait(&mut events, timeout);
@@ -312,9 +324,15 @@ impl ShardLoop {
                     return true;
                 }
                 Body::Restart(reason) if p.task.is_some() => {
-                    // The run holds the instance being replaced: it goes.
-                    self.cancel_task(to, StopReason::Normal, batch);
+                    // The run holds the instance being replaced: it goes
+                    // (its asker gets NoReply), the new instance takes over
+                    // what the actor held.
+                    let task = p.task.take();
+                    if catch_unwind(AssertUnwindSafe(move || drop(task))).is_err() {
+                        super::dead_letter(); // a panic in its drop: counted, not spread
+                    }
                     self.restart_now(to, reason);
+                    self.unpause_if_done(to, batch);
                     return true;
                 }
                 Body::Msg(_) | Body::FdMsg { .. } | Body::Stop(_) | Body::Restart(_) => {
@@ -440,6 +458,15 @@ impl ShardLoop {
             Body::Resume => self.resume(to, batch),
             Body::Poll => self.poll_task(to, batch),
             Body::Restart(reason) => self.restart_now(to, reason),
+            Body::Retry { reason, hook } => {
+                if let Some(p) = self.paused.get_mut(&to) {
+                    p.restarting = false;
+                }
+                // Restarted: it runs again, what it held first. Given up:
+                // what it held goes to a gone actor, dead letters.
+                self.fail(to, reason, hook);
+                self.unpause_if_done(to, batch);
+            }
         }
         true
     }
@@ -535,7 +562,8 @@ impl ShardLoop {
     /// Resumes actor `id` if nothing pauses it any more: its held envelopes
     /// go first, ahead of anything newer.
     fn unpause_if_done(&mut self, id: u64, batch: &mut VecDeque<Envelope>) {
-        let done = self.paused.get(&id).is_some_and(|p| !p.outbox && p.task.is_none());
+        let done =
+            self.paused.get(&id).is_some_and(|p| !p.outbox && p.task.is_none() && !p.restarting);
         if done {
             let p = self.paused.remove(&id).expect("paused");
             for e in p.held.into_iter().rev() {
@@ -588,43 +616,60 @@ impl ShardLoop {
             Ok(Some(reason)) => self.stop_actor(to, reason),
             Err(p) => {
                 self.handle.stats.panics.fetch_add(1, Ordering::Relaxed);
+                // A supervised actor's panicking message is reported lost: a
+                // dead letter (the rest of its mailbox goes on).
+                if self.actors.get(&to).is_some_and(|s| s.supervised()) {
+                    super::dead_letter_in(Some(&self.handle.stats));
+                }
                 self.fail(to, StopReason::Panicked(panic_message(p)), false);
             }
         }
     }
 
-    /// Supervised actor `id` failed with abnormal `reason`. While its
-    /// supervisor agrees (each time counts against its intensity), it is
+    /// Actor `id` failed with abnormal `reason`. A supervised one whose
+    /// supervisor agrees (each time counts against its intensity) is
     /// restarted in place: same cell, mailbox and names, its queued and
-    /// held envelopes go to the new instance, and a restart that fails is
-    /// one more failure. Else it ends with the reason (`hook`: its
-    /// `stopped` hook runs first, as for any stop it asked for; not after
-    /// a panic). True while it still runs.
-    fn fail(&mut self, id: u64, mut reason: StopReason, mut hook: bool) -> bool {
-        loop {
-            let Some(slot) = self.actors.get(&id) else { return false };
-            tracing::warn!(actor = id, %reason, "actor failed");
-            if !slot.restart_wanted(&reason) {
-                if hook {
-                    self.end_actor(id, reason);
-                } else if let Some(slot) = self.actors.remove(&id) {
-                    self.finished(slot.cell(), reason);
-                }
-                return false;
+    /// held envelopes go to the new instance. A restart that fails is one
+    /// more failure, taken up again by a `Retry` envelope queued behind
+    /// what is already here (so stops and shutdowns get in between; the
+    /// actor holds its envelopes meanwhile). Else it ends with the reason
+    /// (`hook`: its `stopped` hook runs first, as for any stop it asked
+    /// for; not after a panic). True while it still runs.
+    fn fail(&mut self, id: u64, reason: StopReason, hook: bool) -> bool {
+        let Some(slot) = self.actors.get(&id) else { return false };
+        tracing::warn!(actor = id, %reason, "actor failed");
+        if !slot.restart_wanted(&reason) {
+            if hook {
+                self.end_actor(id, reason);
+            } else if let Some(slot) = self.actors.remove(&id) {
+                self.finished(slot.cell(), reason);
             }
-            // A panic in a handler lost the message it was handling: a dead
-            // letter (the rest of the mailbox goes to the new instance).
-            if matches!(reason, StopReason::Panicked(_)) {
-                super::dead_letter_in(Some(&self.handle.stats));
+            return false;
+        }
+        match self.restart_in_place(id, &reason) {
+            Ok(None) => true,
+            Ok(Some(stop)) if !stop.is_abnormal() => {
+                self.end_actor(id, stop);
+                false
             }
-            match self.restart_in_place(id, &reason) {
-                Ok(None) => return true,
-                Ok(Some(stop)) if !stop.is_abnormal() => {
-                    self.end_actor(id, stop);
-                    return false;
-                }
-                Ok(Some(stop)) => (reason, hook) = (stop, true),
-                Err(panic) => (reason, hook) = (panic, false),
+            Ok(Some(stop)) => self.retry_later(id, stop, true),
+            Err(panic) => self.retry_later(id, panic, false),
+        }
+    }
+
+    /// Queues another go at a failed restart of actor `id` (see
+    /// [`ShardLoop::fail`]); the actor holds its envelopes meanwhile.
+    fn retry_later(&mut self, id: u64, reason: StopReason, hook: bool) -> bool {
+        let Some(cell) = self.actors.get(&id).map(|s| s.cell().clone()) else { return false };
+        let env = Envelope { to: id, body: Body::Retry { reason, hook } };
+        match thread::with(|t| t.queue.push_back(env)) {
+            Ok(()) => {
+                self.paused.entry(id).or_insert_with(|| Paused::new(cell)).restarting = true;
+                true
+            }
+            Err(_) => {
+                self.end_actor(id, StopReason::Failed("a restart could not be retried".into()));
+                false
             }
         }
     }
@@ -641,6 +686,7 @@ impl ShardLoop {
         self.handle.stats.restarts.fetch_add(1, Ordering::Relaxed);
         tracing::info!(actor = id, %reason, "restarting the actor in place");
         let cell = slot.cell().clone();
+        cell.next_generation(); // the old instance's timers end
         outbox::enter(id);
         let r = catch_unwind(AssertUnwindSafe(|| slot.restart(reason)));
         self.left(id, &cell);

@@ -164,6 +164,11 @@ impl ThreadCtx {
     }
 }
 
+/// True inside a `batched` scope on this thread.
+pub(crate) fn batching() -> bool {
+    BATCHING.try_with(|b| b.get() > 0).unwrap_or(false)
+}
+
 thread_local! {
     /// Depth of `batched` scopes on this thread: while > 0, a client
     /// thread's sends are not flushed one by one.
@@ -364,7 +369,12 @@ pub(crate) fn discard_in(env: Envelope, sys: Option<&SystemStats>) {
             drop(msg);
             drop(take_attached(key)); // closes the fd
         }
-        Body::Stop(_) | Body::Shutdown | Body::Resume | Body::Poll | Body::Restart(_) => {}
+        Body::Stop(_)
+        | Body::Shutdown
+        | Body::Resume
+        | Body::Poll
+        | Body::Restart(_)
+        | Body::Retry { .. } => {}
     }
 }
 
