@@ -374,9 +374,14 @@ fn a_restart_in_place_ends_the_old_instances_timers() {
         ))
         .unwrap();
     let ticker = wait_lookup::<Ticker>(&system, "ticker");
-    for _ in 0..3 {
+    for round in 1..=3 {
         std::thread::sleep(Duration::from_millis(30));
         ticker.tell(Crash).unwrap();
+        let deadline = Instant::now() + T;
+        while system.restarts() < round {
+            assert!(Instant::now() < deadline);
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
     std::thread::sleep(Duration::from_millis(60));
     let s = shared.lock().unwrap();

@@ -241,6 +241,60 @@ pub(crate) fn requested<A: Handler<M>, M: Message>(me: &ActorRef<A>, msg: M) -> 
     Some(Typed::<A, M>::envelope(me.id(), msg, None))
 }
 
+/// A message of a timer armed by one instance of `A`: dropped unhandled if
+/// that instance has been replaced by a restart in place by the time it is
+/// dispatched (an instance's timers end with it, ticks already queued
+/// included, as a cancelled timer's would).
+pub(crate) struct FromInstance<A, M> {
+    generation: u32,
+    typed: Typed<A, M>,
+}
+
+impl<A: Handler<M>, M: Message> Erased for FromInstance<A, M> {
+    fn handle(self: Box<Self>, slot: &mut dyn Any) -> Handled {
+        let current = slot
+            .downcast_ref::<Slot<A>>()
+            .expect("an envelope reaches only its actor type")
+            .me
+            .cell
+            .generation();
+        if current != self.generation {
+            tracing::debug!(actor = ?std::any::type_name::<A>(), "a replaced instance's timer tick dropped");
+            return Handled::Done(None);
+        }
+        Box::new(self.typed).handle(slot)
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn Any> {
+        Box::new(self.typed)
+    }
+
+    fn msg_type(&self) -> TypeId {
+        TypeId::of::<M>()
+    }
+
+    fn split(self: Box<Self>) -> (Box<dyn Any + Send>, Option<ReplyTo>) {
+        Box::new(self.typed).split()
+    }
+}
+
+/// Like [`requested`], for a timer armed by instance `generation` of the
+/// actor (see [`FromInstance`]).
+pub(crate) fn requested_by<A: Handler<M>, M: Message>(
+    me: &ActorRef<A>,
+    msg: M,
+    generation: u32,
+) -> Option<Envelope> {
+    if !me.is_alive() {
+        crate::runtime::dead_letter_in(Some(&me.shard.stats));
+        return None;
+    }
+    me.cell.reserve_forced();
+    let typed: Typed<A, M> = Typed { msg, reply: None, _a: PhantomData };
+    let stamped = FromInstance { generation, typed };
+    Some(Envelope { to: me.id(), body: Body::Msg(Box::new(stamped)) })
+}
+
 pin_project_lite::pin_project! {
     /// An async handler's run, as its shard polls it (one allocation: the
     /// future is pinned in the box that also makes it a `Task`).

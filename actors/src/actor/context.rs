@@ -121,7 +121,7 @@ impl<A: Actor> Context<A> {
             if me.cell.generation() != armed_by {
                 return None;
             }
-            requested(&me, make()?)
+            bridge::requested_by(&me, make()?, armed_by)
         });
         thread::with(|t| t.io.add_timer(&mut t.ring, delay, period, make))
             .ok()
