@@ -27,12 +27,18 @@ impl Visit for Line {
     }
 }
 
+static SPANS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
 impl Subscriber for Collect {
     fn enabled(&self, m: &Metadata<'_>) -> bool {
-        *m.level() <= Level::INFO
+        // Everything of the framework, spans and debug events included.
+        m.target().starts_with("ringmail") || *m.level() <= Level::INFO
     }
-    fn new_span(&self, _: &Attributes<'_>) -> Id {
-        Id::from_u64(1)
+    fn new_span(&self, a: &Attributes<'_>) -> Id {
+        let mut line = Line(format!("SPAN {}", a.metadata().name()));
+        a.record(&mut line);
+        EVENTS.lock().unwrap().push(line.0);
+        Id::from_u64(SPANS.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
     }
     fn record(&self, _: &Id, _: &Record<'_>) {}
     fn record_follows_from(&self, _: &Id, _: &Id) {}
@@ -107,6 +113,14 @@ fn failures_restarts_giving_up_and_stopping_are_events() {
     let sup_id = format!("supervisor={}", sup.id());
     wait_for(&["ERROR", "supervisor gave up", &sup_id, "max_restarts=1"]);
     wait_for(&["WARN", "actor stopped", &id, "boom on purpose"]);
+    // The handling of each message is a span naming the actor and message types.
+    let spans =
+        events_matching(&["SPAN handle", &id, "tracing_events::Flaky", "tracing_events::Boom"]);
+    assert_eq!(spans.len(), 2, "{spans:?}");
+    // A message for an actor that has stopped is a dead letter, and an event.
+    let before = events_matching(&["DEBUG", "dead letter"]).len();
+    assert!(flaky.tell(Boom).is_err());
+    assert_eq!(events_matching(&["DEBUG", "dead letter"]).len(), before + 1);
     assert!(system.shutdown_graceful(Duration::from_secs(10)));
     wait_for(&["INFO", "stopping gracefully"]);
     assert_eq!(events_matching(&["restarting the actor in place"]).len(), 1);

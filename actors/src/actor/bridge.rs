@@ -67,6 +67,10 @@ impl<A: Handler<M>, M: Message> Erased for Typed<A, M> {
         TypeId::of::<M>()
     }
 
+    fn msg_name(&self) -> &'static str {
+        std::any::type_name::<M>()
+    }
+
     fn split(self: Box<Self>) -> (Box<dyn Any + Send>, Option<ReplyTo>) {
         let Typed { msg, reply, .. } = *self;
         (Box::new(msg), reply)
@@ -117,6 +121,9 @@ impl<A: Actor> Slot<A> {
 }
 
 impl<A: Actor> Hosted for Slot<A> {
+    fn actor_name(&self) -> &'static str {
+        std::any::type_name::<A>()
+    }
     fn started(&mut self) -> Option<StopReason> {
         let mut ctx = Context::new(self.me.clone());
         self.actor_mut().started(&mut ctx);
@@ -222,6 +229,10 @@ impl<A: Actor> Erased for RunOn<A> {
         TypeId::of::<RunOn<A>>()
     }
 
+    fn msg_name(&self) -> &'static str {
+        "a reply to an ask made from inside"
+    }
+
     fn split(self: Box<Self>) -> (Box<dyn Any + Send>, Option<ReplyTo>) {
         // Only ever sent to a local actor (the asker itself), never over a
         // wire: nothing to split off.
@@ -271,6 +282,10 @@ impl<A: Handler<M>, M: Message> Erased for FromInstance<A, M> {
 
     fn msg_type(&self) -> TypeId {
         TypeId::of::<M>()
+    }
+
+    fn msg_name(&self) -> &'static str {
+        std::any::type_name::<M>()
     }
 
     fn split(self: Box<Self>) -> (Box<dyn Any + Send>, Option<ReplyTo>) {

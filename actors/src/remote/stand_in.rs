@@ -39,6 +39,9 @@ pub(crate) struct Proxy<N: Actor> {
 }
 
 impl<N: Handler<Outbound>> Hosted for Proxy<N> {
+    fn actor_name(&self) -> &'static str {
+        "a stand-in for an actor of another node"
+    }
     fn started(&mut self) -> Option<StopReason> {
         None
     }

@@ -86,6 +86,8 @@ pub(crate) trait Erased: Send {
     fn into_any(self: Box<Self>) -> Box<dyn Any>;
     /// The message's type (to find its wire codec).
     fn msg_type(&self) -> std::any::TypeId;
+    /// The message type's name (for the span of its handling).
+    fn msg_name(&self) -> &'static str;
     /// The message alone, and where its reply goes (to send it to another node).
     fn split(self: Box<Self>) -> (Box<dyn Any + Send>, Option<ReplyTo>);
 }
@@ -100,6 +102,8 @@ pub(crate) trait ErasedFd: Send {
 
 /// What a shard needs from a hosted actor without knowing its type.
 pub(crate) trait Hosted: Send {
+    /// The actor type's name (for the span of a handling).
+    fn actor_name(&self) -> &'static str;
     fn started(&mut self) -> Option<StopReason>;
     fn stopped(&mut self);
     fn cell(&self) -> &Arc<ActorCell>;

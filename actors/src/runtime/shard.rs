@@ -398,6 +398,15 @@ impl ShardLoop {
                     Err(m) => m,
                 };
                 slot.cell().unreserve();
+                // A span per handled message; with no subscriber that wants
+                // it (the default), a cached check and a branch.
+                let span = tracing::trace_span!(
+                    "handle",
+                    actor = to,
+                    actor_type = slot.actor_name(),
+                    msg = m.msg_name()
+                );
+                let _entered = span.enter();
                 outbox::enter(to);
                 let outcome = catch_unwind(AssertUnwindSafe(|| m.handle(slot.as_any())));
                 if outbox::leave() {
