@@ -143,7 +143,7 @@ impl<W: FdHandler<NewConnection>> Acceptor<W> {
                 stats.accepted.fetch_add(1, Ordering::Relaxed);
                 hand_off(&workers, &mut next, fd, &stats);
             }
-            Accept::Ended(errno) => me.deliver_forced(Rearm(errno)),
+            Accept::Ended(e) => me.deliver_forced(Rearm(errno(e.as_ref()))),
         };
         if ctx.accept_multi(self.listener.as_raw_fd(), on).is_err() {
             // SQ full or the shard's I/O limit reached: try again shortly.
@@ -175,6 +175,11 @@ fn hand_off<W: FdHandler<NewConnection>>(
     }
     stats.rejected.fetch_add(1, Ordering::Relaxed);
     drop(fd); // closes the connection: no worker could take it
+}
+
+/// The errno of an error (0 for none or one without an errno).
+pub(crate) fn errno(e: Option<&io::Error>) -> i32 {
+    e.and_then(io::Error::raw_os_error).unwrap_or(0)
 }
 
 /// The acceptor's multishot accept ended (with this errno): arm it again.
@@ -230,7 +235,7 @@ pub enum NetEvent {
     /// A send completion.
     Sent(ConnId, IoDone),
     /// A shutdown completion, with its result.
-    Shut(ConnId, i32),
+    Shut(ConnId, io::Result<()>),
 }
 
 impl Message for NetEvent {
@@ -425,14 +430,14 @@ impl Connections {
                 c.in_flight = 0;
                 let was_zc = std::mem::take(&mut c.sending_zc);
                 let mut buf = done.buf.unwrap_or_default();
-                let no_zc =
-                    was_zc && (done.result == -libc::EOPNOTSUPP || done.result == -libc::EINVAL);
+                let failed = errno(done.result.as_ref().err());
+                let no_zc = was_zc && (failed == libc::EOPNOTSUPP || failed == libc::EINVAL);
                 if no_zc {
                     // This kernel or socket has no zero-copy send: nothing
                     // was sent; plain sends from now on.
                     self.zero_copy_above = None;
                 }
-                if (done.result == -libc::EBUSY || no_zc) && !c.abort {
+                if (failed == libc::EBUSY || no_zc) && !c.abort {
                     // Not submitted (the shard's I/O limit): nothing was
                     // sent; it goes first at the next flush.
                     buf.append(&mut c.out);
@@ -440,7 +445,8 @@ impl Connections {
                     self.dirty.push(id.0);
                     return self.settle(id, ctx, true);
                 }
-                if done.result < 0 || c.abort {
+                let sent = done.result.as_ref().map_or(0, |n| *n as usize);
+                if done.result.is_err() || c.abort {
                     // The peer is gone (EPIPE, ECONNRESET), or we gave up on it.
                     c.closing = true;
                     c.abort = true;
@@ -452,9 +458,9 @@ impl Connections {
                         buf.append(&mut c.out);
                         std::mem::swap(&mut c.out, &mut buf);
                     }
-                } else if (done.result as usize) < buf.len() {
+                } else if sent < buf.len() {
                     // A partial send: the rest goes first next time.
-                    buf.drain(..done.result as usize);
+                    buf.drain(..sent);
                     buf.append(&mut c.out);
                     std::mem::swap(&mut c.out, &mut buf);
                 }
@@ -468,7 +474,7 @@ impl Connections {
             NetEvent::Shut(id, result) => {
                 let c = self.conns.get_mut(&id.0)?;
                 c.shut_pending = false;
-                if result < 0 && result != -libc::ENOTCONN {
+                if result.is_err_and(|e| e.raw_os_error() != Some(libc::ENOTCONN)) {
                     c.shut = false; // not submitted (I/O limit): try again
                 }
             }
@@ -550,7 +556,7 @@ impl Connections {
             c.shut = true;
             c.shut_pending = true;
             ctx.io(IoOp::ShutdownFixed { fd: c.fd.as_fixed() }, move |d| {
-                NetEvent::Shut(id, d.result)
+                NetEvent::Shut(id, d.result.map(drop))
             });
         }
         if may_drop && !c.receiving && !c.sending && !c.shut_pending {

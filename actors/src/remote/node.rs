@@ -225,7 +225,7 @@ impl NodeActor {
             Accept::Conn(fd) => {
                 let _ = me.tell_fd(Inbound, fd); // a stopped node closes it
             }
-            Accept::Ended(e) => me.deliver_forced(Rearm(e)),
+            Accept::Ended(e) => me.deliver_forced(Rearm(crate::net::errno(e.as_ref()))),
         };
         if ctx.accept_multi(self.listener.as_raw_fd(), on).is_err() {
             ctx.send_after(Duration::from_millis(5), Rearm(libc::EBUSY));

@@ -85,7 +85,7 @@ pub enum IoOp {
         /// The file.
         fd: RawFd,
     },
-    /// Completes after `after` (result `-ETIME`).
+    /// Completes after `after` (result `Ok(0)`).
     Timeout {
         /// The delay.
         after: Duration,
@@ -105,8 +105,8 @@ pub enum Recv {
     /// shard was in use, or the kernel ended it after its last data): nothing
     /// was lost, further data waits in the socket; arm it again.
     NoBuffers,
-    /// The receive failed with this errno: the last one.
-    Error(i32),
+    /// The receive failed: the last one.
+    Error(std::io::Error),
 }
 
 /// One completion of a multishot accept ([`crate::Context::accept_multi`]).
@@ -115,9 +115,10 @@ pub enum Recv {
 pub enum Accept {
     /// A new connection, in this shard's fixed-file table.
     Conn(ringmail_transport::FixedFd),
-    /// The accept ended with this errno (`ENFILE`: the table's allocation
-    /// range is full; `0`: ended after a success); arm it again to go on.
-    Ended(i32),
+    /// The accept ended, with its error (`ENFILE`: the table's allocation
+    /// range is full) or `None` (it ended after a success); arm it again to
+    /// go on.
+    Ended(Option<std::io::Error>),
 }
 
 /// A completed operation: the CQE's result and the buffer, back. For a
@@ -126,8 +127,10 @@ pub enum Accept {
 /// framework's until the kernel's notification, then it is freed.
 #[derive(Debug)]
 pub struct IoDone {
-    /// Bytes transferred, a new fd (accept), or a negative errno.
-    pub result: i32,
+    /// Bytes transferred, a new fd's number (accept: the caller owns it),
+    /// `0` for a timeout that expired or an fsync or shutdown that
+    /// succeeded; or the error.
+    pub result: std::io::Result<u32>,
     /// The operation's buffer (for reads, truncated to the bytes read).
     pub buf: Option<Vec<u8>>,
 }
@@ -144,6 +147,8 @@ pub(crate) struct PendingIo {
     zc: bool,
     /// A zero-copy send's result, kept until its notification arrives.
     zc_result: Option<i32>,
+    /// A timeout: its expiry (`-ETIME`) is its success.
+    timeout: bool,
     /// Taken when the completion is delivered (a zero-copy send delivers
     /// its result before its notification: then this is gone early).
     deliver: Option<Deliver>,
@@ -177,6 +182,7 @@ impl PendingIo {
             truncate: false,
             zc: false,
             zc_result: None,
+            timeout: false,
             deliver: Some(deliver),
         };
         let entry = match op {
@@ -233,6 +239,7 @@ impl PendingIo {
                 let ts = Box::new(types::Timespec::from(after));
                 let e = opcode::Timeout::new(&*ts as *const types::Timespec).build();
                 p._ts = Some(ts);
+                p.timeout = true;
                 e
             }
         };
@@ -276,7 +283,7 @@ impl PendingIo {
         let sent = usize::try_from(result).unwrap_or(0).min(buf.len());
         // Only read while the kernel may read too: no aliasing write.
         let unsent = buf[sent..].to_vec();
-        Step::Early(IoDone { result, buf: Some(unsent) }, deliver)
+        Step::Early(IoDone { result: io_result(result), buf: Some(unsent) }, deliver)
     }
 
     /// The SQE; its pointers are into `self`'s buffer or timespec.
@@ -293,8 +300,14 @@ impl PendingIo {
             }
         }
         let deliver = self.deliver.take()?;
-        deliver(IoDone { result, buf: self.buf.take() })
+        let result = if self.timeout && result == -libc::ETIME { 0 } else { result };
+        deliver(IoDone { result: io_result(result), buf: self.buf.take() })
     }
+}
+
+/// A CQE's result as `std::io` has it: a count, or the error of its errno.
+pub(crate) fn io_result(result: i32) -> std::io::Result<u32> {
+    u32::try_from(result).map_err(|_| std::io::Error::from_raw_os_error(-result))
 }
 
 #[cfg(test)]
@@ -314,7 +327,7 @@ mod tests {
         assert!(p.is_zero_copy() && p.holds_memory());
         match p.on_cqe(3, MORE) {
             Step::Early(done, _) => {
-                assert_eq!(done.result, 3);
+                assert_eq!(done.result.unwrap(), 3);
                 assert_eq!(done.buf.as_deref(), Some(&[4u8, 5][..]), "only the unsent bytes");
             }
             _ => panic!("the result comes early"),

@@ -263,12 +263,16 @@ impl IoTable {
                         (n, Some(d)) if n > 0 => Recv::Data(d),
                         (0, _) => Recv::Closed,
                         (e, _) if e == -libc::ENOBUFS => Recv::NoBuffers,
-                        (e, _) if e < 0 => Recv::Error(-e),
-                        _ => Recv::Error(libc::EIO), // data without a buffer
+                        (e, _) if e < 0 => Recv::Error(std::io::Error::from_raw_os_error(-e)),
+                        // Data without a buffer.
+                        _ => Recv::Error(std::io::Error::from_raw_os_error(libc::EIO)),
                     };
                     Completion::Recv(token, f, ev, more)
                 }
-                Multi::Accept(on) => Completion::Accept(token, on, Accept::Ended(-result), more),
+                Multi::Accept(on) => {
+                    let end = (result < 0).then(|| std::io::Error::from_raw_os_error(-result));
+                    Completion::Accept(token, on, Accept::Ended(end), more)
+                }
             };
         }
         let Some(timer) = self.timers.get_mut(&token) else { return Completion::None };

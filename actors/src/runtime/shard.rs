@@ -865,7 +865,7 @@ fn complete(list: Vec<Done>, out: &mut VecDeque<Envelope>) {
                     super::dead_letter();
                 }
                 if ended_with_conn
-                    && catch_unwind(AssertUnwindSafe(|| on(Accept::Ended(0)))).is_err()
+                    && catch_unwind(AssertUnwindSafe(|| on(Accept::Ended(None)))).is_err()
                 {
                     super::dead_letter();
                 }

@@ -56,7 +56,7 @@ impl Handler<Tick> for Journal {
 
 impl Handler<Written> for Journal {
     fn handle(&mut self, Written(done): Written, ctx: &mut Context<Self>) {
-        assert!(done.result > 0, "write failed: {}", done.result);
+        assert!(done.result.as_ref().is_ok_and(|n| *n > 0), "write failed: {:?}", done.result);
         if self.lines == 3 {
             let buf = vec![0; 64];
             ctx.io(IoOp::Read { fd: self.file.as_raw_fd(), buf, offset: 0 }, ReadBack);

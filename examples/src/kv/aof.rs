@@ -142,24 +142,23 @@ impl Aof {
             AofIo::Written(d) => {
                 self.writing = false;
                 let mut buf = d.buf.unwrap_or_default();
-                if d.result < 0 {
-                    if !self.failed {
-                        eprintln!(
-                            "kv: AOF append failed (errno {}); retrying each second",
-                            -d.result
-                        );
-                        self.failed = true;
+                let written = match d.result {
+                    Ok(n) => n as usize,
+                    Err(e) => {
+                        if !self.failed {
+                            tracing::error!(error = %e, "AOF append failed; retrying each second");
+                            self.failed = true;
+                        }
+                        // Back in front of what came since; the once-a-second
+                        // tick tries again (no busy loop on ENOSPC).
+                        buf.append(&mut self.pending);
+                        self.pending = buf;
+                        return;
                     }
-                    // Back in front of what came since; the once-a-second
-                    // tick tries again (no busy loop on ENOSPC).
-                    buf.append(&mut self.pending);
-                    self.pending = buf;
-                    return;
-                } else {
-                    self.failed = false;
-                    self.dirty = true;
-                    buf.drain(..(d.result as usize).min(buf.len()));
-                }
+                };
+                self.failed = false;
+                self.dirty = true;
+                buf.drain(..written.min(buf.len()));
                 // What was not written goes first next time.
                 buf.append(&mut self.pending);
                 self.pending = buf;
@@ -167,8 +166,8 @@ impl Aof {
             }
             AofIo::Synced(d) => {
                 self.syncing = false;
-                if d.result < 0 {
-                    eprintln!("kv: AOF fsync failed (errno {})", -d.result);
+                if let Err(e) = d.result {
+                    tracing::error!(error = %e, "AOF fsync failed; retrying");
                     self.dirty = true;
                 }
             }
