@@ -76,8 +76,8 @@ mod supervisor;
 mod system;
 
 pub use actor::{
-    Actor, ActorRef, AsyncHandler, Context, Down, FdHandler, Handler, Message, NameTaken,
-    Recipient, ReplyHandle, TimerId, WeakActorRef,
+    Actor, ActorRef, AsyncHandler, Context, Down, FdHandler, Group, Handler, Message, NameTaken,
+    Recipient, ReplyHandle, Router, Routing, TimerId, WeakActorRef,
 };
 pub use error::{AskError, SpawnError, StopReason, TellError};
 

@@ -275,6 +275,38 @@ impl System {
         self.registry.remove(name, actor.id());
     }
 
+    /// The group `name` of actors that handle `M` (see
+    /// [`Group`](crate::Group)): join, leave, members, publish.
+    ///
+    /// ```
+    /// use ringmail::{Actor, Context, Handler, Message, System};
+    ///
+    /// #[derive(Clone)]
+    /// struct Invalidate(String);
+    /// impl Message for Invalidate {
+    ///     type Reply = ();
+    /// }
+    /// struct Cache;
+    /// impl Actor for Cache {}
+    /// impl Handler<Invalidate> for Cache {
+    ///     fn handle(&mut self, _: Invalidate, _: &mut Context<Self>) {}
+    /// }
+    ///
+    /// let system = System::new();
+    /// let caches = system.group::<Invalidate>("caches");
+    /// let (a, b) = (system.spawn(Cache)?, system.spawn(Cache)?);
+    /// caches.join(&a);
+    /// caches.join(&b);
+    /// assert_eq!(caches.publish(Invalidate("user:1".into())), 2);
+    /// b.stop();
+    /// # while caches.len() != 1 { std::thread::yield_now(); }
+    /// assert_eq!(caches.members().len(), 1); // a stopped member leaves
+    /// # Ok::<(), ringmail::SpawnError>(())
+    /// ```
+    pub fn group<M: crate::Message>(&self, name: &str) -> crate::Group<M> {
+        crate::Group::new(&self.registry, name)
+    }
+
     /// Names currently registered.
     pub fn registered(&self) -> usize {
         self.registry.len()

@@ -89,6 +89,12 @@ impl<A: Actor> Context<A> {
         monitor::link(&self.me, other);
     }
 
+    /// The group `name` of actors that handle `M`, in this actor's system
+    /// (see [`Group`](crate::Group)).
+    pub fn group<M: Message>(&self, name: &str) -> crate::Group<M> {
+        crate::Group::new(&self.me.shard.registry, name)
+    }
+
     /// The actor registered as `name` in this actor's system, if it is of
     /// type `B` (like [`crate::System::lookup`], from inside an actor: a
     /// child that a supervisor restarted fresh is found here under its

@@ -18,6 +18,7 @@ mod actor_ref;
 pub(crate) mod awaits;
 pub(crate) mod bridge;
 mod context;
+mod group;
 mod monitor;
 mod recipient;
 pub(crate) mod registry;
@@ -25,6 +26,7 @@ mod request;
 
 pub use actor_ref::{ActorRef, WeakActorRef};
 pub use context::{Context, ShardFd, TimerId};
+pub use group::{Group, Router, Routing};
 pub use monitor::Down;
 pub use recipient::Recipient;
 pub use registry::NameTaken;

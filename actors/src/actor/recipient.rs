@@ -13,6 +13,8 @@ pub(super) trait Sink<M: Message>: Send + Sync {
     fn tell(&self, msg: M) -> Result<(), TellError<M>>;
     fn ask(&self, msg: M, timeout: Duration) -> Result<M::Reply, AskError<M>>;
     fn id(&self) -> u64;
+    fn queued(&self) -> usize;
+    fn is_alive(&self) -> bool;
 }
 
 impl<A: Handler<M>, M: Message> Sink<M> for ActorRef<A> {
@@ -27,6 +29,12 @@ impl<A: Handler<M>, M: Message> Sink<M> for ActorRef<A> {
     }
     fn id(&self) -> u64 {
         ActorRef::id(self)
+    }
+    fn queued(&self) -> usize {
+        self.cell.queued()
+    }
+    fn is_alive(&self) -> bool {
+        ActorRef::is_alive(self)
     }
 }
 
@@ -61,5 +69,14 @@ impl<M: Message> Recipient<M> {
     /// As [`ActorRef::ask`].
     pub fn ask(&self, msg: M, timeout: Duration) -> Result<M::Reply, AskError<M>> {
         self.0.ask(msg, timeout)
+    }
+    /// Messages in the actor's mailbox now (a snapshot: it changes as the
+    /// actor runs and others send).
+    pub fn queued(&self) -> usize {
+        self.0.queued()
+    }
+    /// As [`ActorRef::is_alive`].
+    pub fn is_alive(&self) -> bool {
+        self.0.is_alive()
     }
 }

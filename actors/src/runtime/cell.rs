@@ -164,6 +164,11 @@ impl ActorCell {
         }
     }
 
+    /// Messages in the mailbox now (sent, not yet taken by the handler).
+    pub(crate) fn queued(&self) -> usize {
+        self.queued.load(Ordering::Acquire) & !WAITING
+    }
+
     /// Which instance runs now (0 until the first restart in place).
     pub(crate) fn generation(&self) -> u32 {
         self.generation.load(Ordering::Acquire)

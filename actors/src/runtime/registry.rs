@@ -9,6 +9,7 @@
 //! the cell already says it is not alive.
 
 use std::any::{Any, TypeId};
+use std::sync::Arc;
 
 use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
@@ -21,10 +22,16 @@ struct Registered {
     actor: Box<dyn Any + Send + Sync>,
 }
 
-/// The registry shared by a system and its shards.
+/// A group member: its id and its reference as `dyn Any` (the typed side
+/// puts a `Recipient<M>` in).
+pub(crate) type Member = (u64, Arc<dyn Any + Send + Sync>);
+
+/// The registry shared by a system and its shards: names, and groups.
 #[derive(Default)]
 pub(crate) struct Registry {
     names: DashMap<String, Registered>,
+    /// Group (name, message type) -> its members, in join order.
+    groups: DashMap<(String, TypeId), Vec<Member>>,
 }
 
 impl Registry {
@@ -96,6 +103,34 @@ impl Registry {
 
     pub(crate) fn len(&self) -> usize {
         self.names.len()
+    }
+
+    /// Adds member `id` to `group` unless it is in already; true if added.
+    pub(crate) fn join(
+        &self,
+        group: &(String, TypeId),
+        id: u64,
+        r: Arc<dyn Any + Send + Sync>,
+    ) -> bool {
+        let mut members = self.groups.entry(group.clone()).or_default();
+        if members.iter().any(|(m, _)| *m == id) {
+            return false;
+        }
+        members.push((id, r));
+        true
+    }
+
+    /// Removes member `id` from `group` (an empty group goes).
+    pub(crate) fn leave(&self, group: &(String, TypeId), id: u64) {
+        if let Some(mut members) = self.groups.get_mut(group) {
+            members.retain(|(m, _)| *m != id);
+        }
+        self.groups.remove_if(group, |_, m| m.is_empty());
+    }
+
+    /// The members of `group`, in join order.
+    pub(crate) fn members(&self, group: &(String, TypeId)) -> Vec<Member> {
+        self.groups.get(group).map(|m| m.clone()).unwrap_or_default()
     }
 }
 

@@ -1,0 +1,219 @@
+//! Process groups, pub-sub and routers, on one node (Erlang's `pg`, local
+//! scope).
+//!
+//! A [`Group`] is a named set of actors that handle one message type `M`
+//! (the group is `(name, M)`: two groups of one name with different message
+//! types are different groups). An actor joins and leaves; one that stops
+//! leaves every group at once (a watcher on its cell). Membership is
+//! strongly consistent on the node: a join or leave is seen by every
+//! thread as soon as it returns. A restart in place keeps the actor in its
+//! groups, since its reference stays valid.
+//!
+//! [`Group::publish`] sends a clone of a message to every member: each
+//! member gets each publication once, in the order one publisher published
+//! (per-sender order of `tell`). A member whose mailbox is full holds the
+//! publisher back as any `tell` does: inside a handler the publishing
+//! actor pauses (never its shard), from another thread the call waits. A
+//! member that stopped meanwhile is counted as a dead letter.
+//!
+//! A [`Router`] is one handle over a fixed set of recipients or a group,
+//! that picks a member per message: round-robin, by a key's hash (the same
+//! key always reaches the same member while the set does not change), the
+//! least loaded (fewest queued messages), or all of them.
+//!
+//! Groups and routers span one node. Across nodes, look members up with
+//! `Node::lookup` and put the references in a router.
+
+use std::any::{Any, TypeId};
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+
+use super::{ActorRef, Handler, Message, Recipient};
+use crate::error::TellError;
+use crate::runtime::registry::Registry;
+
+/// A named group of actors that handle `M` (see the module docs). Made by
+/// [`crate::System::group`] or [`crate::Context::group`]; cheap to clone.
+pub struct Group<M: Message> {
+    key: (String, TypeId),
+    registry: Arc<Registry>,
+    _m: PhantomData<fn(M)>,
+}
+
+impl<M: Message> Clone for Group<M> {
+    fn clone(&self) -> Self {
+        Group { key: self.key.clone(), registry: self.registry.clone(), _m: PhantomData }
+    }
+}
+
+impl<M: Message> std::fmt::Debug for Group<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Group")
+            .field("name", &self.key.0)
+            .field("message", &std::any::type_name::<M>())
+            .field("members", &self.len())
+            .finish()
+    }
+}
+
+impl<M: Message> Group<M> {
+    pub(crate) fn new(registry: &Arc<Registry>, name: &str) -> Self {
+        let key = (name.to_string(), TypeId::of::<M>());
+        Group { key, registry: registry.clone(), _m: PhantomData }
+    }
+
+    /// The group's name.
+    pub fn name(&self) -> &str {
+        &self.key.0
+    }
+
+    /// Adds `actor` (once: joining again changes nothing) until it leaves
+    /// or stops. An actor that has stopped already is not added.
+    pub fn join<A: Handler<M>>(&self, actor: &ActorRef<A>) {
+        let r: Arc<dyn Any + Send + Sync> = Arc::new(actor.recipient::<M>());
+        if !self.registry.join(&self.key, actor.id(), r) {
+            return;
+        }
+        // Leaves when it stops (at once if it already has).
+        let registry: Weak<Registry> = Arc::downgrade(&self.registry);
+        let (key, id) = (self.key.clone(), actor.id());
+        actor.cell.watch(Box::new(move |_| {
+            if let Some(r) = registry.upgrade() {
+                r.leave(&key, id);
+            }
+        }));
+    }
+
+    /// Removes `actor` from the group.
+    pub fn leave<A: Handler<M>>(&self, actor: &ActorRef<A>) {
+        self.registry.leave(&self.key, actor.id());
+    }
+
+    /// The members that run, in the order they joined.
+    pub fn members(&self) -> Vec<Recipient<M>> {
+        self.registry
+            .members(&self.key)
+            .into_iter()
+            .filter_map(|(_, r)| r.downcast_ref::<Recipient<M>>().cloned())
+            .filter(Recipient::is_alive)
+            .collect()
+    }
+
+    /// How many members the group has.
+    pub fn len(&self) -> usize {
+        self.members().len()
+    }
+
+    /// True when the group has no member.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Sends a clone of `msg` to every member (see the module docs for
+    /// order and backpressure); returns how many took it. A member that
+    /// stopped meanwhile is a dead letter; one whose mailbox stays full is
+    /// waited for like any `tell`.
+    pub fn publish(&self, msg: M) -> usize
+    where
+        M: Clone,
+    {
+        self.members().iter().filter(|m| m.tell(msg.clone()).is_ok()).count()
+    }
+}
+
+/// How a [`Router`] picks a member for a message.
+#[non_exhaustive]
+pub enum Routing<M> {
+    /// Each member in turn.
+    RoundRobin,
+    /// The member with the fewest queued messages (ties: the first).
+    LeastLoaded,
+    /// By the hash of a key of the message, modulo the member count.
+    Hashed(Box<dyn Fn(&M) -> u64 + Send + Sync>),
+}
+
+impl<M> std::fmt::Debug for Routing<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Routing::RoundRobin => "RoundRobin",
+            Routing::LeastLoaded => "LeastLoaded",
+            Routing::Hashed(_) => "Hashed",
+        })
+    }
+}
+
+/// Where a router's members come from.
+enum Members<M: Message> {
+    Fixed(Vec<Recipient<M>>),
+    Group(Group<M>),
+}
+
+/// One handle over several actors that handle `M` (see the module docs).
+pub struct Router<M: Message> {
+    members: Members<M>,
+    routing: Routing<M>,
+    next: AtomicUsize,
+}
+
+impl<M: Message> std::fmt::Debug for Router<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Router")
+            .field("routing", &self.routing)
+            .field("members", &self.members().len())
+            .finish()
+    }
+}
+
+impl<M: Message> Router<M> {
+    /// A router over a fixed pool (e.g. a supervisor's children, whose
+    /// references survive restarts in place).
+    pub fn new(pool: Vec<Recipient<M>>, routing: Routing<M>) -> Self {
+        Router { members: Members::Fixed(pool), routing, next: AtomicUsize::new(0) }
+    }
+
+    /// A router over a group's members at each send.
+    pub fn over(group: Group<M>, routing: Routing<M>) -> Self {
+        Router { members: Members::Group(group), routing, next: AtomicUsize::new(0) }
+    }
+
+    fn members(&self) -> Vec<Recipient<M>> {
+        match &self.members {
+            Members::Fixed(pool) => pool.iter().filter(|r| r.is_alive()).cloned().collect(),
+            Members::Group(g) => g.members(),
+        }
+    }
+
+    /// The member `msg` goes to, if any.
+    pub fn pick(&self, msg: &M) -> Option<Recipient<M>> {
+        let members = self.members();
+        if members.is_empty() {
+            return None;
+        }
+        let i = match &self.routing {
+            Routing::RoundRobin => self.next.fetch_add(1, Ordering::Relaxed) % members.len(),
+            Routing::LeastLoaded => {
+                (0..members.len()).min_by_key(|&i| members[i].queued()).unwrap_or(0)
+            }
+            Routing::Hashed(key) => (key(msg) % members.len() as u64) as usize,
+        };
+        members.into_iter().nth(i)
+    }
+
+    /// Sends `msg` to the member the routing picks (waiting like `tell`
+    /// while its mailbox is full); `Stopped` when there is no member.
+    pub fn tell(&self, msg: M) -> Result<(), TellError<M>> {
+        match self.pick(&msg) {
+            Some(m) => m.tell(msg),
+            None => Err(TellError::Stopped(msg)),
+        }
+    }
+
+    /// Sends a clone of `msg` to every member; returns how many took it.
+    pub fn broadcast(&self, msg: M) -> usize
+    where
+        M: Clone,
+    {
+        self.members().iter().filter(|m| m.tell(msg.clone()).is_ok()).count()
+    }
+}
