@@ -97,6 +97,14 @@ fn tutorial_programs_print_what_the_book_says() {
          supervisor stopped: a supervisor gave up: its children failed past its restart intensity\n\
          system stopped: Requested(\"the supervisor gave up (panicked: job 0 is poison)\")\n"
     );
+    let out = run(env!("CARGO_BIN_EXE_tut_groups"), &[]);
+    assert_eq!(
+        out,
+        "ada heard main: hello\nada heard main: who is here?\n\
+         bob heard main: hello\nbob heard main: who is here?\n\
+         cy heard main: hello\ncy heard main: who is here?\n\
+         the: ok\nteh: misspelt\nring: ok\n"
+    );
     let out = run(env!("CARGO_BIN_EXE_tut_timers_io"), &[]);
     assert_eq!(out, "line 0\nline 1\nline 2\n");
     let out = run(env!("CARGO_BIN_EXE_tut_requests"), &[]);
