@@ -302,3 +302,52 @@ fn the_append_only_file_survives_a_restart_with_another_ring_count() {
     assert!(!ringmail_examples::kv::aof::shard_file(&path, 3).exists());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Sends `req` (raw RESP) and reads until the answer ends with `last`.
+fn raw_exchange(srv: &KvServer, req: &[u8], last: &[u8]) -> Vec<u8> {
+    let mut s = TcpStream::connect(srv.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(req).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !got.ends_with(last) {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "closed early after {:?}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+    got
+}
+
+#[test]
+fn a_resp3_client_connects_with_hello_3_and_gets_resp3_nulls_and_maps() {
+    let (_system, srv) = serve(2);
+    // What a RESP3 client library does by default.
+    let c = redis::Client::open(format!("redis://{}/?protocol=resp3", srv.addr)).unwrap();
+    let mut con = c.get_connection_with_timeout(Duration::from_secs(10)).unwrap();
+    let _: () = con.set("k", "v").unwrap();
+    let v: Option<String> = con.get("k").unwrap();
+    assert_eq!(v.as_deref(), Some("v"));
+    let missing: Value = cmd("GET").arg("nope").query(&mut con).unwrap();
+    assert_eq!(missing, Value::Nil);
+    let _: () = cmd("CLIENT").arg("SETNAME").arg("tester").query(&mut con).unwrap();
+    let name: Option<String> = cmd("CLIENT").arg("GETNAME").query(&mut con).unwrap();
+    assert_eq!(name.as_deref(), Some("tester"));
+    let _: () = cmd("SELECT").arg(0).query(&mut con).unwrap();
+    let e: RedisResult<()> = cmd("SELECT").arg(1).query(&mut con);
+    assert!(e.unwrap_err().to_string().contains("DB index is out of range"));
+    // On the wire: a pipeline that switches protocol mid-way keeps each
+    // reply in the protocol of its request's time.
+    let req = b"GET nope\r\nHELLO 3\r\nGET nope\r\nHELLO 2\r\nGET nope\r\nHELLO 4\r\n";
+    let head = b"$-1\r\n";
+    let got = raw_exchange(&srv, req, b"-NOPROTO unsupported protocol version\r\n");
+    let text = String::from_utf8_lossy(&got);
+    assert!(got.starts_with(head), "{text}");
+    assert!(text.contains("%7\r\n$6\r\nserver\r\n$5\r\nredis\r\n"), "a RESP3 map: {text}");
+    assert!(text.contains("$5\r\nproto\r\n:3\r\n"), "{text}");
+    // HELLO's map ends with `modules => []`; then GET's RESP3 null.
+    assert!(text.contains("*0\r\n_\r\n*14\r\n"), "RESP3 null after HELLO 3: {text}");
+    assert!(text.contains("*14\r\n"), "HELLO 2 answers a flat array: {text}");
+    assert!(text.contains("$5\r\nproto\r\n:2\r\n"), "{text}");
+    assert!(text.contains("*0\r\n$-1\r\n-NOPROTO"), "RESP2 null after HELLO 2: {text}");
+    assert!(text.ends_with("-NOPROTO unsupported protocol version\r\n"), "{text}");
+}

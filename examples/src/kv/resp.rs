@@ -140,11 +140,20 @@ pub enum Reply {
     Nil,
     /// `*n` followed by the elements.
     Array(Vec<Reply>),
+    /// A map: RESP3 `%n` and its pairs; in RESP2 a flat array of them.
+    Map(Vec<(Reply, Reply)>),
 }
 
 impl Reply {
     /// Appends the RESP2 encoding to `out` (terminated, nested arrays too).
     pub fn encode(&self, out: &mut Vec<u8>) {
+        self.encode_as(out, false);
+    }
+
+    /// Appends the encoding to `out` in RESP3 (`resp3`, after `HELLO 3`) or
+    /// RESP2. They differ here in the null (`_` instead of `$-1`) and in
+    /// maps (`%n` instead of a flat array).
+    pub fn encode_as(&self, out: &mut Vec<u8>, resp3: bool) {
         match self {
             Reply::Simple(s) => {
                 out.push(b'+');
@@ -165,13 +174,25 @@ impl Reply {
                 out.extend_from_slice(b"\r\n");
                 out.extend_from_slice(b);
             }
+            Reply::Nil if resp3 => out.push(b'_'),
             Reply::Nil => out.extend_from_slice(b"$-1"),
             Reply::Array(items) => {
                 out.push(b'*');
                 out.extend_from_slice(items.len().to_string().as_bytes());
                 out.extend_from_slice(b"\r\n");
                 for it in items {
-                    it.encode(out); // each element is terminated
+                    it.encode_as(out, resp3); // each element is terminated
+                }
+                return;
+            }
+            Reply::Map(pairs) => {
+                let (mark, n) = if resp3 { (b'%', pairs.len()) } else { (b'*', 2 * pairs.len()) };
+                out.push(mark);
+                out.extend_from_slice(n.to_string().as_bytes());
+                out.extend_from_slice(b"\r\n");
+                for (k, v) in pairs {
+                    k.encode_as(out, resp3);
+                    v.encode_as(out, resp3);
                 }
                 return;
             }

@@ -36,6 +36,111 @@ use super::engine::Keyspace;
 use super::resp::{self, Limits, Parsed, Reply};
 // ANCHOR_END: uses
 
+/// The commands about the connection itself, answered by its worker: what
+/// clients send when they connect (`HELLO`, `CLIENT SETNAME/SETINFO`,
+/// `SELECT 0`) and a few they probe with. `None`: not one of them.
+fn connection_command(c: &mut Client, conn: ConnId, args: &[Vec<u8>]) -> Option<Reply> {
+    let cmd = args[0].to_ascii_lowercase();
+    let arg = |i: usize| args.get(i).map(|a| a.to_ascii_lowercase());
+    let bulk = |s: &str| Reply::Bulk(s.as_bytes().to_vec());
+    Some(match cmd.as_slice() {
+        b"hello" => {
+            let proto = match args.get(1).map(|p| std::str::from_utf8(p).ok()?.parse::<u32>().ok())
+            {
+                None => None,
+                Some(Some(v @ (2 | 3))) => Some(v),
+                Some(Some(_)) => {
+                    return Some(Reply::Error("NOPROTO unsupported protocol version".into()))
+                }
+                Some(None) => {
+                    return Some(Reply::Error(
+                        "ERR Protocol version is not an integer or out of range".into(),
+                    ))
+                }
+            };
+            // Options: AUTH (refused: no password is configured) and SETNAME.
+            let mut i = 2;
+            while i < args.len() {
+                match arg(i).as_deref() {
+                    Some(b"auth") => return Some(no_password()),
+                    Some(b"setname") if i + 1 < args.len() => {
+                        c.name = Some(args[i + 1].clone());
+                        i += 2;
+                    }
+                    _ => return Some(Reply::Error("ERR syntax error in HELLO option".into())),
+                }
+            }
+            if let Some(v) = proto {
+                c.resp3 = v == 3;
+            }
+            Reply::Map(vec![
+                (bulk("server"), bulk("redis")),
+                (bulk("version"), bulk("7.2.0")),
+                (bulk("proto"), Reply::Int(if c.resp3 { 3 } else { 2 })),
+                (bulk("id"), Reply::Int(conn.0 as i64)),
+                (bulk("mode"), bulk("standalone")),
+                (bulk("role"), bulk("master")),
+                (bulk("modules"), Reply::Array(Vec::new())),
+            ])
+        }
+        b"auth" => no_password(),
+        b"select" => match args.get(1).map(|d| d.as_slice()) {
+            Some(b"0") if args.len() == 2 => Reply::Simple("OK"),
+            Some(_) if args.len() == 2 => Reply::Error("ERR DB index is out of range".into()),
+            _ => wrong_arity("select"),
+        },
+        b"reset" => {
+            c.resp3 = false;
+            c.name = None;
+            Reply::Simple("RESET")
+        }
+        b"client" => match arg(1).as_deref() {
+            Some(b"setname") if args.len() == 3 => {
+                if args[2].iter().any(|b| b.is_ascii_whitespace() || !b.is_ascii_graphic()) {
+                    return Some(Reply::Error(
+                        "ERR Client names cannot contain spaces, newlines or special characters."
+                            .into(),
+                    ));
+                }
+                c.name = (!args[2].is_empty()).then(|| args[2].clone());
+                Reply::Simple("OK")
+            }
+            Some(b"getname") => c.name.clone().map_or(Reply::Nil, Reply::Bulk),
+            Some(b"id") => Reply::Int(conn.0 as i64),
+            Some(b"setinfo") if args.len() == 4 => Reply::Simple("OK"),
+            Some(b"info") | Some(b"list") => {
+                let name = c.name.as_deref().map(String::from_utf8_lossy).unwrap_or_default();
+                let resp = if c.resp3 { 3 } else { 2 };
+                let line = format!("id={} name={name} db=0 resp={resp}\n", conn.0);
+                Reply::Bulk(line.into_bytes())
+            }
+            _ => Reply::Error(format!(
+                "ERR unknown subcommand '{}'. Try CLIENT HELP.",
+                String::from_utf8_lossy(args.get(1).map_or(&[][..], |a| a))
+            )),
+        },
+        b"command" => match arg(1).as_deref() {
+            Some(b"count") => Reply::Int(0),
+            // No per-command documentation: clients that probe get none.
+            None | Some(b"docs") | Some(b"info") => Reply::Array(Vec::new()),
+            _ => Reply::Array(Vec::new()),
+        },
+        _ => return None,
+    })
+}
+
+fn no_password() -> Reply {
+    Reply::Error(
+        "ERR AUTH <password> called without any password configured for the default user. \
+         Are you sure your configuration is correct?"
+            .into(),
+    )
+}
+
+fn wrong_arity(cmd: &str) -> Reply {
+    Reply::Error(format!("ERR wrong number of arguments for '{cmd}' command"))
+}
+
 /// The shard that owns `key`, among `n` (FNV-1a: stable across runs).
 pub fn shard_of(key: &[u8], n: usize) -> usize {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -177,11 +282,20 @@ struct Pending {
     parts: Vec<Option<Reply>>,
     combine: Combine,
     done: Option<Reply>,
+    /// Encode the reply in RESP3 (the connection's protocol when the
+    /// request arrived: a `HELLO` changes it for the requests after it).
+    resp3: bool,
 }
 
 impl Pending {
     fn ready(r: Reply) -> Pending {
-        Pending { left: 0, parts: Vec::new(), combine: Combine::Single, done: Some(r) }
+        Pending {
+            left: 0,
+            parts: Vec::new(),
+            combine: Combine::Single,
+            done: Some(r),
+            resp3: false,
+        }
     }
 
     fn finish(&mut self) {
@@ -230,6 +344,10 @@ struct Client {
     first_seq: u64,
     /// Close once everything pending is answered (QUIT, protocol error).
     close_after: bool,
+    /// The client said `HELLO 3`: replies in RESP3.
+    resp3: bool,
+    /// `CLIENT SETNAME`.
+    name: Option<Vec<u8>>,
 }
 
 // ANCHOR: worker
@@ -354,7 +472,11 @@ impl KvWorker {
                     }
                     let seq = c.first_seq + c.pending.len() as u64;
                     let quit = args[0].eq_ignore_ascii_case(b"quit");
-                    let p = self.route(conn, seq, args);
+                    let mut p = match connection_command(&mut c, conn, &args) {
+                        Some(reply) => Pending::ready(reply),
+                        None => self.route(conn, seq, args),
+                    };
+                    p.resp3 = c.resp3;
                     c.pending.push_back(p);
                     if quit {
                         c.close_after = true;
@@ -384,7 +506,13 @@ impl KvWorker {
         let single = |args: Vec<Vec<u8>>, out: &mut Vec<Vec<Req>>| {
             let s = shard_of(&args[1], n);
             out[s].push(Req { conn, seq, part: 0, args });
-            Pending { left: 1, parts: vec![None], combine: Combine::Single, done: None }
+            Pending {
+                left: 1,
+                parts: vec![None],
+                combine: Combine::Single,
+                done: None,
+                resp3: false,
+            }
         };
         match cmd.as_slice() {
             b"get" | b"set" | b"incr" | b"decr" | b"incrby" | b"decrby" | b"append" | b"strlen"
@@ -404,7 +532,7 @@ impl KvWorker {
                     out.push(Req { conn, seq, part: s as u32, args: args.clone() });
                 }
                 let combine = if cmd == b"dbsize" { Combine::Sum } else { Combine::AllOk };
-                Pending { left: n as u32, parts: vec![None; n], combine, done: None }
+                Pending { left: n as u32, parts: vec![None; n], combine, done: None, resp3: false }
             }
             b"quit" => Pending::ready(Reply::Simple("OK")),
             // Keyless commands, unknown commands and wrong arity: answered here.
@@ -449,7 +577,7 @@ impl KvWorker {
             2 => Combine::Mget { positions, keys: rest.len() },
             _ => Combine::AllOk,
         };
-        Pending { left: part, parts: vec![None; part as usize], combine, done: None }
+        Pending { left: part, parts: vec![None; part as usize], combine, done: None, resp3: false }
     }
 
     /// Sends what this event gathered: one batch per shard.
@@ -484,7 +612,7 @@ impl KvWorker {
         while c.pending.front().is_some_and(|p| p.done.is_some()) {
             let p = c.pending.pop_front().expect("front");
             c.first_seq += 1;
-            p.done.expect("done").encode(&mut out);
+            p.done.expect("done").encode_as(&mut out, p.resp3);
         }
         if !out.is_empty() {
             self.conns.write(conn, &out);
