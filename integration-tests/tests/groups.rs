@@ -28,15 +28,14 @@ struct Seen {
 
 struct Subscriber {
     seen: Arc<Mutex<Seen>>,
-    /// Work per message (a slow subscriber holds publishers back).
-    slow: Duration,
+    /// Held closed, it stops the subscriber at its next message (a full
+    /// subscriber holds publishers back).
+    gate: Arc<Mutex<()>>,
 }
 impl Actor for Subscriber {}
 impl Handler<Note> for Subscriber {
     fn handle(&mut self, Note { from, n }: Note, _: &mut Context<Self>) {
-        if !self.slow.is_zero() {
-            std::thread::sleep(self.slow);
-        }
+        drop(self.gate.lock().unwrap());
         let mut s = self.seen.lock().unwrap();
         let expected = s.next.insert(from, n + 1).unwrap_or(0);
         if expected != n {
@@ -60,7 +59,7 @@ fn members_join_once_and_leave_when_they_stop() {
     let g = system.group::<Note>("notes");
     let seen = Arc::new(Mutex::new(Seen::default()));
     let subs: Vec<ActorRef<Subscriber>> = (0..3)
-        .map(|_| system.spawn(Subscriber { seen: seen.clone(), slow: Duration::ZERO }).unwrap())
+        .map(|_| system.spawn(Subscriber { seen: seen.clone(), gate: Arc::default() }).unwrap())
         .collect();
     for s in &subs {
         g.join(s);
@@ -105,7 +104,7 @@ fn every_subscriber_gets_every_publication_once_in_each_publishers_order() {
     let topic = system.group::<Note>("topic");
     let seen: Vec<Arc<Mutex<Seen>>> = (0..3).map(|_| Arc::default()).collect();
     for s in &seen {
-        let sub = system.spawn(Subscriber { seen: s.clone(), slow: Duration::ZERO }).unwrap();
+        let sub = system.spawn(Subscriber { seen: s.clone(), gate: Arc::default() }).unwrap();
         topic.join(&sub);
     }
     let publishers: Vec<_> = (0..2)
@@ -137,7 +136,7 @@ fn every_subscriber_gets_every_publication_once_in_each_publishers_order() {
 /// subscriber is slow and has a small mailbox.
 struct Publisher {
     total: u64,
-    done: mpsc::Sender<Duration>,
+    done: mpsc::Sender<()>,
 }
 impl Actor for Publisher {}
 struct Go;
@@ -147,11 +146,10 @@ impl Message for Go {
 impl Handler<Go> for Publisher {
     fn handle(&mut self, _: Go, ctx: &mut Context<Self>) {
         let topic = ctx.group::<Note>("slow-topic");
-        let t0 = Instant::now();
         for n in 0..self.total {
             topic.publish(Note { from: 0, n });
         }
-        let _ = self.done.send(t0.elapsed());
+        let _ = self.done.send(());
     }
 }
 /// Answers at once: shows the publisher's shard still runs.
@@ -171,21 +169,22 @@ impl Handler<Hello> for Echo {
 fn a_full_subscriber_holds_the_publisher_back_as_an_actor_not_its_shard() {
     let system = System::with_config(SystemConfig::default().mailbox_capacity(8));
     let seen = Arc::new(Mutex::new(Seen::default()));
-    let sub =
-        system.spawn(Subscriber { seen: seen.clone(), slow: Duration::from_micros(500) }).unwrap();
+    let gate = Arc::new(Mutex::new(()));
+    let closed = gate.lock().unwrap();
+    let sub = system.spawn(Subscriber { seen: seen.clone(), gate: gate.clone() }).unwrap();
     system.group::<Note>("slow-topic").join(&sub);
     let shard = system.shard().unwrap();
     let (tx, done) = mpsc::channel();
     let publisher = system.spawn_on(&shard, Publisher { total: 400, done: tx });
     let echo = system.spawn_on(&shard, Echo);
     publisher.tell(Go).unwrap();
-    // While the publisher waits for room, its shard answers at once.
-    std::thread::sleep(Duration::from_millis(20));
-    let t0 = Instant::now();
+    // The subscriber is stuck on its first note, its mailbox full: the
+    // publisher is held back, and its shard still answers.
+    done.recv_timeout(T).expect("the publishing handler returned (its sends parked)");
     assert_eq!(echo.ask(Hello, T).unwrap(), "hello");
-    assert!(t0.elapsed() < Duration::from_millis(100), "the shard ran: {:?}", t0.elapsed());
-    assert!(seen.lock().unwrap().count < 400, "the publisher was still held back");
-    done.recv_timeout(T).expect("the publisher finished");
+    assert_eq!(seen.lock().unwrap().count, 0, "nothing got through the closed gate");
+    assert!(publisher.is_alive());
+    drop(closed);
     wait_until("every note", || seen.lock().unwrap().count == 400);
     assert_eq!(seen.lock().unwrap().out_of_order, 0);
     assert_eq!(system.dead_letters(), 0);

@@ -189,7 +189,7 @@ impl<A: Actor> Context<A> {
     /// actor as the message `done` makes of it, with the buffer back. The
     /// buffer belongs to the framework until then (see the `io` module docs).
     /// Every op completes exactly once: if the ring's SQ stays full it
-    /// completes at once with result `-EBUSY`.
+    /// completes at once with an error whose `raw_os_error()` is `EBUSY`.
     pub fn io<M>(&self, op: IoOp, done: impl FnOnce(IoDone) -> M + 'static)
     where
         A: Handler<M>,

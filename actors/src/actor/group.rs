@@ -4,7 +4,8 @@
 //! A [`Group`] is a named set of actors that handle one message type `M`
 //! (the group is `(name, M)`: two groups of one name with different message
 //! types are different groups). An actor joins and leaves; one that stops
-//! leaves every group at once (a watcher on its cell). Membership is
+//! leaves every group at once (its cell lists its groups, and its shard
+//! takes it out of each when it stops). Membership is
 //! strongly consistent on the node: a join or leave is seen by every
 //! thread as soon as it returns. A restart in place keeps the actor in its
 //! groups, since its reference stays valid.
@@ -13,8 +14,10 @@
 //! member gets each publication once, in the order one publisher published
 //! (per-sender order of `tell`). A member whose mailbox is full holds the
 //! publisher back as any `tell` does: inside a handler the publishing
-//! actor pauses (never its shard), from another thread the call waits. A
-//! member that stopped meanwhile is counted as a dead letter.
+//! actor pauses (never its shard), from another thread the call waits.
+//! Every copy a member did not take is counted as a dead letter (a member
+//! that stopped meanwhile; one that was full where nothing may wait, a
+//! timer or I/O closure on a shard's thread; a system stopping).
 //!
 //! A [`Router`] is one handle over a fixed set of recipients or a group,
 //! that picks a member per message: round-robin, by a key's hash (the same
@@ -27,7 +30,7 @@
 use std::any::{Any, TypeId};
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use super::{ActorRef, Handler, Message, Recipient};
 use crate::error::TellError;
@@ -71,22 +74,21 @@ impl<M: Message> Group<M> {
     /// Adds `actor` (once: joining again changes nothing) until it leaves
     /// or stops. An actor that has stopped already is not added.
     pub fn join<A: Handler<M>>(&self, actor: &ActorRef<A>) {
-        let r: Arc<dyn Any + Send + Sync> = Arc::new(actor.recipient::<M>());
-        if !self.registry.join(&self.key, actor.id(), r) {
+        // Noted on the cell first: its stop leaves every group the cell
+        // lists. A stop between the two steps is caught by the check after.
+        if !actor.cell.add_group(&self.key) {
             return;
         }
-        // Leaves when it stops (at once if it already has).
-        let registry: Weak<Registry> = Arc::downgrade(&self.registry);
-        let (key, id) = (self.key.clone(), actor.id());
-        actor.cell.watch(Box::new(move |_| {
-            if let Some(r) = registry.upgrade() {
-                r.leave(&key, id);
-            }
-        }));
+        let r: Arc<dyn Any + Send + Sync> = Arc::new(actor.recipient::<M>());
+        self.registry.join(&self.key, actor.id(), r);
+        if !actor.is_alive() {
+            self.registry.leave(&self.key, actor.id());
+        }
     }
 
     /// Removes `actor` from the group.
     pub fn leave<A: Handler<M>>(&self, actor: &ActorRef<A>) {
+        actor.cell.remove_group(&self.key);
         self.registry.leave(&self.key, actor.id());
     }
 
@@ -111,14 +113,16 @@ impl<M: Message> Group<M> {
     }
 
     /// Sends a clone of `msg` to every member (see the module docs for
-    /// order and backpressure); returns how many took it. A member that
-    /// stopped meanwhile is a dead letter; one whose mailbox stays full is
-    /// waited for like any `tell`.
+    /// order and backpressure); returns how many took it. Every copy a
+    /// member did not take is a dead letter: a member that stopped
+    /// meanwhile, one that was full where nothing may wait (a shard's
+    /// thread outside a handler: a timer or I/O closure), or a system that
+    /// is stopping.
     pub fn publish(&self, msg: M) -> usize
     where
         M: Clone,
     {
-        self.members().iter().filter(|m| m.tell(msg.clone()).is_ok()).count()
+        send_each(&self.members(), &msg)
     }
 }
 
@@ -201,19 +205,38 @@ impl<M: Message> Router<M> {
     }
 
     /// Sends `msg` to the member the routing picks (waiting like `tell`
-    /// while its mailbox is full); `Stopped` when there is no member.
+    /// while its mailbox is full); `Stopped` when there is no member (then
+    /// counted as a dead letter, as a send to a stopped actor is).
     pub fn tell(&self, msg: M) -> Result<(), TellError<M>> {
         match self.pick(&msg) {
             Some(m) => m.tell(msg),
-            None => Err(TellError::Stopped(msg)),
+            None => {
+                crate::runtime::dead_letter();
+                Err(TellError::Stopped(msg))
+            }
         }
     }
 
-    /// Sends a clone of `msg` to every member; returns how many took it.
+    /// Sends a clone of `msg` to every member; returns how many took it
+    /// (each copy not taken is a dead letter, as with [`Group::publish`]).
     pub fn broadcast(&self, msg: M) -> usize
     where
         M: Clone,
     {
-        self.members().iter().filter(|m| m.tell(msg.clone()).is_ok()).count()
+        send_each(&self.members(), &msg)
     }
+}
+
+/// Tells a clone of `msg` to each of `to`; a copy not taken is counted as a
+/// dead letter (a `Stopped` one is counted by the send already).
+fn send_each<M: Message + Clone>(to: &[Recipient<M>], msg: &M) -> usize {
+    let mut took = 0;
+    for m in to {
+        match m.tell(msg.clone()) {
+            Ok(()) => took += 1,
+            Err(TellError::Stopped(_)) => {}
+            Err(_) => m.count_dead_letter(),
+        }
+    }
+    took
 }

@@ -15,6 +15,7 @@ pub(super) trait Sink<M: Message>: Send + Sync {
     fn id(&self) -> u64;
     fn queued(&self) -> usize;
     fn is_alive(&self) -> bool;
+    fn count_dead_letter(&self);
 }
 
 impl<A: Handler<M>, M: Message> Sink<M> for ActorRef<A> {
@@ -35,6 +36,9 @@ impl<A: Handler<M>, M: Message> Sink<M> for ActorRef<A> {
     }
     fn is_alive(&self) -> bool {
         ActorRef::is_alive(self)
+    }
+    fn count_dead_letter(&self) {
+        crate::runtime::dead_letter_in(Some(&self.shard.stats));
     }
 }
 
@@ -78,5 +82,9 @@ impl<M: Message> Recipient<M> {
     /// As [`ActorRef::is_alive`].
     pub fn is_alive(&self) -> bool {
         self.0.is_alive()
+    }
+    /// Counts a message meant for this actor that it never got.
+    pub(crate) fn count_dead_letter(&self) {
+        self.0.count_dead_letter()
     }
 }

@@ -57,6 +57,8 @@ pub(crate) struct ActorCell {
     reason: Mutex<Option<StopReason>>,
     /// Names this actor is registered under (removed when it stops).
     names: Mutex<Vec<String>>,
+    /// Groups this actor is in (it leaves them when it stops).
+    groups: Mutex<Vec<GroupKey>>,
     /// Who is told when it stops, each with its key (`Some(watcher id)`
     /// for a monitor: one per watcher); `None` once it has stopped (then
     /// `watch` calls at once).
@@ -71,6 +73,9 @@ pub(crate) struct ActorCell {
 }
 
 pub(crate) type Watcher = Box<dyn FnOnce(&StopReason) + Send>;
+
+/// A group: its name and the type of the messages its members handle.
+pub(crate) type GroupKey = (String, std::any::TypeId);
 
 /// A watcher and its key (`Some(watcher id)` for a monitor).
 type Keyed = (Option<u64>, Watcher);
@@ -90,6 +95,7 @@ impl ActorCell {
             alive: AtomicBool::new(true),
             reason: Mutex::new(None),
             names: Mutex::new(Vec::new()),
+            groups: Mutex::new(Vec::new()),
             watchers: Mutex::new(Some(Vec::new())),
             generation: std::sync::atomic::AtomicU32::new(0),
             wakers: ModelMutex::new(Vec::new()),
@@ -185,6 +191,27 @@ impl ActorCell {
 
     pub(crate) fn take_names(&self) -> Vec<String> {
         std::mem::take(&mut *lock(&self.names))
+    }
+
+    /// Notes that the actor is in group `key` (left when it stops); false
+    /// if it was already.
+    pub(crate) fn add_group(&self, key: &GroupKey) -> bool {
+        let mut g = lock(&self.groups);
+        if g.contains(key) {
+            return false;
+        }
+        g.push(key.clone());
+        true
+    }
+
+    /// The actor left group `key`.
+    pub(crate) fn remove_group(&self, key: &GroupKey) {
+        lock(&self.groups).retain(|k| k != key);
+    }
+
+    /// The groups it is in (taken when it stops).
+    pub(crate) fn take_groups(&self) -> Vec<GroupKey> {
+        std::mem::take(&mut *lock(&self.groups))
     }
 
     /// Counts a message that bypasses the capacity check (timer messages:

@@ -54,7 +54,7 @@ pub enum IoOp {
     },
     /// `send` of `buf` on a fixed file (a slot of this shard's table, see
     /// [`ringmail_transport::FixedFd::as_fixed`]), with `MSG_NOSIGNAL`: a
-    /// peer that went away is an `-EPIPE` result, not a signal.
+    /// peer that went away is an `EPIPE` error, not a signal.
     SendFixed {
         /// The socket's slot.
         fd: types::Fixed,

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
 
-use super::cell::ActorCell;
+use super::cell::{ActorCell, GroupKey};
 
 struct Registered {
     id: u64,
@@ -31,7 +31,7 @@ pub(crate) type Member = (u64, Arc<dyn Any + Send + Sync>);
 pub(crate) struct Registry {
     names: DashMap<String, Registered>,
     /// Group (name, message type) -> its members, in join order.
-    groups: DashMap<(String, TypeId), Vec<Member>>,
+    groups: DashMap<GroupKey, Vec<Member>>,
 }
 
 impl Registry {
@@ -106,12 +106,7 @@ impl Registry {
     }
 
     /// Adds member `id` to `group` unless it is in already; true if added.
-    pub(crate) fn join(
-        &self,
-        group: &(String, TypeId),
-        id: u64,
-        r: Arc<dyn Any + Send + Sync>,
-    ) -> bool {
+    pub(crate) fn join(&self, group: &GroupKey, id: u64, r: Arc<dyn Any + Send + Sync>) -> bool {
         let mut members = self.groups.entry(group.clone()).or_default();
         if members.iter().any(|(m, _)| *m == id) {
             return false;
@@ -121,7 +116,7 @@ impl Registry {
     }
 
     /// Removes member `id` from `group` (an empty group goes).
-    pub(crate) fn leave(&self, group: &(String, TypeId), id: u64) {
+    pub(crate) fn leave(&self, group: &GroupKey, id: u64) {
         if let Some(mut members) = self.groups.get_mut(group) {
             members.retain(|(m, _)| *m != id);
         }
@@ -129,7 +124,7 @@ impl Registry {
     }
 
     /// The members of `group`, in join order.
-    pub(crate) fn members(&self, group: &(String, TypeId)) -> Vec<Member> {
+    pub(crate) fn members(&self, group: &GroupKey) -> Vec<Member> {
         self.groups.get(group).map(|m| m.clone()).unwrap_or_default()
     }
 }

@@ -398,8 +398,9 @@ impl ShardLoop {
                     Err(m) => m,
                 };
                 slot.cell().unreserve();
-                // A span per handled message; with no subscriber that wants
-                // it (the default), a cached check and a branch.
+                // A span per handled message (an async handler's: around its
+                // first poll); with no subscriber that wants it (the
+                // default), a cached check and a branch.
                 let span = tracing::trace_span!(
                     "handle",
                     actor = to,
@@ -444,6 +445,9 @@ impl ShardLoop {
                     super::dead_letter(); // its fd is gone (cannot happen)
                     return true;
                 };
+                let span =
+                    tracing::trace_span!("handle_fd", actor = to, actor_type = slot.actor_name());
+                let _entered = span.enter();
                 outbox::enter(to);
                 let outcome = catch_unwind(AssertUnwindSafe(|| msg.handle(slot.as_any(), fd)));
                 if outbox::leave() {
@@ -757,6 +761,9 @@ impl ShardLoop {
         cell.set_stopped(reason);
         for name in cell.take_names() {
             self.handle.registry.remove(&name, cell.id);
+        }
+        for group in cell.take_groups() {
+            self.handle.registry.leave(&group, cell.id);
         }
     }
 

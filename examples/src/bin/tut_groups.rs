@@ -69,7 +69,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let mut lines: Vec<String> =
         (0..6).map(|_| heard.recv_timeout(Duration::from_secs(5))).collect::<Result<_, _>>()?;
-    lines.sort(); // members run on their own shards: sort for a stable print
+    // Members run on their own shards: group the lines by member for a
+    // stable print (a stable sort keeps each member's own order).
+    lines.sort_by_key(|l| l.split(' ').next().unwrap_or_default().to_string());
     for l in &lines {
         println!("{l}");
     }
