@@ -333,6 +333,12 @@ fn a_resp3_client_connects_with_hello_3_and_gets_resp3_nulls_and_maps() {
     let name: Option<String> = cmd("CLIENT").arg("GETNAME").query(&mut con).unwrap();
     assert_eq!(name.as_deref(), Some("tester"));
     let _: () = cmd("SELECT").arg(0).query(&mut con).unwrap();
+    // No password is set: the default user takes any, as in Redis.
+    let _: () = cmd("AUTH").arg("default").arg("anything").query(&mut con).unwrap();
+    let e: RedisResult<()> = cmd("AUTH").arg("secret").query(&mut con);
+    assert!(e.unwrap_err().to_string().contains("without any password configured"));
+    let e: RedisResult<()> = cmd("AUTH").arg("someone").arg("x").query(&mut con);
+    assert!(e.unwrap_err().to_string().contains("invalid username-password pair"));
     let e: RedisResult<()> = cmd("SELECT").arg(1).query(&mut con);
     assert!(e.unwrap_err().to_string().contains("DB index is out of range"));
     // On the wire: a pipeline that switches protocol mid-way keeps each

@@ -58,11 +58,16 @@ fn connection_command(c: &mut Client, conn: ConnId, args: &[Vec<u8>]) -> Option<
                     ))
                 }
             };
-            // Options: AUTH (refused: no password is configured) and SETNAME.
+            // Options: AUTH (as for the AUTH command) and SETNAME.
             let mut i = 2;
             while i < args.len() {
                 match arg(i).as_deref() {
-                    Some(b"auth") => return Some(no_password()),
+                    Some(b"auth") if i + 2 < args.len() => {
+                        if let Some(refused) = auth(&args[i + 1..i + 3]) {
+                            return Some(refused);
+                        }
+                        i += 3;
+                    }
                     Some(b"setname") if i + 1 < args.len() => {
                         c.name = Some(args[i + 1].clone());
                         i += 2;
@@ -83,7 +88,9 @@ fn connection_command(c: &mut Client, conn: ConnId, args: &[Vec<u8>]) -> Option<
                 (bulk("modules"), Reply::Array(Vec::new())),
             ])
         }
-        b"auth" => no_password(),
+        b"auth" if args.len() == 2 => no_password(),
+        b"auth" if args.len() == 3 => auth(&args[1..3]).unwrap_or(Reply::Simple("OK")),
+        b"auth" => wrong_arity("auth"),
         b"select" => match args.get(1).map(|d| d.as_slice()) {
             Some(b"0") if args.len() == 2 => Reply::Simple("OK"),
             Some(_) if args.len() == 2 => Reply::Error("ERR DB index is out of range".into()),
@@ -126,6 +133,15 @@ fn connection_command(c: &mut Client, conn: ConnId, args: &[Vec<u8>]) -> Option<
             _ => Reply::Array(Vec::new()),
         },
         _ => return None,
+    })
+}
+
+/// `AUTH username password` as Redis answers it with no password set: the
+/// `default` user takes any password (it has `nopass`), others do not
+/// exist. `None`: accepted.
+fn auth(user_and_pass: &[Vec<u8>]) -> Option<Reply> {
+    (user_and_pass[0] != b"default").then(|| {
+        Reply::Error("WRONGPASS invalid username-password pair or user is disabled.".into())
     })
 }
 
