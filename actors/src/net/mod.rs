@@ -123,8 +123,15 @@ impl<W: Actor> std::fmt::Debug for Acceptor<W> {
 impl<W: FdHandler<NewConnection>> Acceptor<W> {
     /// An acceptor for `listener` handing connections to `workers`
     /// (round-robin). Panics if `workers` is empty.
+    ///
+    /// It turns Nagle's algorithm off on the listener, so every connection
+    /// it accepts inherits `TCP_NODELAY` (as Redis does for its clients): a
+    /// reply written after an earlier one of the same request batch goes
+    /// out at once instead of waiting for the client's delayed ACK (40 ms).
     pub fn new(listener: TcpListener, workers: Vec<ActorRef<W>>) -> Self {
         assert!(!workers.is_empty(), "an acceptor needs at least one worker");
+        // Best effort: a listener that refuses it still serves.
+        let _ = socket2::SockRef::from(&listener).set_tcp_nodelay(true);
         Acceptor { listener, workers, stats: Arc::new(AcceptorStats::default()) }
     }
 

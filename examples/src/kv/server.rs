@@ -36,6 +36,114 @@ use super::engine::Keyspace;
 use super::resp::{self, Limits, Parsed, Reply};
 // ANCHOR_END: uses
 
+/// What a request means for a connection's transaction state.
+enum Step {
+    /// Answered at once (`MULTI`, `DISCARD`, a queued command's `QUEUED`,
+    /// errors).
+    Answer(Reply),
+    /// `EXEC`: run these.
+    Exec(Vec<Vec<Vec<u8>>>),
+    /// Not in a transaction: run it as usual.
+    Run(Vec<Vec<u8>>),
+}
+
+/// A transaction's keys on two shards (Redis Cluster's error and word).
+const CROSSSLOT: &str = "CROSSSLOT Keys in request don't hash to the same slot (a transaction's \
+                         keys must live on one shard: put the common part of their names in {braces})";
+
+/// The commands a transaction may queue (the ones this server runs).
+const QUEUEABLE: &[&[u8]] = &[
+    b"get",
+    b"set",
+    b"incr",
+    b"decr",
+    b"incrby",
+    b"decrby",
+    b"append",
+    b"strlen",
+    b"expire",
+    b"pexpireat",
+    b"ttl",
+    b"del",
+    b"exists",
+    b"mget",
+    b"mset",
+    b"dbsize",
+    b"flushall",
+    b"flushdb",
+    b"ping",
+    b"echo",
+];
+
+/// `MULTI` / `EXEC` / `DISCARD`, and queueing between them, as Redis does.
+/// `n`: the number of shards. As in Redis Cluster, a queued command whose
+/// keys are not on the shard of the ones before is refused with
+/// `CROSSSLOT`, and the transaction is then aborted at `EXEC`.
+fn transaction_step(c: &mut Client, args: Vec<Vec<u8>>, n: usize) -> Step {
+    let cmd = args[0].to_ascii_lowercase();
+    match (cmd.as_slice(), c.multi.is_some()) {
+        (b"multi", false) => {
+            c.multi = Some(Vec::new());
+            c.multi_failed = false;
+            c.multi_shard = None;
+            Step::Answer(Reply::Simple("OK"))
+        }
+        (b"multi", true) => Step::Answer(Reply::Error("ERR MULTI calls can not be nested".into())),
+        (b"exec", false) => Step::Answer(Reply::Error("ERR EXEC without MULTI".into())),
+        (b"discard", false) => Step::Answer(Reply::Error("ERR DISCARD without MULTI".into())),
+        (b"discard", true) => {
+            c.multi = None;
+            Step::Answer(Reply::Simple("OK"))
+        }
+        (b"exec", true) => {
+            let cmds = c.multi.take().unwrap_or_default();
+            if std::mem::take(&mut c.multi_failed) {
+                return Step::Answer(Reply::Error(
+                    "EXECABORT Transaction discarded because of previous errors.".into(),
+                ));
+            }
+            Step::Exec(cmds)
+        }
+        (b"watch", _) | (b"unwatch", _) => {
+            Step::Answer(Reply::Error("ERR WATCH is not supported by this server".into()))
+        }
+        (_, true) => {
+            if !QUEUEABLE.contains(&cmd.as_slice()) {
+                c.multi_failed = true;
+                return Step::Answer(Reply::Error(format!(
+                    "ERR unknown command '{}', with args beginning with: ",
+                    String::from_utf8_lossy(&args[0])
+                )));
+            }
+            let mut shards = shards_of(&args, n);
+            shards.extend(c.multi_shard);
+            shards.sort_unstable();
+            shards.dedup();
+            if shards.len() > 1 {
+                c.multi_failed = true;
+                return Step::Answer(Reply::Error(CROSSSLOT.into()));
+            }
+            c.multi_shard = shards.first().copied();
+            c.multi.as_mut().expect("in MULTI").push(args);
+            Step::Answer(Reply::Simple("QUEUED"))
+        }
+        (_, false) => Step::Run(args),
+    }
+}
+
+/// The shards a command touches, among `n` (none for a keyless command).
+fn shards_of(args: &[Vec<u8>], n: usize) -> Vec<usize> {
+    let cmd = args[0].to_ascii_lowercase();
+    let keys: Vec<&Vec<u8>> = match cmd.as_slice() {
+        b"del" | b"exists" | b"mget" => args[1..].iter().collect(),
+        b"mset" => args[1..].iter().step_by(2).collect(),
+        b"dbsize" | b"flushall" | b"flushdb" => return (0..n).collect(),
+        b"ping" | b"echo" => Vec::new(),
+        _ => args.get(1).into_iter().collect(),
+    };
+    keys.into_iter().map(|k| shard_of(k, n)).collect()
+}
+
 /// The commands about the connection itself, answered by its worker: what
 /// clients send when they connect (`HELLO`, `CLIENT SETNAME/SETINFO`,
 /// `SELECT 0`) and a few they probe with. `None`: not one of them.
@@ -157,14 +265,31 @@ fn wrong_arity(cmd: &str) -> Reply {
     Reply::Error(format!("ERR wrong number of arguments for '{cmd}' command"))
 }
 
-/// The shard that owns `key`, among `n` (FNV-1a: stable across runs).
+/// The shard that owns `key`, among `n` (FNV-1a: stable across runs). As
+/// in Redis Cluster, a key with a non-empty `{tag}` is placed by its tag
+/// alone, so `{user:1}:name` and `{user:1}:mail` live together (and may
+/// meet in one transaction).
 pub fn shard_of(key: &[u8], n: usize) -> usize {
+    let key = hash_tag(key);
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for &b in key {
         h ^= b as u64;
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
     (h % n as u64) as usize
+}
+
+/// The part of `key` that places it: the text between its first `{` and
+/// the next `}` when that is not empty, else the whole key.
+fn hash_tag(key: &[u8]) -> &[u8] {
+    if let Some(open) = key.iter().position(|&b| b == b'{') {
+        if let Some(len) = key[open + 1..].iter().position(|&b| b == b'}') {
+            if len > 0 {
+                return &key[open + 1..open + 1 + len];
+            }
+        }
+    }
+    key
 }
 
 /// One request, or one shard's part of a multi-key request.
@@ -291,6 +416,8 @@ enum Combine {
     AllOk,
     /// Arrays of values; `positions[part]` are the original key indexes.
     Mget { positions: Vec<Vec<usize>>, keys: usize },
+    /// A transaction's replies, one per queued command, in order.
+    Exec,
 }
 
 struct Pending {
@@ -346,6 +473,7 @@ impl Pending {
                 }
                 Reply::Array(out)
             }
+            Combine::Exec => Reply::Array(parts.collect()),
         };
         self.done = Some(reply);
     }
@@ -364,6 +492,12 @@ struct Client {
     resp3: bool,
     /// `CLIENT SETNAME`.
     name: Option<Vec<u8>>,
+    /// After `MULTI`: the commands queued for `EXEC`.
+    multi: Option<Vec<Vec<Vec<u8>>>>,
+    /// A queued command was refused: `EXEC` aborts.
+    multi_failed: bool,
+    /// The shard the queued commands' keys live on.
+    multi_shard: Option<usize>,
 }
 
 // ANCHOR: worker
@@ -490,7 +624,11 @@ impl KvWorker {
                     let quit = args[0].eq_ignore_ascii_case(b"quit");
                     let mut p = match connection_command(&mut c, conn, &args) {
                         Some(reply) => Pending::ready(reply),
-                        None => self.route(conn, seq, args),
+                        None => match transaction_step(&mut c, args, self.shards.len()) {
+                            Step::Answer(reply) => Pending::ready(reply),
+                            Step::Exec(cmds) => self.exec(conn, seq, cmds),
+                            Step::Run(args) => self.route(conn, seq, args),
+                        },
                     };
                     p.resp3 = c.resp3;
                     c.pending.push_back(p);
@@ -554,6 +692,38 @@ impl KvWorker {
             // Keyless commands, unknown commands and wrong arity: answered here.
             _ => Pending::ready(self.scratch.execute(&args, Instant::now()).unwrap_or(Reply::Nil)),
         }
+    }
+
+    /// Runs a transaction's commands. All their keys must live on one
+    /// shard (or the transaction is refused with Redis Cluster's
+    /// `CROSSSLOT`): they go to it in one batch, which it runs in one turn,
+    /// so no other command comes between them (atomic and isolated).
+    /// Keyless commands are answered here, in their place.
+    fn exec(&mut self, conn: ConnId, seq: u64, cmds: Vec<Vec<Vec<u8>>>) -> Pending {
+        let n = self.shards.len();
+        let mut shards: Vec<usize> = cmds.iter().flat_map(|c| shards_of(c, n)).collect();
+        shards.sort_unstable();
+        shards.dedup();
+        if shards.len() > 1 {
+            return Pending::ready(Reply::Error(CROSSSLOT.into())); // refused when queued
+        }
+        let count = cmds.len();
+        let mut parts = vec![None; count];
+        let mut left = 0;
+        for (i, args) in cmds.into_iter().enumerate() {
+            match shards.first() {
+                Some(&s) if !shards_of(&args, n).is_empty() => {
+                    self.outgoing[s].push(Req { conn, seq, part: i as u32, args });
+                    left += 1;
+                }
+                _ => parts[i] = self.scratch.execute(&args, Instant::now()),
+            }
+        }
+        let mut p = Pending { left, parts, combine: Combine::Exec, done: None, resp3: false };
+        if left == 0 {
+            p.finish();
+        }
+        p
     }
 
     /// Splits a multi-key command by shard. `step`: arguments per key (1,
