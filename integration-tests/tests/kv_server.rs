@@ -281,13 +281,30 @@ fn the_append_only_file_survives_a_restart_with_another_ring_count() {
         let _: () = cmd("SET").arg("ttl").arg("v").arg("EX").arg(1000).query(&mut c).unwrap();
         let _: () = cmd("SET").arg("gone").arg("v").arg("PX").arg(100).query(&mut c).unwrap();
         assert!(c.expire::<_, bool>("k2", 0).unwrap(), "an EXPIRE to the past deletes");
+        // The commands added for common clients are logged by their effect.
+        let _: () = cmd("SETEX").arg("sx").arg(1000).arg("v").query(&mut c).unwrap();
+        assert_eq!(cmd("SETNX").arg("nx").arg("first").query::<i64>(&mut c).unwrap(), 1);
+        assert_eq!(cmd("SETNX").arg("nx").arg("second").query::<i64>(&mut c).unwrap(), 0);
+        let _: () = cmd("SET").arg("gd").arg("v").query(&mut c).unwrap();
+        assert_eq!(cmd("GETDEL").arg("gd").query::<String>(&mut c).unwrap(), "v");
+        let _: () = cmd("SET").arg("keep").arg("v").arg("PX").arg(100).query(&mut c).unwrap();
+        assert_eq!(cmd("PERSIST").arg("keep").query::<i64>(&mut c).unwrap(), 1);
         assert!(srv.sync_aof(Duration::from_secs(10)), "the logs are written and synced");
         system.shutdown();
     }
     std::thread::sleep(Duration::from_millis(200)); // `gone` expires meanwhile
     let (system, srv) = start(3);
     let mut c = client(&srv);
-    assert_eq!(cmd("DBSIZE").query::<i64>(&mut c).unwrap(), 197 + 3);
+    assert_eq!(cmd("DBSIZE").query::<i64>(&mut c).unwrap(), 197 + 3 + 3);
+    let sx: i64 = c.ttl("sx").unwrap();
+    assert!((990..=1000).contains(&sx), "SETEX's deadline survived: {sx}");
+    assert_eq!(c.get::<_, String>("nx").unwrap(), "first");
+    assert_eq!(c.get::<_, Option<String>>("gd").unwrap(), None, "GETDEL deleted");
+    assert_eq!(c.ttl::<_, i64>("keep").unwrap(), -1, "PERSIST kept it past its 100 ms");
+    let mut keys: Vec<String> = cmd("KEYS").arg("k19?").query(&mut c).unwrap();
+    keys.sort();
+    let want: Vec<String> = (190..200).map(|i| format!("k{i}")).collect();
+    assert_eq!(keys, want, "KEYS gathers every shard's keys");
     assert_eq!(c.get::<_, i64>("a").unwrap(), 42);
     assert_eq!(c.get::<_, String>("b").unwrap(), "2x");
     assert_eq!(c.get::<_, Option<String>>("k0").unwrap(), None);

@@ -83,7 +83,27 @@ impl Aof {
                     push(&mut self.pending, &[b"PEXPIREAT", k, at.to_string().as_bytes()]);
                 }
             }
-            b"expire" | b"pexpireat" if matches!(reply, Reply::Int(1)) => {
+            b"setex" | b"psetex" if matches!(reply, Reply::Simple(_)) => {
+                let (k, v) = (&args[1], &args[3]);
+                push(&mut self.pending, &[b"SET", k, v]);
+                if let Some(at) = ks.expires_at_unix_ms(k, now) {
+                    push(&mut self.pending, &[b"PEXPIREAT", k, at.to_string().as_bytes()]);
+                }
+            }
+            b"setnx" if matches!(reply, Reply::Int(1)) => {
+                push(&mut self.pending, &[b"SET", &args[1], &args[2]]);
+            }
+            b"getdel" if matches!(reply, Reply::Bulk(_)) => {
+                push(&mut self.pending, &[b"DEL", &args[1]])
+            }
+            // Logged as the key without a deadline: replayed after its old
+            // absolute deadline has passed, a PERSIST would find no key.
+            b"persist" if matches!(reply, Reply::Int(1)) => {
+                if let Some(v) = ks.value(&args[1], now) {
+                    push(&mut self.pending, &[b"SET", &args[1], &v]);
+                }
+            }
+            b"expire" | b"pexpire" | b"pexpireat" if matches!(reply, Reply::Int(1)) => {
                 let k = &args[1];
                 match ks.expires_at_unix_ms(k, now) {
                     Some(at) => {

@@ -23,6 +23,49 @@ pub struct Keyspace {
     map: HashMap<Vec<u8>, Entry>,
 }
 
+/// Redis's glob match (`KEYS`): `*`, `?`, `[abc]`, `[^a]`, `[a-z]`, and
+/// `\` to escape.
+pub fn glob(pattern: &[u8], s: &[u8]) -> bool {
+    match pattern.split_first() {
+        None => s.is_empty(),
+        Some((b'*', rest)) => (0..=s.len()).any(|i| glob(rest, &s[i..])),
+        Some((b'?', rest)) => !s.is_empty() && glob(rest, &s[1..]),
+        Some((b'[', rest)) => {
+            let Some((&c, s_rest)) = s.split_first() else { return false };
+            let (negate, mut p) = match rest.split_first() {
+                Some((b'^', r)) => (true, r),
+                _ => (false, rest),
+            };
+            let mut hit = false;
+            loop {
+                match p {
+                    [] => return false, // no closing bracket: no match
+                    [b']', r @ ..] => {
+                        p = r;
+                        break;
+                    }
+                    [b'\\', x, r @ ..] => {
+                        hit |= *x == c;
+                        p = r;
+                    }
+                    [a, b'-', b, r @ ..] if *b != b']' => {
+                        let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
+                        hit |= (*lo..=*hi).contains(&c);
+                        p = r;
+                    }
+                    [x, r @ ..] => {
+                        hit |= *x == c;
+                        p = r;
+                    }
+                }
+            }
+            hit != negate && glob(p, s_rest)
+        }
+        Some((b'\\', [x, rest @ ..])) => s.first() == Some(x) && glob(rest, &s[1..]),
+        Some((x, rest)) => s.first() == Some(x) && glob(rest, &s[1..]),
+    }
+}
+
 fn err(s: &str) -> Reply {
     Reply::Error(s.to_string())
 }
@@ -233,6 +276,90 @@ impl Keyspace {
                 },
                 _ => arity(&cmd),
             },
+            "getdel" => match a {
+                [k] => match self.live(k, now).is_some() {
+                    true => self.map.remove(k).map_or(Reply::Nil, |e| Reply::Bulk(e.value)),
+                    false => Reply::Nil,
+                },
+                _ => arity(&cmd),
+            },
+            "setex" | "psetex" => match a {
+                [k, t, v] => {
+                    let unit = if cmd == "setex" { b"EX" } else { b"PX" };
+                    match self.set(&[k.clone(), v.clone(), unit.to_vec(), t.clone()], now) {
+                        Reply::Error(_) if int(t).is_some() => {
+                            err(&format!("ERR invalid expire time in '{cmd}' command"))
+                        }
+                        r => r,
+                    }
+                }
+                _ => arity(&cmd),
+            },
+            "setnx" => match a {
+                [k, v] => match self.set(&[k.clone(), v.clone(), b"NX".to_vec()], now) {
+                    Reply::Simple(_) => Reply::Int(1),
+                    _ => Reply::Int(0),
+                },
+                _ => arity(&cmd),
+            },
+            "pexpire" => match a {
+                [k, ms] => match int(ms) {
+                    None => err(NOT_INT),
+                    Some(ms) => match self.live(k, now) {
+                        None => Reply::Int(0),
+                        Some(_) if ms <= 0 => {
+                            self.map.remove(k);
+                            Reply::Int(1)
+                        }
+                        Some(e) => match deadline(now, ms, 1) {
+                            Some(t) => {
+                                e.expires = Some(t);
+                                Reply::Int(1)
+                            }
+                            None => err("ERR invalid expire time in 'pexpire' command"),
+                        },
+                    },
+                },
+                _ => arity(&cmd),
+            },
+            "persist" => match a {
+                [k] => match self.live(k, now) {
+                    Some(e) if e.expires.is_some() => {
+                        e.expires = None;
+                        Reply::Int(1)
+                    }
+                    _ => Reply::Int(0),
+                },
+                _ => arity(&cmd),
+            },
+            "pttl" => match a {
+                [k] => match self.live(k, now) {
+                    None => Reply::Int(-2),
+                    Some(Entry { expires: None, .. }) => Reply::Int(-1),
+                    Some(Entry { expires: Some(t), .. }) => {
+                        Reply::Int(t.saturating_duration_since(now).as_millis() as i64)
+                    }
+                },
+                _ => arity(&cmd),
+            },
+            "type" => match a {
+                [k] => Reply::Simple(if self.live(k, now).is_some() { "string" } else { "none" }),
+                _ => arity(&cmd),
+            },
+            "keys" => match a {
+                [pattern] => {
+                    let mut keys: Vec<Vec<u8>> = self
+                        .map
+                        .iter()
+                        .filter(|(_, e)| e.expires.is_none_or(|t| t > now))
+                        .filter(|(k, _)| glob(pattern, k))
+                        .map(|(k, _)| k.clone())
+                        .collect();
+                    keys.sort();
+                    Reply::Array(keys.into_iter().map(Reply::Bulk).collect())
+                }
+                _ => arity(&cmd),
+            },
             "ttl" => match a {
                 [k] => match self.live(k, now) {
                     None => Reply::Int(-2),
@@ -292,6 +419,7 @@ impl Keyspace {
     }
 
     fn set(&mut self, a: &[Vec<u8>], now: Instant) -> Reply {
+        // (SETEX, PSETEX and SETNX are this with EX, PX or NX.)
         let [k, v, opts @ ..] = a else { return arity("set") };
         let (mut ttl, mut nx, mut xx) = (None, false, false);
         let mut i = 0;
@@ -352,6 +480,57 @@ mod tests {
 
     fn bulk(s: &str) -> Reply {
         Reply::Bulk(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn the_common_key_commands_answer_as_redis_does() {
+        let (mut ks, t) = (Keyspace::default(), Instant::now());
+        assert_eq!(run(&mut ks, t, "SETNX a 1"), Reply::Int(1));
+        assert_eq!(run(&mut ks, t, "SETNX a 2"), Reply::Int(0));
+        assert_eq!(run(&mut ks, t, "GETDEL a"), bulk("1"));
+        assert_eq!(run(&mut ks, t, "GETDEL a"), Reply::Nil);
+        assert_eq!(run(&mut ks, t, "SETEX s 10 v"), Reply::Simple("OK"));
+        assert_eq!(run(&mut ks, t, "TTL s"), Reply::Int(10));
+        assert_eq!(run(&mut ks, t, "PSETEX p 1500 v"), Reply::Simple("OK"));
+        assert_eq!(run(&mut ks, t, "PTTL p"), Reply::Int(1500));
+        assert!(matches!(run(&mut ks, t, "SETEX s 0 v"), Reply::Error(e) if e.contains("'setex'")));
+        assert_eq!(run(&mut ks, t, "PERSIST s"), Reply::Int(1));
+        assert_eq!(run(&mut ks, t, "PERSIST s"), Reply::Int(0));
+        assert_eq!(run(&mut ks, t, "TTL s"), Reply::Int(-1));
+        assert_eq!(run(&mut ks, t, "PEXPIRE s 250"), Reply::Int(1));
+        assert_eq!(run(&mut ks, t, "PTTL s"), Reply::Int(250));
+        assert_eq!(run(&mut ks, t + Duration::from_millis(300), "TYPE s"), Reply::Simple("none"));
+        assert_eq!(run(&mut ks, t, "TYPE p"), Reply::Simple("string"));
+        assert_eq!(run(&mut ks, t, "PTTL nope"), Reply::Int(-2));
+        for k in ["user:1", "user:2", "user:10", "other"] {
+            run(&mut ks, t, &format!("SET {k} x"));
+        }
+        let keys = |ks: &mut Keyspace, p: &str| match run(ks, t, &format!("KEYS {p}")) {
+            Reply::Array(v) => v
+                .into_iter()
+                .map(|r| match r {
+                    Reply::Bulk(b) => String::from_utf8(b).unwrap(),
+                    other => panic!("{other:?}"),
+                })
+                .collect::<Vec<_>>(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(keys(&mut ks, "user:?"), ["user:1", "user:2"]);
+        assert_eq!(keys(&mut ks, "user:*"), ["user:1", "user:10", "user:2"]);
+        assert_eq!(keys(&mut ks, "user:[^1]"), ["user:2"]);
+        assert_eq!(keys(&mut ks, "[a-p]*"), ["other", "p"]);
+    }
+
+    #[test]
+    fn glob_matches_like_redis() {
+        let m = |p: &str, s: &str| glob(p.as_bytes(), s.as_bytes());
+        assert!(m("*", "") && m("*", "abc") && m("a*c", "abbbc") && !m("a*c", "abcd"));
+        assert!(m("h?llo", "hello") && !m("h?llo", "hllo"));
+        assert!(m("h[ae]llo", "hallo") && !m("h[ae]llo", "hillo"));
+        assert!(m("h[^e]llo", "hallo") && !m("h[^e]llo", "hello"));
+        assert!(m("h[a-b]llo", "hbllo") && !m("h[a-b]llo", "hcllo"));
+        assert!(m("h\\*llo", "h*llo") && !m("h\\*llo", "hello"));
+        assert!(!m("[abc", "a"), "an unclosed class matches nothing");
     }
 
     #[test]

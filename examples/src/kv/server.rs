@@ -73,6 +73,15 @@ const QUEUEABLE: &[&[u8]] = &[
     b"flushdb",
     b"ping",
     b"echo",
+    b"getdel",
+    b"setex",
+    b"psetex",
+    b"setnx",
+    b"pexpire",
+    b"persist",
+    b"pttl",
+    b"type",
+    b"keys",
 ];
 
 /// `MULTI` / `EXEC` / `DISCARD`, and queueing between them, as Redis does.
@@ -137,7 +146,7 @@ fn shards_of(args: &[Vec<u8>], n: usize) -> Vec<usize> {
     let keys: Vec<&Vec<u8>> = match cmd.as_slice() {
         b"del" | b"exists" | b"mget" => args[1..].iter().collect(),
         b"mset" => args[1..].iter().step_by(2).collect(),
-        b"dbsize" | b"flushall" | b"flushdb" => return (0..n).collect(),
+        b"dbsize" | b"flushall" | b"flushdb" | b"keys" => return (0..n).collect(),
         b"ping" | b"echo" => Vec::new(),
         _ => args.get(1).into_iter().collect(),
     };
@@ -418,6 +427,8 @@ enum Combine {
     Mget { positions: Vec<Vec<usize>>, keys: usize },
     /// A transaction's replies, one per queued command, in order.
     Exec,
+    /// Arrays from every shard, joined (KEYS).
+    Concat,
 }
 
 struct Pending {
@@ -474,6 +485,19 @@ impl Pending {
                 Reply::Array(out)
             }
             Combine::Exec => Reply::Array(parts.collect()),
+            Combine::Concat => {
+                let mut all = Vec::new();
+                for p in parts {
+                    match p {
+                        Reply::Array(items) => all.extend(items),
+                        other => {
+                            self.done = Some(other);
+                            return;
+                        }
+                    }
+                }
+                Reply::Array(all)
+            }
         };
         self.done = Some(reply);
     }
@@ -670,7 +694,8 @@ impl KvWorker {
         };
         match cmd.as_slice() {
             b"get" | b"set" | b"incr" | b"decr" | b"incrby" | b"decrby" | b"append" | b"strlen"
-            | b"expire" | b"pexpireat" | b"ttl"
+            | b"expire" | b"pexpireat" | b"ttl" | b"getdel" | b"setex" | b"psetex" | b"setnx"
+            | b"pexpire" | b"persist" | b"pttl" | b"type"
                 if args.len() >= 2 =>
             {
                 single(args, &mut self.outgoing)
@@ -681,11 +706,15 @@ impl KvWorker {
             b"mset" if args.len() >= 3 && args.len() % 2 == 1 => {
                 self.split(conn, seq, &args[0], &args[1..], 2, 3)
             }
-            b"dbsize" | b"flushall" | b"flushdb" => {
+            b"dbsize" | b"flushall" | b"flushdb" | b"keys" => {
                 for (s, out) in self.outgoing.iter_mut().enumerate() {
                     out.push(Req { conn, seq, part: s as u32, args: args.clone() });
                 }
-                let combine = if cmd == b"dbsize" { Combine::Sum } else { Combine::AllOk };
+                let combine = match cmd.as_slice() {
+                    b"dbsize" => Combine::Sum,
+                    b"keys" => Combine::Concat,
+                    _ => Combine::AllOk,
+                };
                 Pending { left: n as u32, parts: vec![None; n], combine, done: None, resp3: false }
             }
             b"quit" => Pending::ready(Reply::Simple("OK")),
