@@ -140,3 +140,77 @@ fn more_public_handles_are_send_and_sync() {
     send_sync::<ringmail::Down>();
     send_sync::<ringmail::StopReason>();
 }
+
+/// Holds its shard's whole I/O budget with receives that never complete,
+/// then arms timers: they cannot go to the kernel, and must still fire.
+struct BudgetHog {
+    _peers: Vec<std::os::unix::net::UnixStream>,
+    mine: Vec<std::os::unix::net::UnixStream>,
+    out: mpsc::Sender<&'static str>,
+    ticks: u32,
+    interval: Option<ringmail::TimerId>,
+}
+struct Held(IoDone);
+impl Message for Held {
+    type Reply = ();
+}
+struct Once;
+impl Message for Once {
+    type Reply = ();
+}
+struct Tick;
+impl Message for Tick {
+    type Reply = ();
+}
+impl Actor for BudgetHog {
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        use std::os::fd::AsRawFd;
+        for s in &self.mine {
+            ctx.io(IoOp::Recv { fd: s.as_raw_fd(), buf: vec![0; 16] }, Held);
+        }
+        assert!(ctx.send_after(Duration::from_millis(20), Once).is_some(), "never refused");
+        self.interval = ctx.send_interval(Duration::from_millis(5), || Tick);
+    }
+}
+impl Handler<Held> for BudgetHog {
+    fn handle(&mut self, Held(done): Held, _: &mut Context<Self>) {
+        let _ = done;
+        let _ = self.out.send("a receive completed (it should not have)");
+    }
+}
+impl Handler<Once> for BudgetHog {
+    fn handle(&mut self, _: Once, _: &mut Context<Self>) {
+        let _ = self.out.send("once");
+    }
+}
+impl Handler<Tick> for BudgetHog {
+    fn handle(&mut self, _: Tick, ctx: &mut Context<Self>) {
+        self.ticks += 1;
+        if self.ticks == 5 {
+            ctx.cancel_timer(self.interval.take().expect("armed"));
+            let _ = self.out.send("five ticks");
+        }
+    }
+}
+
+#[test]
+fn timers_fire_when_the_rings_io_budget_is_full() {
+    use ringmail::{RingConfig, SystemConfig};
+    // io_reserve 4: at most 2 operations outstanding, both taken by receives.
+    let ring = RingConfig::default().io_reserve(4);
+    let system = System::with_config(SystemConfig::default().ring(ring));
+    let (mut peers, mut mine) = (Vec::new(), Vec::new());
+    for _ in 0..2 {
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        peers.push(a);
+        mine.push(b);
+    }
+    let (tx, rx) = mpsc::channel();
+    let hog = BudgetHog { _peers: peers, mine, out: tx, ticks: 0, interval: None };
+    let _a = system.spawn(hog).unwrap();
+    let mut got = vec![rx.recv_timeout(Duration::from_secs(10)).unwrap()];
+    got.push(rx.recv_timeout(Duration::from_secs(10)).unwrap());
+    got.sort_unstable();
+    assert_eq!(got, ["five ticks", "once"]);
+    assert!(rx.recv_timeout(Duration::from_millis(100)).is_err(), "nothing more: cancelled");
+}

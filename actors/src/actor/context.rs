@@ -136,8 +136,10 @@ impl<A: Actor> Context<A> {
     }
 
     /// Delivers `msg` to this actor after `delay`, driven by a timeout on
-    /// the shard's own ring. `None` when the ring cannot take another timer
-    /// (`io_reserve / 2` timers and I/O ops outstanding, or the SQ full).
+    /// the shard's own ring. When the ring cannot take another timeout
+    /// (`io_reserve / 2` timers and I/O ops outstanding, or the SQ full)
+    /// the timer waits in the shard instead, whose loop then waits no
+    /// longer than its deadline: a timer is never refused (always `Some`).
     ///
     /// ```
     /// use std::sync::mpsc;

@@ -27,7 +27,7 @@
 //! and runs it outside the borrow, under `catch_unwind`: the envelope it
 //! makes goes to the shard's dispatch queue.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use ringmail_transport::io_uring::{cqueue, opcode, types};
@@ -83,6 +83,24 @@ pub(crate) struct IoTable {
     /// Timers plus I/O ops outstanding at most: their completions must fit
     /// the ring's I/O share of the CQ (`io_reserve / 2`).
     pub(super) io_limit: usize,
+    /// Timers the kernel could not take (the outstanding limit reached, or
+    /// the SQ full): kept here by deadline, run by the shard loop, which
+    /// waits no longer than the first deadline. So a timer is never lost
+    /// to a busy ring.
+    deferred: BTreeMap<(Instant, u64), Deferred>,
+}
+
+/// A timer waiting in the shard instead of the kernel.
+struct Deferred {
+    make: Box<dyn FnMut() -> Option<Envelope>>,
+    period: Option<Duration>,
+}
+
+/// A deferred timer that is due: run it (see [`IoTable::take_due`]).
+pub(super) struct Due {
+    pub(super) token: u64,
+    pub(super) make: Box<dyn FnMut() -> Option<Envelope>>,
+    pub(super) period: Option<Duration>,
 }
 
 /// The outstanding-op limit for a ring built from `cfg`.
@@ -99,7 +117,55 @@ impl IoTable {
             multi: HashMap::new(),
             next_token: 1,
             io_limit,
+            deferred: BTreeMap::new(),
         }
+    }
+
+    /// Schedules timer `token` to fire after `delay`: on the ring when it
+    /// can take it, else deferred in the shard (never refused).
+    pub(super) fn schedule(
+        &mut self,
+        ring: &mut Ring<Envelope>,
+        token: u64,
+        delay: Duration,
+        make: Box<dyn FnMut() -> Option<Envelope>>,
+        period: Option<Duration>,
+    ) {
+        if !self.at_limit() {
+            let ts = Box::new(types::Timespec::new());
+            self.timers.insert(token, Timer { ts, make: Some(make), period, cancelled: false });
+            if self.arm(ring, token, delay) {
+                return;
+            }
+            let t = self.timers.remove(&token).expect("just inserted");
+            let make = t.make.expect("not taken");
+            self.deferred.insert((Instant::now() + delay, token), Deferred { make, period });
+            return;
+        }
+        self.deferred.insert((Instant::now() + delay, token), Deferred { make, period });
+    }
+
+    /// When the first deferred timer is due, if any.
+    pub(crate) fn next_deferred(&self) -> Option<Instant> {
+        self.deferred.keys().next().map(|(at, _)| *at)
+    }
+
+    /// True when no timer is armed or deferred.
+    pub(crate) fn no_timers(&self) -> bool {
+        self.timers.is_empty() && self.deferred.is_empty()
+    }
+
+    /// Takes the deferred timers due at `now`.
+    pub(super) fn take_due(&mut self, now: Instant) -> Vec<Due> {
+        let mut due = Vec::new();
+        while let Some(entry) = self.deferred.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            let ((_, token), d) = entry.remove_entry();
+            due.push(Due { token, make: d.make, period: d.period });
+        }
+        due
     }
 
     /// Completions outstanding at most: timers, multishot ops, and I/O ops
@@ -130,7 +196,9 @@ impl IoTable {
         unsafe { ring.push_io(entry, token) }.is_ok()
     }
 
-    /// Arms a timer; `None` at the outstanding limit or when the SQ stayed full.
+    /// Arms a timer (on the ring, or deferred in the shard when the ring
+    /// cannot take it); its token. Always `Some` (kept for the callers'
+    /// `Option`).
     pub(crate) fn add_timer(
         &mut self,
         ring: &mut Ring<Envelope>,
@@ -138,18 +206,9 @@ impl IoTable {
         period: Option<Duration>,
         make: Box<dyn FnMut() -> Option<Envelope>>,
     ) -> Option<u64> {
-        if self.at_limit() {
-            return None;
-        }
         let token = self.token();
-        let ts = Box::new(types::Timespec::new());
-        self.timers.insert(token, Timer { ts, make: Some(make), period, cancelled: false });
-        if self.arm(ring, token, delay) {
-            Some(token)
-        } else {
-            self.timers.remove(&token);
-            None
-        }
+        self.schedule(ring, token, delay, make, period);
+        Some(token)
     }
 
     /// Cancels a timer: it delivers nothing more. Its pending timeout is
@@ -160,6 +219,7 @@ impl IoTable {
     /// whole timeout). The entry stays until that completion: the kernel
     /// may read its timespec until then.
     pub(crate) fn cancel_timer(&mut self, ring: &mut Ring<Envelope>, token: u64) {
+        self.deferred.retain(|(_, t), _| *t != token);
         if let Some(t) = self.timers.get_mut(&token) {
             if !t.cancelled {
                 t.cancelled = true;

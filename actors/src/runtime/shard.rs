@@ -235,11 +235,17 @@ impl ShardLoop {
             let handle = &self.handle;
             let polled = thread::with(|t| {
                 let idle = t.queue.is_empty() && t.completions.is_empty();
-                let timeout = if batch.is_empty() && idle { None } else { Some(Duration::ZERO) };
+                let mut timeout =
+                    if batch.is_empty() && idle { None } else { Some(Duration::ZERO) };
+                // A timer deferred in the shard: wait no longer than its deadline.
+                if let Some(at) = t.io.next_deferred() {
+                    let left = at.saturating_duration_since(std::time::Instant::now());
+                    timeout = Some(timeout.map_or(left, |t| t.min(left)));
+                }
                 // Idle: nothing queued, no actor paused, no timer armed, and
                 // what it sent has left (flushed before the flag is set, so
                 // a message of its own is never still in its ring then).
-                if timeout.is_none() && quiet && t.io.timers.is_empty() && t.ring.flush().is_ok() {
+                if timeout.is_none() && quiet && t.io.no_timers() && t.ring.flush().is_ok() {
                     handle.idle.store(true, Ordering::Release);
                 }
                 let r = t.ring.wait(&mut events, timeout);
@@ -251,14 +257,16 @@ impl ShardLoop {
                     t.sort(e, &mut rest);
                 }
                 batch.append(&mut t.queue);
-                (r, std::mem::take(&mut t.completions), rest)
+                let due = t.io.take_due(std::time::Instant::now());
+                (r, std::mem::take(&mut t.completions), rest, due)
             });
             let done = match polled {
-                Ok((Ok(_), done, rest)) => {
+                Ok((Ok(_), done, rest, due)) => {
                     rest.into_iter().for_each(discard);
+                    run_due(due, &mut batch);
                     done
                 }
-                Ok((Err(e), _, _)) => {
+                Ok((Err(e), _, _, _)) => {
                     tracing::error!(shard = self.handle.id, error = %e, "ring failed; stopping the shard");
                     break 'run;
                 }
@@ -826,6 +834,22 @@ impl ShardLoop {
     }
 }
 
+/// Runs the deferred timers that are due (see `IoTable::schedule`), as a
+/// timeout's completion would: the message goes into `out`, an interval is
+/// scheduled again.
+fn run_due(due: Vec<super::io_table::Due>, out: &mut VecDeque<Envelope>) {
+    for mut d in due {
+        let env = catch_unwind(AssertUnwindSafe(&mut d.make)).unwrap_or(None);
+        let more = env.is_some() && d.period.is_some();
+        if let Some(env) = env {
+            out.push_back(env);
+        }
+        if let (true, Some(period)) = (more, d.period) {
+            let _ = with(|t| t.io.schedule(&mut t.ring, d.token, period, d.make, Some(period)));
+        }
+    }
+}
+
 /// Handles completions of timers and I/O (on a shard thread): runs their
 /// closures outside the borrow and under `catch_unwind`, re-arms intervals,
 /// and returns the envelopes to dispatch.
@@ -887,15 +911,14 @@ fn complete(list: Vec<Done>, out: &mut VecDeque<Envelope>) {
                     out.push_back(env);
                 }
                 let _ = with(|t| {
-                    if more {
-                        if let Some(timer) = t.io.timers.get_mut(&token) {
-                            timer.make = Some(make);
-                        }
-                        if t.io.arm(&mut t.ring, token, period.expect("interval")) {
-                            return;
-                        }
-                    }
+                    // The timeout completed: the kernel is done with its
+                    // timespec, the entry goes; an interval is scheduled
+                    // again (on the ring, or deferred if it is full).
                     t.io.timers.remove(&token);
+                    if more {
+                        let period = period.expect("interval");
+                        t.io.schedule(&mut t.ring, token, period, make, Some(period));
+                    }
                 });
             }
         }
