@@ -442,4 +442,17 @@ fn transactions_on_one_shard_run_whole_and_alone_and_cross_shard_ones_are_refuse
          -EXECABORT Transaction discarded because of previous errors.\r\n$-1\r\n\
          +OK\r\n+QUEUED\r\n+OK\r\n$-1\r\n"
     );
+    // RESET leaves a transaction; a command on every shard cannot join one
+    // (2 shards here); QUIT inside MULTI is answered and closes.
+    let raw = raw_exchange(
+        &srv,
+        b"MULTI\r\nSET y 1\r\nRESET\r\nGET y\r\nMULTI\r\nDBSIZE\r\nEXEC\r\nMULTI\r\nQUIT\r\n",
+        b"+OK\r\n+OK\r\n",
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&raw),
+        "+OK\r\n+QUEUED\r\n+RESET\r\n$-1\r\n+OK\r\n\
+         -ERR DBSIZE touches every shard and cannot run in a transaction on a server with 2 shards\r\n\
+         -EXECABORT Transaction discarded because of previous errors.\r\n+OK\r\n+OK\r\n"
+    );
 }

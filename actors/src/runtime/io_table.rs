@@ -90,6 +90,15 @@ pub(crate) struct IoTable {
     deferred: BTreeMap<(Instant, u64), Deferred>,
 }
 
+/// `delay` from now; a delay past what `Instant` holds is a century (never,
+/// in practice) rather than a panic.
+fn deadline(delay: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(delay)
+        .or_else(|| now.checked_add(Duration::from_secs(100 * 365 * 24 * 3600)))
+        .unwrap_or(now)
+}
+
 /// A timer waiting in the shard instead of the kernel.
 struct Deferred {
     make: Box<dyn FnMut() -> Option<Envelope>>,
@@ -139,10 +148,10 @@ impl IoTable {
             }
             let t = self.timers.remove(&token).expect("just inserted");
             let make = t.make.expect("not taken");
-            self.deferred.insert((Instant::now() + delay, token), Deferred { make, period });
+            self.deferred.insert((deadline(delay), token), Deferred { make, period });
             return;
         }
-        self.deferred.insert((Instant::now() + delay, token), Deferred { make, period });
+        self.deferred.insert((deadline(delay), token), Deferred { make, period });
     }
 
     /// When the first deferred timer is due, if any.

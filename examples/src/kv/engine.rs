@@ -24,46 +24,82 @@ pub struct Keyspace {
 }
 
 /// Redis's glob match (`KEYS`): `*`, `?`, `[abc]`, `[^a]`, `[a-z]`, and
-/// `\` to escape.
-pub fn glob(pattern: &[u8], s: &[u8]) -> bool {
-    match pattern.split_first() {
-        None => s.is_empty(),
-        Some((b'*', rest)) => (0..=s.len()).any(|i| glob(rest, &s[i..])),
-        Some((b'?', rest)) => !s.is_empty() && glob(rest, &s[1..]),
-        Some((b'[', rest)) => {
-            let Some((&c, s_rest)) = s.split_first() else { return false };
-            let (negate, mut p) = match rest.split_first() {
-                Some((b'^', r)) => (true, r),
-                _ => (false, rest),
-            };
-            let mut hit = false;
-            loop {
-                match p {
-                    [] => return false, // no closing bracket: no match
-                    [b']', r @ ..] => {
-                        p = r;
-                        break;
-                    }
-                    [b'\\', x, r @ ..] => {
-                        hit |= *x == c;
-                        p = r;
-                    }
-                    [a, b'-', b, r @ ..] if *b != b']' => {
-                        let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
-                        hit |= (*lo..=*hi).contains(&c);
-                        p = r;
-                    }
-                    [x, r @ ..] => {
-                        hit |= *x == c;
-                        p = r;
-                    }
+/// `\\` to escape; a class left open ends with the pattern, as in Redis.
+///
+/// Iterative, remembering only the last `*` to go back to: time at most
+/// the product of the two lengths, and no recursion, whatever the pattern
+/// (a pattern of many stars cannot make a shard spin, as it could Redis
+/// before CVE-2022-36021, nor a long one overflow its stack).
+pub fn glob(p: &[u8], s: &[u8]) -> bool {
+    let (mut pi, mut si) = (0, 0);
+    // Where the last `*` was (the pattern after it) and the text it took up to.
+    let mut star: Option<(usize, usize)> = None;
+    while si < s.len() {
+        let step = match p.get(pi) {
+            Some(b'*') => {
+                while p.get(pi) == Some(&b'*') {
+                    pi += 1;
                 }
+                if pi == p.len() {
+                    return true;
+                }
+                star = Some((pi, si));
+                continue;
             }
-            hit != negate && glob(p, s_rest)
+            Some(b'?') => Some(pi + 1),
+            Some(b'[') => match class(p, pi, s[si]) {
+                (true, next) => Some(next),
+                (false, _) => None,
+            },
+            Some(b'\\') if pi + 1 < p.len() => (p[pi + 1] == s[si]).then_some(pi + 2),
+            Some(&c) => (c == s[si]).then_some(pi + 1),
+            None => None,
+        };
+        match (step, star) {
+            (Some(next), _) => {
+                pi = next;
+                si += 1;
+            }
+            // A mismatch: the last `*` takes one more byte, if there was one.
+            (None, Some((after, took))) => {
+                pi = after;
+                si = took + 1;
+                star = Some((after, took + 1));
+            }
+            (None, None) => return false,
         }
-        Some((b'\\', [x, rest @ ..])) => s.first() == Some(x) && glob(rest, &s[1..]),
-        Some((x, rest)) => s.first() == Some(x) && glob(rest, &s[1..]),
     }
+    p[pi..].iter().all(|&b| b == b'*')
+}
+
+/// The class starting at `p[open]` (a `[`): whether `c` is in it, and
+/// where the pattern goes on after it.
+fn class(p: &[u8], open: usize, c: u8) -> (bool, usize) {
+    let mut i = open + 1;
+    let negate = p.get(i) == Some(&b'^');
+    if negate {
+        i += 1;
+    }
+    let mut hit = false;
+    while i < p.len() {
+        match p[i] {
+            b']' => return (hit != negate, i + 1),
+            b'\\' if i + 1 < p.len() => {
+                hit |= p[i + 1] == c;
+                i += 2;
+            }
+            a if i + 2 < p.len() && p[i + 1] == b'-' && p[i + 2] != b']' => {
+                let (lo, hi) = if a <= p[i + 2] { (a, p[i + 2]) } else { (p[i + 2], a) };
+                hit |= (lo..=hi).contains(&c);
+                i += 3;
+            }
+            x => {
+                hit |= x == c;
+                i += 1;
+            }
+        }
+    }
+    (hit != negate, i) // left open: it ends with the pattern
 }
 
 fn err(s: &str) -> Reply {
@@ -530,7 +566,16 @@ mod tests {
         assert!(m("h[^e]llo", "hallo") && !m("h[^e]llo", "hello"));
         assert!(m("h[a-b]llo", "hbllo") && !m("h[a-b]llo", "hcllo"));
         assert!(m("h\\*llo", "h*llo") && !m("h\\*llo", "hello"));
-        assert!(!m("[abc", "a"), "an unclosed class matches nothing");
+        assert!(m("[abc", "a") && !m("[abc", "d"), "a class left open ends with the pattern");
+        assert!(m("*a*b", "xxaxxb") && !m("*a*b", "xxbxxa") && m("a**", "a"));
+        // Many stars against a long text: fast (backtracking would take ~10^12 steps).
+        let long = vec![b'a'; 4000];
+        let t0 = std::time::Instant::now();
+        assert!(!glob(b"*a*a*a*a*a*a*a*a*a*b", &long));
+        assert!(t0.elapsed() < std::time::Duration::from_secs(2), "{:?}", t0.elapsed());
+        // A long pattern: no recursion, no stack to overflow.
+        let huge = vec![b'?'; 1 << 20];
+        assert!(glob(&huge, &vec![b'x'; 1 << 20]));
     }
 
     #[test]

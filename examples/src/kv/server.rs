@@ -113,6 +113,17 @@ fn transaction_step(c: &mut Client, args: Vec<Vec<u8>>, n: usize) -> Step {
             }
             Step::Exec(cmds)
         }
+        // QUIT is not queued: the connection closes after its +OK.
+        (b"quit", _) => Step::Run(args),
+        // Commands on every shard cannot join a transaction of one shard.
+        (b"keys" | b"dbsize" | b"flushall" | b"flushdb", true) if n > 1 => {
+            c.multi_failed = true;
+            Step::Answer(Reply::Error(format!(
+                "ERR {} touches every shard and cannot run in a transaction on a server \
+                 with {n} shards",
+                String::from_utf8_lossy(&args[0]).to_uppercase()
+            )))
+        }
         (b"watch", _) | (b"unwatch", _) => {
             Step::Answer(Reply::Error("ERR WATCH is not supported by this server".into()))
         }
@@ -216,6 +227,9 @@ fn connection_command(c: &mut Client, conn: ConnId, args: &[Vec<u8>]) -> Option<
         b"reset" => {
             c.resp3 = false;
             c.name = None;
+            c.multi = None; // RESET discards a transaction too
+            c.multi_failed = false;
+            c.multi_shard = None;
             Reply::Simple("RESET")
         }
         b"client" => match arg(1).as_deref() {
