@@ -103,6 +103,20 @@ fn kv_client(id: u64, addr: SocketAddr, deadline: Instant, c: &KvCounts) {
         s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
         let mut w = s.try_clone().unwrap();
         let mut r = BufReader::new(s);
+        if generation > 0 {
+            // The abandoned generation's keys are never read again: delete
+            // them, so that the keyspace (and the RSS the drift check
+            // bounds) grows with the clients' key space, not with the
+            // number of resets. (A reset batch that still lands after this
+            // can leave a few behind.) Cleanup, not counted as load.
+            let mut del = String::from("DEL");
+            for k in 0..64 {
+                del.push_str(&format!(" c{id}-g{}-k{k}", generation - 1));
+            }
+            del.push_str("\r\n");
+            w.write_all(del.as_bytes()).expect("write");
+            read_reply(&mut r).expect("DEL reply");
+        }
         while Instant::now() < deadline {
             let n = 1 + rng.below(32);
             let mut batch = Vec::new();
