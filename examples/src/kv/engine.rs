@@ -274,21 +274,21 @@ impl Keyspace {
                 [k] => Reply::Int(self.live(k, now).map_or(0, |e| e.value.len() as i64)),
                 _ => arity(&cmd),
             },
-            "expire" => match a {
-                [k, s] => match int(s) {
+            "expire" | "pexpire" => match a {
+                [k, n] => match int(n) {
                     None => err(NOT_INT),
-                    Some(s) => match self.live(k, now) {
+                    Some(n) => match self.live(k, now) {
                         None => Reply::Int(0),
-                        Some(_) if s <= 0 => {
+                        Some(_) if n <= 0 => {
                             self.map.remove(k);
                             Reply::Int(1)
                         }
-                        Some(e) => match deadline(now, s, 1000) {
+                        Some(e) => match deadline(now, n, if cmd == "expire" { 1000 } else { 1 }) {
                             Some(t) => {
                                 e.expires = Some(t);
                                 Reply::Int(1)
                             }
-                            None => err("ERR invalid expire time in 'expire' command"),
+                            None => err(&format!("ERR invalid expire time in '{cmd}' command")),
                         },
                     },
                 },
@@ -338,26 +338,6 @@ impl Keyspace {
                 },
                 _ => arity(&cmd),
             },
-            "pexpire" => match a {
-                [k, ms] => match int(ms) {
-                    None => err(NOT_INT),
-                    Some(ms) => match self.live(k, now) {
-                        None => Reply::Int(0),
-                        Some(_) if ms <= 0 => {
-                            self.map.remove(k);
-                            Reply::Int(1)
-                        }
-                        Some(e) => match deadline(now, ms, 1) {
-                            Some(t) => {
-                                e.expires = Some(t);
-                                Reply::Int(1)
-                            }
-                            None => err("ERR invalid expire time in 'pexpire' command"),
-                        },
-                    },
-                },
-                _ => arity(&cmd),
-            },
             "persist" => match a {
                 [k] => match self.live(k, now) {
                     Some(e) if e.expires.is_some() => {
@@ -365,16 +345,6 @@ impl Keyspace {
                         Reply::Int(1)
                     }
                     _ => Reply::Int(0),
-                },
-                _ => arity(&cmd),
-            },
-            "pttl" => match a {
-                [k] => match self.live(k, now) {
-                    None => Reply::Int(-2),
-                    Some(Entry { expires: None, .. }) => Reply::Int(-1),
-                    Some(Entry { expires: Some(t), .. }) => {
-                        Reply::Int(t.saturating_duration_since(now).as_millis() as i64)
-                    }
                 },
                 _ => arity(&cmd),
             },
@@ -396,13 +366,13 @@ impl Keyspace {
                 }
                 _ => arity(&cmd),
             },
-            "ttl" => match a {
+            "ttl" | "pttl" => match a {
                 [k] => match self.live(k, now) {
                     None => Reply::Int(-2),
                     Some(Entry { expires: None, .. }) => Reply::Int(-1),
                     Some(Entry { expires: Some(t), .. }) => {
                         let ms = t.saturating_duration_since(now).as_millis() as i64;
-                        Reply::Int((ms + 500) / 1000)
+                        Reply::Int(if cmd == "ttl" { (ms + 500) / 1000 } else { ms })
                     }
                 },
                 _ => arity(&cmd),
