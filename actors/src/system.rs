@@ -373,7 +373,11 @@ impl System {
     }
 
     /// Waits for `SIGINT` or `SIGTERM` (or a [`StopHandle::stop`]) and says
-    /// which came; the system runs on.
+    /// which came; the system runs on. It blocks the calling thread: call
+    /// it from `main` or another plain thread, never from inside an actor
+    /// (that would stop its whole shard; an actor asks for a stop with a
+    /// [`StopHandle`]). The same holds for [`System::run_until_signal`],
+    /// [`System::shutdown_graceful`] and [`System::shutdown`].
     ///
     /// The handlers it installs (once per process) for the two signals
     /// only set flags and wake this thread, so a signal may land on any
