@@ -258,14 +258,16 @@ fn malformed_input_closes_only_its_own_connection() {
 
 #[test]
 fn the_append_only_file_survives_a_restart_with_another_ring_count() {
-    use ringmail_examples::kv::server::start_with;
+    use ringmail_examples::kv::aof::Fsync;
+    use ringmail_examples::kv::server::{start_with, Persistence};
     let dir = std::env::temp_dir().join(format!("ringmail-aof-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("kv.aof");
     let start = |rings: usize| {
         let system = System::with_config(ringmail::SystemConfig::server());
         let (listener, _) = server::listen(0).unwrap();
-        let srv = start_with(&system, listener, rings, Some(&path)).unwrap();
+        let p = Persistence { path: path.clone(), fsync: Fsync::Everysec };
+        let srv = start_with(&system, listener, rings, Some(&p)).unwrap();
         (system, srv)
     };
     {

@@ -3,7 +3,7 @@
 //! worker; the keyspace is partitioned across shard actors, one per ring.
 //!
 //! ```text
-//! cargo run --release -p ringmail-examples --bin kv -- [--port N] [--bind ADDR] [--workers N] [--aof PATH]
+//! cargo run --release -p ringmail-examples --bin kv -- [--port N] [--bind ADDR] [--workers N] [--aof PATH [--appendfsync always|everysec|no]]
 //! ```
 
 use std::net::{IpAddr, SocketAddr};
@@ -11,6 +11,8 @@ use std::path::PathBuf;
 
 use clap::Parser;
 use ringmail::System;
+use ringmail_examples::kv::aof::Fsync;
+use ringmail_examples::kv::server::Persistence;
 use ringmail_examples::{kv, server};
 
 /// A Ringmail key-value server speaking RESP2 (redis-cli and Redis clients work).
@@ -27,10 +29,14 @@ struct Args {
     /// one per CPU).
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
     workers: Option<u16>,
-    /// Persist writes to files PATH.N, one per shard N (appended through each shard's
-    /// ring, fsync once a second) and replay them at start.
+    /// Persist writes to files PATH.G.N, one per shard N (appended through each shard's
+    /// ring; a write is acknowledged once the file holds it) and replay them at start.
     #[arg(long, value_name = "PATH")]
     aof: Option<PathBuf>,
+    /// When the append-only files are synced to disk: after every write, before its
+    /// reply (always), once a second (everysec), or when the kernel likes (no).
+    #[arg(long, value_enum, default_value_t = Fsync::Everysec, requires = "aof")]
+    appendfsync: Fsync,
 }
 
 fn main() {
@@ -44,9 +50,9 @@ fn main() {
             eprintln!("kv: cannot listen on {}:{}: {e}", args.bind, args.port);
             std::process::exit(1);
         });
-    let aof = args.aof;
+    let aof = args.aof.map(|path| Persistence { path, fsync: args.appendfsync });
     let srv =
-        kv::server::start_with(&system, listener, workers, aof.as_deref()).unwrap_or_else(|e| {
+        kv::server::start_with(&system, listener, workers, aof.as_ref()).unwrap_or_else(|e| {
             eprintln!("kv: cannot start: {e}");
             std::process::exit(1);
         });

@@ -2,12 +2,43 @@
 //!
 //! Each keyspace shard appends the writes it executed, as RESP requests,
 //! to its own file `PATH.<gen>.<shard>` through its ring's own file I/O (one
-//! write in flight at a time, so the file keeps the shard's order), and
-//! asks for an `fsync` once a second when something was written (Redis'
-//! `appendfsync everysec`: a crash loses at most about a second of
-//! acknowledged writes; a clean shutdown loses none, see
-//! [`super::server::KvServer::sync_aof`]).
+//! write in flight at a time, at an explicit offset, so the file keeps the
+//! shard's order).
 //!
+//! ## When a write is acknowledged
+//! As in Redis, a reply that depends on a write goes out only once the log
+//! holds it, to the degree `--appendfsync` asks ([`Fsync`]):
+//! * `always`: after the write and an `fsync` covering it completed. A
+//!   crash loses no acknowledged write.
+//! * `everysec` (default): after the write completed (the data is in the
+//!   page cache: a process crash loses nothing); an `fsync` runs once a
+//!   second, so a machine crash loses about a second.
+//! * `no`: after the write completed; the kernel flushes when it likes.
+//!
+//! The shard holds a batch's replies, and those of every batch after it
+//! (reads included: nobody sees a value the log does not hold yet), until
+//! the log has caught up with the batch's last byte ([`Aof::logged`],
+//! [`Aof::safe`]). The file writes and fsyncs are grouped: what several
+//! batches logged while one write was in flight goes out in the next one.
+//!
+//! ## When persistence fails
+//! A failed write or fsync (`ENOSPC`, `EIO`, ...) puts the log in error
+//! ([`Aof::error`]): the writes whose replies were held get Redis's
+//! `-MISCONF Errors writing to the AOF file: ...` instead of their reply
+//! (they are not acknowledged), and every write command after them is
+//! refused with it before it runs, until a retry (once a second) succeeds.
+//! Reads keep working. What could not be written stays pending and is
+//! written first when the disk recovers, so the refused writes that had
+//! already run may still reach the log, as a timed-out write may in any
+//! store; an acknowledged write is always in it.
+//!
+//! ## Shutdown
+//! A clean shutdown writes and syncs everything (see
+//! [`super::server::KvServer::sync_aof`] and [`Aof::finish`]); because the
+//! writes use explicit offsets, `finish` can rewrite a write still in
+//! flight at its own offset, so nothing pending is dropped.
+//!
+//! ## Files
 //! Relative expiries are logged as absolute ones (`PEXPIREAT`), so a replay
 //! later does not extend them; counters and appends are logged as their
 //! result (with the key's deadline). The logs of one generation are
@@ -20,6 +51,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -29,6 +61,57 @@ use ringmail::{Context, Handler, Message};
 use super::engine::Keyspace;
 use super::resp::{self, encode_request, Limits, Parsed, Reply};
 use super::server::shard_of;
+
+/// When the log is synced to disk (Redis' `appendfsync`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Fsync {
+    /// After every write, before its reply.
+    Always,
+    /// Once a second.
+    #[default]
+    Everysec,
+    /// Never by the server (the kernel flushes; a clean shutdown syncs).
+    No,
+}
+
+impl Fsync {
+    /// Its name in Redis' configuration.
+    pub fn name(self) -> &'static str {
+        match self {
+            Fsync::Always => "always",
+            Fsync::Everysec => "everysec",
+            Fsync::No => "no",
+        }
+    }
+}
+
+/// The commands that change the keyspace: logged when they did, refused
+/// while the log is in error.
+pub const WRITE_COMMANDS: &[&[u8]] = &[
+    b"set",
+    b"setex",
+    b"psetex",
+    b"setnx",
+    b"getdel",
+    b"persist",
+    b"expire",
+    b"pexpire",
+    b"pexpireat",
+    b"del",
+    b"incr",
+    b"decr",
+    b"incrby",
+    b"decrby",
+    b"append",
+    b"mset",
+    b"flushall",
+    b"flushdb",
+];
+
+/// Whether `cmd` (any case) is one of [`WRITE_COMMANDS`].
+pub fn is_write(cmd: &[u8]) -> bool {
+    WRITE_COMMANDS.iter().any(|w| w.eq_ignore_ascii_case(cmd))
+}
 
 /// A completion of the log's file I/O, for its shard actor.
 #[derive(Debug)]
@@ -43,34 +126,105 @@ impl Message for AofIo {
 }
 
 /// One shard's log.
+#[derive(Debug)]
 pub struct Aof {
     file: File,
+    policy: Fsync,
+    /// Recorded, not handed to a write yet.
     pending: Vec<u8>,
-    writing: bool,
+    /// A copy of the bytes of the write in flight (empty: none), so that
+    /// [`Aof::finish`] can write them again at their offset.
+    in_flight: Vec<u8>,
     syncing: bool,
-    /// Written since the last fsync.
-    dirty: bool,
-    /// Last error, reported once.
-    failed: bool,
+    /// Bytes ever recorded: the log's end once everything is written.
+    logged: u64,
+    /// Bytes written to the file (the next write's offset, as the file
+    /// had `base` bytes at open).
+    written: u64,
+    /// Bytes known to be on disk (an fsync completed after their write).
+    durable: u64,
+    /// `written` when the fsync in flight was asked for.
+    sync_target: u64,
+    /// The file's length at open: offsets are `base + written`.
+    base: u64,
+    /// The last write or fsync failed, with this error; cleared by the
+    /// next success.
+    error: Option<String>,
+    /// Times a write or fsync failed.
+    pub failures: u64,
 }
 
 impl Aof {
-    /// Opens (creating) `path` for appending.
-    pub fn open(path: &Path) -> io::Result<Aof> {
-        let file = OpenOptions::new().create(true).append(true).open(path)?;
+    /// Opens (creating) `path`, to append to it, synced as `policy` says.
+    pub fn open(path: &Path, policy: Fsync) -> io::Result<Aof> {
+        // Not `O_APPEND`: on Linux it makes every write append, whatever
+        // its offset, and `finish` needs the offsets.
+        let file = OpenOptions::new().create(true).write(true).truncate(false).open(path)?;
+        let base = file.metadata()?.len();
         Ok(Aof {
             file,
+            policy,
             pending: Vec::new(),
-            writing: false,
+            in_flight: Vec::new(),
             syncing: false,
-            dirty: false,
-            failed: false,
+            logged: 0,
+            written: 0,
+            durable: 0,
+            sync_target: 0,
+            base,
+            error: None,
+            failures: 0,
         })
+    }
+
+    /// Its sync policy.
+    pub fn policy(&self) -> Fsync {
+        self.policy
+    }
+
+    /// The end of what was recorded so far: a reply may go out once
+    /// [`Aof::safe`] reaches the value this had after its command.
+    pub fn logged(&self) -> u64 {
+        self.logged
+    }
+
+    /// How much of the log is safe enough to acknowledge, by the policy:
+    /// synced for `always`, written for the others.
+    pub fn safe(&self) -> u64 {
+        match self.policy {
+            Fsync::Always => self.durable,
+            Fsync::Everysec | Fsync::No => self.written,
+        }
+    }
+
+    /// The error that put the log in error, while it lasts: write commands
+    /// are refused meanwhile.
+    pub fn error(&self) -> Option<&str> {
+        self.error.as_deref()
+    }
+
+    /// Redis' refusal while the log is in error.
+    pub fn misconf(&self) -> Reply {
+        Reply::Error(format!(
+            "MISCONF Errors writing to the AOF file: {}",
+            self.error.as_deref().unwrap_or("unknown error")
+        ))
+    }
+
+    /// Bytes recorded and not written yet.
+    pub fn unwritten(&self) -> u64 {
+        self.logged - self.written
     }
 
     /// Logs the effect of one executed command (`reply` is what it
     /// answered); commands that changed nothing are not logged.
     pub fn record(&mut self, ks: &mut Keyspace, args: &[Vec<u8>], reply: &Reply, now: Instant) {
+        let before = self.pending.len();
+        self.record_into(ks, args, reply, now);
+        self.logged += (self.pending.len() - before) as u64;
+    }
+
+    fn record_into(&mut self, ks: &mut Keyspace, args: &[Vec<u8>], reply: &Reply, now: Instant) {
         let Some(name) = args.first() else { return };
         let cmd = name.to_ascii_lowercase();
         let ok = !matches!(reply, Reply::Error(_));
@@ -136,91 +290,131 @@ impl Aof {
         encode_request(&a, &mut self.pending);
     }
 
-    /// Starts an append of what is pending, unless one is in flight.
+    /// Starts a write of what is pending, unless one is in flight; with
+    /// `always`, an fsync once everything is written.
     pub fn kick<A: Handler<AofIo>>(&mut self, ctx: &Context<A>) {
-        if self.writing || self.pending.is_empty() {
+        if !self.in_flight.is_empty() {
             return;
         }
-        self.writing = true;
+        if self.pending.is_empty() {
+            if self.policy == Fsync::Always {
+                self.sync(ctx);
+            }
+            return;
+        }
         let buf = std::mem::take(&mut self.pending);
-        let op = IoOp::Write { fd: self.file.as_raw_fd(), buf, offset: u64::MAX };
+        self.in_flight = buf.clone();
+        let op = IoOp::Write { fd: self.file.as_raw_fd(), buf, offset: self.base + self.written };
         ctx.io(op, AofIo::Written);
     }
 
     /// Asks for an fsync if something was written since the last one.
     pub fn sync<A: Handler<AofIo>>(&mut self, ctx: &Context<A>) {
-        if self.dirty && !self.syncing {
-            self.dirty = false;
+        if self.written > self.durable && !self.syncing {
             self.syncing = true;
+            self.sync_target = self.written;
             ctx.io(IoOp::Fsync { fd: self.file.as_raw_fd() }, AofIo::Synced);
         }
+    }
+
+    /// Once a second: writes what waits (a retry after a failure) and,
+    /// unless the policy is `no`, syncs.
+    pub fn tick<A: Handler<AofIo>>(&mut self, ctx: &Context<A>) {
+        self.kick(ctx);
+        if self.policy != Fsync::No || self.error.is_some() {
+            self.sync(ctx);
+        }
+    }
+
+    fn failed(&mut self, what: &str, e: &io::Error) {
+        self.failures += 1;
+        if self.error.is_none() {
+            tracing::error!(error = %e, "AOF {what} failed: write commands are refused until a \
+                                         retry (each second) succeeds");
+        }
+        self.error = Some(e.to_string());
     }
 
     /// Handles a completion.
     pub fn done<A: Handler<AofIo>>(&mut self, io: AofIo, ctx: &Context<A>) {
         match io {
             AofIo::Written(d) => {
-                self.writing = false;
                 let mut buf = d.buf.unwrap_or_default();
-                let written = match d.result {
-                    Ok(n) => n as usize,
+                self.in_flight.clear();
+                let ok = match d.result {
+                    Ok(n) => {
+                        let n = (n as usize).min(buf.len());
+                        self.written += n as u64;
+                        buf.drain(..n);
+                        true
+                    }
+                    // Back in front of what came since; the once-a-second
+                    // tick tries again (no busy loop on ENOSPC).
                     Err(e) => {
-                        if !self.failed {
-                            tracing::error!(error = %e, "AOF append failed; retrying each second");
-                            self.failed = true;
-                        }
-                        // Back in front of what came since; the once-a-second
-                        // tick tries again (no busy loop on ENOSPC).
-                        buf.append(&mut self.pending);
-                        self.pending = buf;
-                        return;
+                        self.failed("write", &e);
+                        false
                     }
                 };
-                self.failed = false;
-                self.dirty = true;
-                buf.drain(..written.min(buf.len()));
                 // What was not written goes first next time.
                 buf.append(&mut self.pending);
                 self.pending = buf;
-                self.kick(ctx);
+                if ok {
+                    self.kick(ctx);
+                    if self.error.is_some() {
+                        self.sync(ctx); // recovering: the error ends with a sync
+                    }
+                }
             }
             AofIo::Synced(d) => {
                 self.syncing = false;
-                if let Err(e) = d.result {
-                    tracing::error!(error = %e, "AOF fsync failed; retrying");
-                    self.dirty = true;
+                match d.result {
+                    Ok(_) => {
+                        self.durable = self.sync_target;
+                        let caught_up = self.pending.is_empty() && self.in_flight.is_empty();
+                        if self.error.is_some() && caught_up && self.durable == self.written {
+                            tracing::info!("AOF writes and syncs succeed again");
+                            self.error = None;
+                        }
+                        if self.policy == Fsync::Always && self.in_flight.is_empty() {
+                            self.sync(ctx); // what was written meanwhile
+                        }
+                    }
+                    Err(e) => self.failed("fsync", &e),
                 }
             }
         }
     }
 
-    /// At shutdown: writes what is pending with a plain blocking write and
-    /// syncs, unless a ring write is still in flight (then the rest would
-    /// land before it; it is reported instead).
+    /// At shutdown: writes what is pending (and a write still in flight,
+    /// again, at its own offset) with plain blocking writes, and syncs.
     pub fn finish(&mut self) {
-        if self.pending.is_empty() && !self.dirty {
+        if self.idle() {
             return;
         }
-        if self.writing {
-            eprintln!(
-                "kv: AOF: {} bytes not written at shutdown (a write was still in flight)",
-                self.pending.len()
-            );
-            return;
-        }
-        let r = self.file.write_all(&self.pending).and_then(|()| self.file.sync_data());
+        let mut out = std::mem::take(&mut self.in_flight);
+        out.append(&mut self.pending);
+        let r = self
+            .file
+            .write_all_at(&out, self.base + self.written)
+            .and_then(|()| self.file.sync_data());
         match r {
             Ok(()) => {
-                self.pending.clear();
-                self.dirty = false;
+                self.written += out.len() as u64;
+                self.durable = self.written;
             }
-            Err(e) => eprintln!("kv: AOF: final write failed: {e}"),
+            Err(e) => {
+                tracing::error!(error = %e, lost = out.len(), "AOF: the final write failed");
+                self.pending = out;
+            }
         }
     }
 
     /// Nothing pending, nothing in flight, everything written was synced.
     pub fn idle(&self) -> bool {
-        !self.writing && !self.syncing && self.pending.is_empty() && !self.dirty
+        self.in_flight.is_empty()
+            && !self.syncing
+            && self.pending.is_empty()
+            && self.durable == self.written
     }
 }
 
@@ -405,7 +599,7 @@ mod tests {
     fn counters_on_expiring_keys_do_not_come_back_after_their_deadline() {
         let d = dir("incr");
         let path = d.join("kv.aof");
-        let mut aof = Aof::open(&gen_shard_file(&path, 0, 0)).unwrap();
+        let mut aof = Aof::open(&gen_shard_file(&path, 0, 0), Fsync::Everysec).unwrap();
         let mut ks = Keyspace::default();
         let now = Instant::now();
         for cmd in [&["SET", "k", "5", "PX", "50"][..], &["INCR", "k"], &["APPEND", "k", "0"]] {

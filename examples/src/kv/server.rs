@@ -31,7 +31,7 @@ use ringmail::net::{Acceptor, AcceptorStats, ConnId, Connections, Input, NetEven
 use ringmail::transport::FixedFd;
 use ringmail::{Actor, ActorRef, Context, FdHandler, Handler, Message, SpawnError, System};
 
-use super::aof::{Aof, AofIo};
+use super::aof::{is_write, Aof, AofIo, Fsync};
 use super::engine::Keyspace;
 use super::resp::{self, Limits, Parsed, Reply};
 // ANCHOR_END: uses
@@ -329,6 +329,18 @@ pub struct Req {
 pub struct KeyShard {
     space: Keyspace,
     aof: Option<Aof>,
+    /// Replies waiting for the log to hold what they acknowledge, in
+    /// order (see [`super::aof`]).
+    held: VecDeque<Held>,
+}
+
+/// One batch's replies, held until the log reaches `mark`.
+struct Held {
+    mark: u64,
+    from: ActorRef<KvWorker>,
+    replies: Vec<(ConnId, u64, u32, Reply)>,
+    /// Which replies acknowledge a write (refused if the log fails).
+    writes: Vec<bool>,
 }
 
 /// Once a second: fsync the log if something was written.
@@ -354,6 +366,34 @@ impl Actor for KeyShard {
         if let Some(aof) = self.aof.as_mut() {
             aof.finish();
         }
+        self.release();
+    }
+}
+
+impl KeyShard {
+    /// Sends the held replies the log now covers, in order. While the log
+    /// is in error, the held ones go out at once, their writes refused.
+    fn release(&mut self) {
+        let Some(aof) = self.aof.as_ref() else { return };
+        while let Some(h) = self.held.front() {
+            let refuse = if h.mark <= aof.safe() {
+                false
+            } else if aof.error().is_some() {
+                true
+            } else {
+                break;
+            };
+            let mut h = self.held.pop_front().expect("front");
+            if refuse {
+                for (r, &w) in h.replies.iter_mut().zip(&h.writes) {
+                    if w {
+                        r.3 = aof.misconf();
+                    }
+                }
+            }
+            // A stopped worker's replies are dead letters (its clients are gone).
+            let _ = h.from.tell(Replies(h.replies));
+        }
     }
 }
 
@@ -362,15 +402,16 @@ impl Handler<AofIo> for KeyShard {
         if let Some(aof) = self.aof.as_mut() {
             aof.done(io, ctx);
         }
+        self.release();
     }
 }
 
 impl Handler<AofTick> for KeyShard {
     fn handle(&mut self, _: AofTick, ctx: &mut Context<Self>) {
         if let Some(aof) = self.aof.as_mut() {
-            aof.kick(ctx);
-            aof.sync(ctx);
+            aof.tick(ctx);
         }
+        self.release();
     }
 }
 
@@ -380,7 +421,7 @@ impl Handler<AofIdle> for KeyShard {
             Some(aof) => {
                 aof.kick(ctx);
                 aof.sync(ctx);
-                aof.idle()
+                aof.idle() && self.held.is_empty()
             }
             None => true,
         }
@@ -399,26 +440,41 @@ impl Message for Batch {
 }
 
 impl Handler<Batch> for KeyShard {
-    fn handle(&mut self, batch: Batch, _ctx: &mut Context<Self>) {
-        let _ctx: &Context<Self> = _ctx;
+    fn handle(&mut self, batch: Batch, ctx: &mut Context<Self>) {
         let now = Instant::now();
-        let replies: Vec<(ConnId, u64, u32, Reply)> = batch
+        let Some(aof) = self.aof.as_mut() else {
+            let replies = batch
+                .reqs
+                .into_iter()
+                .map(|r| {
+                    let reply = self.space.execute(&r.args, now).unwrap_or(Reply::Nil);
+                    (r.conn, r.seq, r.part, reply)
+                })
+                .collect();
+            // A stopped worker's replies are dead letters (its clients are gone).
+            let _ = batch.from.tell(Replies(replies));
+            return;
+        };
+        let mut writes = Vec::with_capacity(batch.reqs.len());
+        let replies = batch
             .reqs
             .into_iter()
             .map(|r| {
-                let reply = self.space.execute(&r.args, now).unwrap_or(Reply::Nil);
-                if let Some(aof) = self.aof.as_mut() {
+                let before = aof.logged();
+                let reply = if aof.error().is_some() && is_write(&r.args[0]) {
+                    aof.misconf() // refused before it runs
+                } else {
+                    let reply = self.space.execute(&r.args, now).unwrap_or(Reply::Nil);
                     aof.record(&mut self.space, &r.args, &reply, now);
-                }
+                    reply
+                };
+                writes.push(aof.logged() > before);
                 (r.conn, r.seq, r.part, reply)
             })
             .collect();
-        if let Some(aof) = self.aof.as_mut() {
-            aof.kick(_ctx);
-        }
-        // Waits for room rather than dropping; a stopped worker's replies
-        // are dead letters (its clients are gone).
-        let _ = batch.from.tell(Replies(replies));
+        aof.kick(ctx);
+        self.held.push_back(Held { mark: aof.logged(), from: batch.from, replies, writes });
+        self.release();
     }
 }
 // ANCHOR_END: shard
@@ -861,12 +917,12 @@ impl KvWorker {
 impl KeyShard {
     /// An empty partition.
     pub fn new() -> Self {
-        KeyShard { space: Keyspace::default(), aof: None }
+        Self::with(Keyspace::default(), None)
     }
 
     /// A partition with this content, logging to `aof`.
     pub fn with(space: Keyspace, aof: Option<Aof>) -> Self {
-        KeyShard { space, aof }
+        KeyShard { space, aof, held: VecDeque::new() }
     }
 }
 
@@ -945,6 +1001,15 @@ impl std::fmt::Display for StartError {
 }
 impl std::error::Error for StartError {}
 
+/// Where and how the KV persists its writes (`--aof`, `--appendfsync`).
+#[derive(Debug, Clone)]
+pub struct Persistence {
+    /// The logs are `path.<generation>.<shard>` (see [`super::aof`]).
+    pub path: std::path::PathBuf,
+    /// When the logs are synced, and so when a write is acknowledged.
+    pub fsync: Fsync,
+}
+
 /// Starts the KV service without persistence (see [`start_with`]).
 pub fn start(system: &System, listener: TcpListener, rings: usize) -> Result<KvServer, SpawnError> {
     start_with(system, listener, rings, None).map_err(|e| match e {
@@ -962,19 +1027,21 @@ pub fn start_with(
     system: &System,
     listener: TcpListener,
     rings: usize,
-    aof: Option<&std::path::Path>,
+    aof: Option<&Persistence>,
 ) -> Result<KvServer, StartError> {
     let addr = listener.local_addr().expect("a bound listener");
     let n = rings.max(1);
     let mut spaces: Vec<Keyspace> = (0..n).map(|_| Keyspace::default()).collect();
     let mut logs: Vec<Option<Aof>> = (0..n).map(|_| None).collect();
-    if let Some(path) = aof {
-        let replayed = super::aof::load_and_rewrite(path, &mut spaces).map_err(StartError::Aof)?;
+    if let Some(p) = aof {
+        let replayed =
+            super::aof::load_and_rewrite(&p.path, &mut spaces).map_err(StartError::Aof)?;
         if replayed > 0 {
-            eprintln!("kv: replayed {replayed} commands from {}.*", path.display());
+            eprintln!("kv: replayed {replayed} commands from {}.*", p.path.display());
         }
         for (i, log) in logs.iter_mut().enumerate() {
-            *log = Some(Aof::open(&super::aof::shard_file(path, i)).map_err(StartError::Aof)?);
+            let file = super::aof::shard_file(&p.path, i);
+            *log = Some(Aof::open(&file, p.fsync).map_err(StartError::Aof)?);
         }
     }
     let rings: Vec<ringmail::Shard> =
