@@ -69,6 +69,7 @@ mod error;
 #[cfg(feature = "fault-injection")]
 pub mod fault;
 pub mod io;
+pub mod metrics;
 pub mod net;
 pub mod remote;
 mod runtime;

@@ -4,7 +4,6 @@
 use std::io::{Read, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use ringmail_transport::RingConfig;
@@ -90,7 +89,7 @@ impl Shard {
 /// An actor system. Dropping it shuts it down (see [`System::shutdown`]).
 pub struct System {
     cfg: SystemConfig,
-    shards: Mutex<Vec<(Arc<ShardHandle>, JoinHandle<()>)>>,
+    shards: crate::metrics::ShardList,
     stats: Arc<SystemStats>,
     registry: Arc<Registry>,
     stop: StopHandle,
@@ -177,7 +176,7 @@ impl System {
     pub fn with_config(cfg: SystemConfig) -> System {
         System {
             cfg,
-            shards: Mutex::new(Vec::new()),
+            shards: Arc::default(),
             stats: Arc::default(),
             registry: Arc::default(),
             stop: StopHandle::new(),
@@ -348,6 +347,17 @@ impl System {
     /// ```
     pub fn dead_letters(&self) -> u64 {
         self.stats.dead_letters.load(Ordering::Relaxed)
+    }
+
+    /// Its counters now: panics, restarts, dead letters, and each shard's
+    /// ring (see [`crate::metrics`]).
+    pub fn metrics(&self) -> crate::metrics::Metrics {
+        self.metrics_source().snapshot()
+    }
+
+    /// A handle that reads [`System::metrics`], for an actor to keep.
+    pub fn metrics_source(&self) -> crate::metrics::MetricsSource {
+        crate::metrics::MetricsSource { stats: self.stats.clone(), shards: self.shards.clone() }
     }
 
     /// Restarts in place so far: supervised actors replaced by a fresh

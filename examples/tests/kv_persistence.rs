@@ -221,6 +221,10 @@ fn run(fsync: &str) {
     }
     assert_eq!(c.call(&[b"GET", b"a7"]), format!("${}", value(7)), "reads work on a full disk");
     assert_eq!(c.call(&[b"PING"]), "+PONG");
+    let info = c.call(&[b"INFO", b"persistence"]);
+    assert!(info.contains("aof_last_write_status:err\r\n"), "{info}");
+    assert!(info.contains("aof_last_write_error:No space left on device"), "{info}");
+    assert!(info.contains(&format!("appendfsync:{fsync}\r\n")), "{info}");
 
     // Space is freed: within a few retries (one a second), writes are taken again.
     std::fs::remove_file(inside.join("filler")).unwrap();
@@ -236,6 +240,15 @@ fn run(fsync: &str) {
         }
         assert!(r.starts_with("-MISCONF"), "{r}");
         assert!(Instant::now() < deadline, "writes still refused 10 s after space was freed");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Each shard retries on its own tick: within a few seconds all are back.
+    loop {
+        let info = c.call(&[b"INFO", b"persistence"]);
+        if info.contains("aof_last_write_status:ok\r\n") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still failing 10 s after space was freed: {info}");
         std::thread::sleep(Duration::from_millis(100));
     }
     for i in 0..100 {

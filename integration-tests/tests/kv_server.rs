@@ -458,3 +458,60 @@ fn transactions_on_one_shard_run_whole_and_alone_and_cross_shard_ones_are_refuse
          -EXECABORT Transaction discarded because of previous errors.\r\n+OK\r\n+OK\r\n"
     );
 }
+
+#[test]
+fn info_reports_clients_commands_keyspace_persistence_and_the_frameworks_counters() {
+    let (system, srv) = serve(2);
+    let mut c = client(&srv);
+    let mut other = client(&srv);
+    let _: () = other.set("x", 1).unwrap();
+    for i in 0..10 {
+        let _: () = c.set(format!("k{i}"), i).unwrap();
+    }
+    let _: () = cmd("SET").arg("t").arg("v").arg("EX").arg(100).query(&mut c).unwrap();
+    let text: String = cmd("INFO").query(&mut c).unwrap();
+    let info: std::collections::HashMap<&str, &str> =
+        text.lines().filter_map(|l| l.split_once(':')).collect();
+    for section in ["# Server", "# Clients", "# Stats", "# Persistence", "# Keyspace"] {
+        assert!(text.contains(section), "{section} in {text}");
+    }
+    assert!(text.contains("\r\n"), "Redis' line ends");
+    assert_eq!(info["redis_version"], "7.2.0", "{text}");
+    assert_eq!(info["tcp_port"], srv.addr.port().to_string());
+    assert_eq!(info["connected_clients"], "2");
+    assert_eq!(info["total_connections_received"], "2");
+    // Every request counts (the client library's own on connect too): 3
+    // more commands and the next INFO make 4.
+    let before: u64 = info["total_commands_processed"].parse().unwrap();
+    assert!(before >= 13, "{text}");
+    for _ in 0..3 {
+        let _: () = cmd("PING").query(&mut c).unwrap();
+    }
+    let again: String = cmd("INFO").arg("stats").query(&mut c).unwrap();
+    assert!(again.contains(&format!("total_commands_processed:{}\r\n", before + 4)), "{again}");
+    assert_eq!(info["db0"], "keys=12,expires=1,avg_ttl=0");
+    assert_eq!(info["aof_enabled"], "0");
+    assert_eq!(info["aof_last_write_status"], "ok");
+    assert_eq!(info["ringmail_dead_letters"], "0");
+    assert!(info["ringmail_messages_handled"].parse::<u64>().unwrap() >= 12, "{text}");
+    // The redis crate parses it as Redis' own.
+    let dict: redis::InfoDict = cmd("INFO").arg("keyspace").query(&mut c).unwrap();
+    assert_eq!(dict.get::<String>("db0").as_deref(), Some("keys=12,expires=1,avg_ttl=0"));
+    let only: String = cmd("INFO").arg("clients").query(&mut c).unwrap();
+    assert!(only.starts_with("# Clients\r\n") && !only.contains("# Server"), "{only}");
+    let none: String = cmd("INFO").arg("nosuchsection").query(&mut c).unwrap();
+    assert_eq!(none, "");
+    drop(other);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let text: String = cmd("INFO").arg("clients").query(&mut c).unwrap();
+        if text.contains("connected_clients:1\r\n") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "a closed client still counted: {text}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let v: Vec<String> = cmd("CONFIG").arg("GET").arg("append*").query(&mut c).unwrap();
+    assert_eq!(v, ["appendonly", "no", "appendfsync", "everysec"]);
+    system.shutdown();
+}

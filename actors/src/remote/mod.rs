@@ -361,6 +361,75 @@ pub struct NodeStats {
     pub dialling: u64,
 }
 
+/// Reads a node's counters ([`Node::stats_source`]); keeps the node's
+/// shared state alive, not the node itself.
+#[derive(Clone)]
+pub struct NodeStatsSource {
+    shared: Arc<NodeShared>,
+}
+
+impl std::fmt::Debug for NodeStatsSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeStatsSource").field("node", &self.shared.cfg.name).finish()
+    }
+}
+
+impl NodeStatsSource {
+    /// The node's name.
+    pub fn name(&self) -> &str {
+        &self.shared.cfg.name
+    }
+
+    /// The counters now.
+    pub fn snapshot(&self) -> NodeStats {
+        let c = &self.shared.counters;
+
+        let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        NodeStats {
+            sent: r(&c.sent),
+            received: r(&c.received),
+            in_doubt: r(&c.in_doubt),
+            handshakes_failed: r(&c.handshakes_failed),
+            handshakes_refused: r(&c.handshakes_refused),
+            protocol_errors: r(&c.protocol_errors),
+            unknown_target: r(&c.unknown_target),
+            pending_handshakes: r(&c.pending_handshakes),
+            dialling: r(&c.dialling),
+        }
+    }
+}
+
+impl NodeStats {
+    /// Records these counters in the `metrics` facade's current recorder,
+    /// labelled `node`: counters `ringmail_node_messages_sent_total`,
+    /// `_received_total`, `_in_doubt_total`,
+    /// `ringmail_node_handshakes_failed_total`, `_refused_total`,
+    /// `ringmail_node_protocol_errors_total`,
+    /// `ringmail_node_unknown_target_total`; gauges
+    /// `ringmail_node_pending_handshakes` and `ringmail_node_dialling`.
+    #[cfg(feature = "metrics")]
+    pub fn publish(&self, node: &str) {
+        use ::metrics::{counter, gauge};
+        let n = node.to_string();
+        counter!("ringmail_node_messages_sent_total", "node" => n.clone()).absolute(self.sent);
+        counter!("ringmail_node_messages_received_total", "node" => n.clone())
+            .absolute(self.received);
+        counter!("ringmail_node_messages_in_doubt_total", "node" => n.clone())
+            .absolute(self.in_doubt);
+        counter!("ringmail_node_handshakes_failed_total", "node" => n.clone())
+            .absolute(self.handshakes_failed);
+        counter!("ringmail_node_handshakes_refused_total", "node" => n.clone())
+            .absolute(self.handshakes_refused);
+        counter!("ringmail_node_protocol_errors_total", "node" => n.clone())
+            .absolute(self.protocol_errors);
+        counter!("ringmail_node_unknown_target_total", "node" => n.clone())
+            .absolute(self.unknown_target);
+        gauge!("ringmail_node_pending_handshakes", "node" => n.clone())
+            .set(self.pending_handshakes as f64);
+        gauge!("ringmail_node_dialling", "node" => n).set(self.dialling as f64);
+    }
+}
+
 #[derive(Default)]
 pub(crate) struct Counters {
     pub(crate) sent: AtomicU64,
@@ -680,19 +749,13 @@ impl Node {
 
     /// The node's counters.
     pub fn stats(&self) -> NodeStats {
-        let c = &self.shared.counters;
-        let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        NodeStats {
-            sent: r(&c.sent),
-            received: r(&c.received),
-            in_doubt: r(&c.in_doubt),
-            handshakes_failed: r(&c.handshakes_failed),
-            handshakes_refused: r(&c.handshakes_refused),
-            protocol_errors: r(&c.protocol_errors),
-            unknown_target: r(&c.unknown_target),
-            pending_handshakes: r(&c.pending_handshakes),
-            dialling: r(&c.dialling),
-        }
+        self.stats_source().snapshot()
+    }
+
+    /// A handle that reads this node's counters, for an actor to keep (a
+    /// [`crate::metrics::MetricsPublisher`], a service's `INFO`).
+    pub fn stats_source(&self) -> NodeStatsSource {
+        NodeStatsSource { shared: self.shared.clone() }
     }
 
     /// Drops the connection to `peer` now (an operator's tool, and a fault

@@ -40,7 +40,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Poll, Wake};
 use std::time::Duration;
 
-use ringmail_transport::Addr;
+use ringmail_transport::{Addr, RingStats};
 use rustc_hash::FxBuildHasher;
 
 use super::cell::{ActorCell, Waker};
@@ -75,6 +75,12 @@ pub(crate) struct ShardHandle {
     /// The shard waits for its ring with nothing queued and no actor
     /// paused (set just before it blocks, cleared when it wakes).
     pub(crate) idle: AtomicBool,
+    /// Its ring's counters as of its last pass that published them: each
+    /// time it is about to block, and the next pass after a reader set
+    /// `stats_wanted`.
+    pub(crate) ring_stats: Mutex<RingStats>,
+    /// A reader wants fresher `ring_stats` (see there).
+    pub(crate) stats_wanted: AtomicBool,
 }
 
 impl ShardHandle {
@@ -95,6 +101,8 @@ impl ShardHandle {
             stats,
             activity: AtomicU64::new(0),
             idle: AtomicBool::new(false),
+            ring_stats: Mutex::new(RingStats::default()),
+            stats_wanted: AtomicBool::new(false),
         }
     }
 
@@ -248,6 +256,12 @@ impl ShardLoop {
                 if timeout.is_none() && quiet && t.io.no_timers() && t.ring.flush().is_ok() {
                     handle.idle.store(true, Ordering::Release);
                 }
+                // Counters for metrics: before blocking (a lock and a copy
+                // next to a syscall), or when a reader asked.
+                if timeout.is_none() || handle.stats_wanted.load(Ordering::Relaxed) {
+                    handle.stats_wanted.store(false, Ordering::Relaxed);
+                    *lock(&handle.ring_stats) = t.ring.stats();
+                }
                 let r = t.ring.wait(&mut events, timeout);
                 handle.idle.store(false, Ordering::Release);
                 // Sorted under the borrow: received data is copied out of
@@ -302,7 +316,9 @@ impl ShardLoop {
                 break 'run;
             }
         }
+        let handle = self.handle.clone();
         self.shutdown(batch);
+        let _ = thread::with(|t| *lock(&handle.ring_stats) = t.ring.stats());
     }
 
     /// Handles one envelope; false means "shut the shard down".

@@ -23,10 +23,13 @@
 
 // ANCHOR: uses
 use std::collections::{HashMap, VecDeque};
+use std::fmt::Write as _;
 use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Instant;
 
+use ringmail::metrics::MetricsSource;
 use ringmail::net::{Acceptor, AcceptorStats, ConnId, Connections, Input, NetEvent, NewConnection};
 use ringmail::transport::FixedFd;
 use ringmail::{Actor, ActorRef, Context, FdHandler, Handler, Message, SpawnError, System};
@@ -447,7 +450,11 @@ impl Handler<Batch> for KeyShard {
                 .reqs
                 .into_iter()
                 .map(|r| {
-                    let reply = self.space.execute(&r.args, now).unwrap_or(Reply::Nil);
+                    let reply = if r.args[0].eq_ignore_ascii_case(b"info") {
+                        shard_info(&self.space, None, now)
+                    } else {
+                        self.space.execute(&r.args, now).unwrap_or(Reply::Nil)
+                    };
                     (r.conn, r.seq, r.part, reply)
                 })
                 .collect();
@@ -461,7 +468,9 @@ impl Handler<Batch> for KeyShard {
             .into_iter()
             .map(|r| {
                 let before = aof.logged();
-                let reply = if aof.error().is_some() && is_write(&r.args[0]) {
+                let reply = if r.args[0].eq_ignore_ascii_case(b"info") {
+                    shard_info(&self.space, Some(aof), now)
+                } else if aof.error().is_some() && is_write(&r.args[0]) {
                     aof.misconf() // refused before it runs
                 } else {
                     let reply = self.space.execute(&r.args, now).unwrap_or(Reply::Nil);
@@ -478,6 +487,190 @@ impl Handler<Batch> for KeyShard {
     }
 }
 // ANCHOR_END: shard
+
+/// A shard's part of `INFO`: its counts, in the order of [`ShardInfo`].
+fn shard_info(space: &Keyspace, aof: Option<&Aof>, now: Instant) -> Reply {
+    let (keys, expires) = space.counts(now);
+    let n = |x: u64| Reply::Int(x as i64);
+    Reply::Array(vec![
+        n(keys as u64),
+        n(expires as u64),
+        n(aof.map_or(0, |a| u64::from(a.error().is_some()))),
+        n(aof.map_or(0, |a| a.failures)),
+        n(aof.map_or(0, |a| a.unwritten())),
+        match aof.and_then(|a| a.error()) {
+            Some(e) => Reply::Bulk(e.as_bytes().to_vec()),
+            None => Reply::Nil,
+        },
+    ])
+}
+
+/// The shards' parts of `INFO`, summed.
+#[derive(Default)]
+struct ShardInfo {
+    keys: u64,
+    expires: u64,
+    aof_failing: u64,
+    aof_failures: u64,
+    aof_unwritten: u64,
+    aof_error: Option<String>,
+}
+
+impl ShardInfo {
+    fn add(&mut self, part: Reply) {
+        let Reply::Array(v) = part else { return };
+        let int = |i: usize| match v.get(i) {
+            Some(Reply::Int(x)) => *x as u64,
+            _ => 0,
+        };
+        self.keys += int(0);
+        self.expires += int(1);
+        self.aof_failing += int(2);
+        self.aof_failures += int(3);
+        self.aof_unwritten += int(4);
+        if let Some(Reply::Bulk(e)) = v.get(5) {
+            self.aof_error = Some(String::from_utf8_lossy(e).into_owned());
+        }
+    }
+}
+
+/// What every worker counts, for `INFO` (each written by its worker only).
+#[derive(Debug, Default)]
+pub struct WorkerStats {
+    /// Client connections it serves now.
+    pub connected: AtomicU64,
+    /// Client connections it was handed.
+    pub connections: AtomicU64,
+    /// Requests it parsed.
+    pub commands: AtomicU64,
+}
+
+impl WorkerStats {
+    fn bump(a: &AtomicU64, by: i64) {
+        // One writer: a load and a store, no locked instruction per request.
+        a.store(a.load(Relaxed).wrapping_add_signed(by), Relaxed);
+    }
+}
+
+/// What `INFO` reads besides the shards: shared by every worker.
+#[derive(Debug)]
+pub struct ServerInfo {
+    started: Instant,
+    port: u16,
+    fsync: Option<Fsync>,
+    workers: Vec<Arc<WorkerStats>>,
+    /// Set once the acceptor is made (after the workers it hands to).
+    acceptor: std::sync::OnceLock<Arc<AcceptorStats>>,
+    system: MetricsSource,
+}
+
+/// The `INFO` sections, in Redis' order; `default` and `all` name every one.
+const INFO_SECTIONS: [&str; 5] = ["server", "clients", "stats", "persistence", "keyspace"];
+
+impl ServerInfo {
+    /// Redis' `INFO` text for `sections` (empty: the default ones).
+    fn render(&self, sections: &[Vec<u8>], shards: &ShardInfo) -> String {
+        let wanted = |name: &str| {
+            sections.is_empty()
+                || sections.iter().any(|s| {
+                    s.eq_ignore_ascii_case(name.as_bytes())
+                        || s.eq_ignore_ascii_case(b"all")
+                        || s.eq_ignore_ascii_case(b"default")
+                        || s.eq_ignore_ascii_case(b"everything")
+                })
+        };
+        let sum = |f: fn(&WorkerStats) -> &AtomicU64| {
+            self.workers.iter().map(|w| f(w).load(Relaxed)).sum::<u64>()
+        };
+        let mut out = String::new();
+        for name in INFO_SECTIONS.into_iter().filter(|n| wanted(n)) {
+            if !out.is_empty() {
+                out.push_str("\r\n");
+            }
+            let mut title = name.to_string();
+            title[..1].make_ascii_uppercase();
+            let _ = write!(out, "# {title}\r\n");
+            let mut line = |k: &str, v: &dyn std::fmt::Display| {
+                let _ = write!(out, "{k}:{v}\r\n");
+            };
+            match name {
+                "server" => {
+                    let up = self.started.elapsed().as_secs();
+                    line("redis_version", &"7.2.0");
+                    line("ringmail_version", &env!("CARGO_PKG_VERSION"));
+                    line("redis_mode", &"standalone");
+                    line("os", &std::env::consts::OS);
+                    line("arch_bits", &(usize::BITS));
+                    line("multiplexing_api", &"io_uring");
+                    line("process_id", &std::process::id());
+                    line("tcp_port", &self.port);
+                    line("uptime_in_seconds", &up);
+                    line("uptime_in_days", &(up / 86_400));
+                    line("io_threads_active", &0);
+                    line("rings", &self.workers.len());
+                }
+                "clients" => {
+                    line("connected_clients", &sum(|w| &w.connected));
+                    line("blocked_clients", &0);
+                }
+                "stats" => {
+                    let m = self.system.snapshot();
+                    let rings = m.rings();
+                    line("total_connections_received", &sum(|w| &w.connections));
+                    line("total_commands_processed", &sum(|w| &w.commands));
+                    let rejected = self.acceptor.get().map_or(0, |a| a.rejected.load(Relaxed));
+                    line("rejected_connections", &rejected);
+                    line("ringmail_messages_handled", &m.handled());
+                    line("ringmail_ring_parcels_sent", &rings.ring_parcels_sent);
+                    line("ringmail_fallback_parcels_sent", &rings.fallback_parcels_sent);
+                    line("ringmail_handed_back", &rings.returned);
+                    line("ringmail_dead_letters", &m.dead_letters);
+                    line("ringmail_panics", &m.panics);
+                    line("ringmail_restarts", &m.restarts);
+                }
+                "persistence" => {
+                    line("loading", &0);
+                    line("aof_enabled", &u8::from(self.fsync.is_some()));
+                    line("aof_rewrite_in_progress", &0);
+                    let status = if shards.aof_failing > 0 { "err" } else { "ok" };
+                    line("aof_last_write_status", &status);
+                    if let Some(e) = &shards.aof_error {
+                        line("aof_last_write_error", e);
+                    }
+                    line("aof_write_errors", &shards.aof_failures);
+                    line("aof_buffer_length", &shards.aof_unwritten);
+                    if let Some(f) = self.fsync {
+                        line("appendfsync", &f.name());
+                    }
+                }
+                _ => {
+                    if shards.keys > 0 {
+                        let v =
+                            format!("keys={},expires={},avg_ttl=0", shards.keys, shards.expires);
+                        line("db0", &v);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// `CONFIG GET pattern`: the settings clients ask for, as this server has them.
+    fn config_get(&self, pattern: &[u8]) -> Reply {
+        let aof = if self.fsync.is_some() { "yes" } else { "no" };
+        let fsync = self.fsync.unwrap_or_default().name();
+        let known = [("save", ""), ("appendonly", aof), ("appendfsync", fsync), ("databases", "1")];
+        Reply::Array(
+            known
+                .iter()
+                .filter(|(k, _)| super::engine::glob(&pattern.to_ascii_lowercase(), k.as_bytes()))
+                .flat_map(|(k, v)| {
+                    [Reply::Bulk(k.as_bytes().to_vec()), Reply::Bulk(v.as_bytes().to_vec())]
+                })
+                .collect(),
+        )
+    }
+}
 
 /// Replies from a shard to a worker.
 pub struct Replies(Vec<(ConnId, u64, u32, Reply)>);
@@ -499,6 +692,8 @@ enum Combine {
     Exec,
     /// Arrays from every shard, joined (KEYS).
     Concat,
+    /// Every shard's counts, then the text (`INFO`, with these sections).
+    Info(Arc<ServerInfo>, Vec<Vec<u8>>),
 }
 
 struct Pending {
@@ -555,6 +750,11 @@ impl Pending {
                 Reply::Array(out)
             }
             Combine::Exec => Reply::Array(parts.collect()),
+            Combine::Info(info, sections) => {
+                let mut sum = ShardInfo::default();
+                parts.for_each(|p| sum.add(p));
+                Reply::Bulk(info.render(sections, &sum).into_bytes())
+            }
             Combine::Concat => {
                 let mut all = Vec::new();
                 for p in parts {
@@ -607,6 +807,9 @@ pub struct KvWorker {
     outgoing: Vec<Vec<Req>>,
     me: Option<ActorRef<KvWorker>>,
     limits: Limits,
+    /// This worker's counters (in `info.workers`).
+    stats: Arc<WorkerStats>,
+    info: Arc<ServerInfo>,
 }
 
 impl Actor for KvWorker {
@@ -620,6 +823,8 @@ impl FdHandler<NewConnection> for KvWorker {
         match self.conns.add(fd, ctx) {
             Ok(id) => {
                 self.clients.insert(id, Client::default());
+                WorkerStats::bump(&self.stats.connections, 1);
+                WorkerStats::bump(&self.stats.connected, 1);
             }
             Err(e) => eprintln!("kv: cannot serve a connection: {e}"),
         }
@@ -633,9 +838,11 @@ impl Handler<NetEvent> for KvWorker {
                 self.received(conn, &bytes);
                 self.answer(conn, ctx);
             }
-            Some(Input::Closed(conn)) => {
-                self.clients.remove(&conn); // late replies for it are ignored
+            // Late replies for it are ignored.
+            Some(Input::Closed(conn)) if self.clients.remove(&conn).is_some() => {
+                WorkerStats::bump(&self.stats.connected, -1);
             }
+            Some(Input::Closed(_)) => {}
             None => {}
         }
         self.send_batches();
@@ -685,8 +892,9 @@ impl Handler<Replies> for KvWorker {
 // ANCHOR_END: worker
 
 impl KvWorker {
-    /// A worker routing to `shards`.
-    pub fn new(shards: Vec<ActorRef<KeyShard>>) -> Self {
+    /// A worker routing to `shards`; `info` is what `INFO` reads, whose
+    /// `workers[me]` this worker writes.
+    fn new(shards: Vec<ActorRef<KeyShard>>, info: Arc<ServerInfo>, me: usize) -> Self {
         let n = shards.len();
         KvWorker {
             shards,
@@ -696,6 +904,8 @@ impl KvWorker {
             outgoing: (0..n).map(|_| Vec::new()).collect(),
             me: None,
             limits: Limits::default(),
+            stats: info.workers[me].clone(),
+            info,
         }
     }
 
@@ -715,6 +925,7 @@ impl KvWorker {
                         continue; // an empty request gets no reply (as in Redis)
                     }
                     let seq = c.first_seq + c.pending.len() as u64;
+                    WorkerStats::bump(&self.stats.commands, 1);
                     let quit = args[0].eq_ignore_ascii_case(b"quit");
                     let mut p = match connection_command(&mut c, conn, &args) {
                         Some(reply) => Pending::ready(reply),
@@ -788,6 +999,21 @@ impl KvWorker {
                 Pending { left: n as u32, parts: vec![None; n], combine, done: None, resp3: false }
             }
             b"quit" => Pending::ready(Reply::Simple("OK")),
+            b"info" => {
+                for (s, out) in self.outgoing.iter_mut().enumerate() {
+                    out.push(Req { conn, seq, part: s as u32, args: vec![b"INFO".to_vec()] });
+                }
+                let sections = args[1..].to_vec();
+                let combine = Combine::Info(self.info.clone(), sections);
+                Pending { left: n as u32, parts: vec![None; n], combine, done: None, resp3: false }
+            }
+            b"config" => Pending::ready(match args.get(1).map(|a| a.to_ascii_lowercase()) {
+                Some(sub) if sub == b"get" && args.len() == 3 => self.info.config_get(&args[2]),
+                _ => Reply::Error(
+                    "ERR unknown subcommand or wrong number of arguments for 'config' command"
+                        .into(),
+                ),
+            }),
             // Keyless commands, unknown commands and wrong arity: answered here.
             _ => Pending::ready(self.scratch.execute(&args, Instant::now()).unwrap_or(Reply::Nil)),
         }
@@ -1051,10 +1277,22 @@ pub fn start_with(
         .zip(spaces.into_iter().zip(logs))
         .map(|(r, (space, log))| system.spawn_on(r, KeyShard::with(space, log)))
         .collect();
-    let workers: Vec<ActorRef<KvWorker>> =
-        rings.iter().map(|r| system.spawn_on(r, KvWorker::new(shards.clone()))).collect();
+    let info = Arc::new(ServerInfo {
+        started: Instant::now(),
+        port: addr.port(),
+        fsync: aof.map(|p| p.fsync),
+        workers: (0..n).map(|_| Arc::default()).collect(),
+        acceptor: std::sync::OnceLock::new(),
+        system: system.metrics_source(),
+    });
+    let workers: Vec<ActorRef<KvWorker>> = rings
+        .iter()
+        .enumerate()
+        .map(|(i, r)| system.spawn_on(r, KvWorker::new(shards.clone(), info.clone(), i)))
+        .collect();
     let acceptor = Acceptor::new(listener, workers.clone());
     let stats = acceptor.stats();
+    let _ = info.acceptor.set(stats.clone());
     let acceptor = system.spawn(acceptor).map_err(StartError::Spawn)?;
     Ok(KvServer { addr, stats, acceptor, workers, shards })
 }
