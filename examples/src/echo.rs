@@ -33,7 +33,7 @@ impl FdHandler<NewConnection> for EchoWorker {
 impl Handler<NetEvent> for EchoWorker {
     fn handle(&mut self, ev: NetEvent, ctx: &mut Context<Self>) {
         if let Some(Input::Data(conn, bytes)) = self.conns.handle(ev, ctx) {
-            self.conns.write(conn, &bytes);
+            self.conns.write_bytes(conn, bytes); // the received buffer itself goes back out
         }
         self.conns.flush(ctx); // one send per connection with output
     }

@@ -3,7 +3,10 @@
 //! on a message's size so that a peer cannot make a worker buffer without
 //! limit.
 //!
-//! A [`Framer`] per connection; feed it what arrives, take what is whole:
+//! A [`Framer`] per connection; feed it what arrives, take what is whole.
+//! A message comes out as [`Bytes`]: a reference-counted slice of the
+//! framer's buffer, not a copy, to hand on to another actor as it is; the
+//! framer reuses its buffer once every message cut from it is dropped.
 //!
 //! ```
 //! use ringmail::net::frame::Framer;
@@ -12,18 +15,20 @@
 //! lines.push(b"hel");
 //! assert_eq!(lines.next_frame(), Ok(None)); // not whole yet
 //! lines.push(b"lo\nwor");
-//! assert_eq!(lines.next_frame(), Ok(Some(b"hello".to_vec())));
+//! assert_eq!(lines.next_frame(), Ok(Some("hello".into())));
 //! lines.push(b"ld\r\n");
-//! assert_eq!(lines.next_frame(), Ok(Some(b"world".to_vec())));
+//! assert_eq!(lines.next_frame(), Ok(Some("world".into())));
 //!
 //! let mut frames = Framer::length_prefixed(1024);
 //! let mut wire = Vec::new();
 //! Framer::encode_length_prefixed(b"ping", &mut wire);
 //! frames.push(&wire);
-//! assert_eq!(frames.next_frame(), Ok(Some(b"ping".to_vec())));
+//! assert_eq!(frames.next_frame(), Ok(Some("ping".into())));
 //! ```
 
 use std::fmt;
+
+use bytes::{Buf, Bytes, BytesMut};
 
 /// How a connection's bytes are cut into messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,10 +69,8 @@ impl std::error::Error for FrameError {}
 pub struct Framer {
     framing: Framing,
     limit: usize,
-    buf: Vec<u8>,
-    /// Where the next message starts in `buf` (consumed bytes are dropped
-    /// lazily, once they are half the buffer).
-    start: usize,
+    /// From the start of the next message (messages taken are split off).
+    buf: BytesMut,
     /// Lines: how far `buf` has been searched for `\n` already.
     scanned: usize,
 }
@@ -85,47 +88,41 @@ impl Framer {
 
     /// A framer for `framing`, with messages of at most `limit` bytes.
     pub fn new(framing: Framing, limit: usize) -> Framer {
-        Framer { framing, limit, buf: Vec::new(), start: 0, scanned: 0 }
+        Framer { framing, limit, buf: BytesMut::new(), scanned: 0 }
     }
 
     /// Appends bytes that arrived.
     pub fn push(&mut self, data: &[u8]) {
-        if self.start > 0 && self.start * 2 >= self.buf.len() {
-            self.buf.drain(..self.start);
-            self.scanned -= self.start.min(self.scanned);
-            self.start = 0;
-        }
         self.buf.extend_from_slice(data);
     }
 
     /// Bytes held that are not a whole message yet.
     pub fn buffered(&self) -> usize {
-        self.buf.len() - self.start
+        self.buf.len()
     }
 
     /// The next whole message, `Ok(None)` when none is whole yet, or an
     /// error when the one in progress is over the limit.
-    pub fn next_frame(&mut self) -> Result<Option<Vec<u8>>, FrameError> {
-        let rest = &self.buf[self.start..];
+    pub fn next_frame(&mut self) -> Result<Option<Bytes>, FrameError> {
         let too_long = FrameError::TooLong { limit: self.limit };
         match self.framing {
             Framing::Lines => {
-                let from = self.scanned.max(self.start) - self.start;
-                match rest[from..].iter().position(|&b| b == b'\n') {
+                let from = self.scanned;
+                match self.buf[from..].iter().position(|&b| b == b'\n') {
                     Some(i) => {
                         let end = from + i;
-                        let line = rest[..end].strip_suffix(b"\r").unwrap_or(&rest[..end]);
-                        if line.len() > self.limit {
+                        let cr = usize::from(end > 0 && self.buf[end - 1] == b'\r');
+                        if end - cr > self.limit {
                             return Err(too_long);
                         }
-                        let line = line.to_vec();
-                        self.start += end + 1;
-                        self.scanned = self.start;
-                        Ok(Some(line))
+                        let mut line = self.buf.split_to(end + 1);
+                        line.truncate(end - cr);
+                        self.scanned = 0;
+                        Ok(Some(line.freeze()))
                     }
                     None => {
                         // "\r" may still come before the "\n": one byte over.
-                        if rest.len() > self.limit + 1 {
+                        if self.buf.len() > self.limit + 1 {
                             return Err(too_long);
                         }
                         self.scanned = self.buf.len();
@@ -134,15 +131,16 @@ impl Framer {
                 }
             }
             Framing::LengthPrefixed => {
-                let Some(head) = rest.get(..4) else { return Ok(None) };
+                let Some(head) = self.buf.get(..4) else { return Ok(None) };
                 let len = u32::from_be_bytes(head.try_into().expect("4 bytes")) as usize;
                 if len > self.limit {
                     return Err(too_long);
                 }
-                let Some(body) = rest.get(4..4 + len) else { return Ok(None) };
-                let frame = body.to_vec();
-                self.start += 4 + len;
-                Ok(Some(frame))
+                if self.buf.len() < 4 + len {
+                    return Ok(None);
+                }
+                self.buf.advance(4);
+                Ok(Some(self.buf.split_to(len).freeze()))
             }
         }
     }
@@ -164,7 +162,7 @@ mod tests {
     use super::*;
 
     fn all(f: &mut Framer) -> Vec<Vec<u8>> {
-        std::iter::from_fn(|| f.next_frame().unwrap()).collect()
+        std::iter::from_fn(|| f.next_frame().unwrap()).map(|b| b.to_vec()).collect()
     }
 
     #[test]
@@ -208,7 +206,7 @@ mod tests {
         assert_eq!(f.next_frame(), Err(FrameError::TooLong { limit: 4 }));
         let mut f = Framer::lines(4);
         f.push(b"1234\r\n");
-        assert_eq!(f.next_frame(), Ok(Some(b"1234".to_vec())), "the limit itself is fine");
+        assert_eq!(f.next_frame(), Ok(Some("1234".into())), "the limit itself is fine");
         let mut f = Framer::length_prefixed(8);
         f.push(&9u32.to_be_bytes()); // refused from the header alone
         assert_eq!(f.next_frame(), Err(FrameError::TooLong { limit: 8 }));
@@ -223,8 +221,27 @@ mod tests {
         let mut f = Framer::lines(64);
         for i in 0..100_000 {
             f.push(format!("line {i}\n").as_bytes());
-            assert_eq!(f.next_frame().unwrap().unwrap(), format!("line {i}").into_bytes());
+            assert_eq!(f.next_frame().unwrap().unwrap(), format!("line {i}").as_bytes());
         }
         assert!(f.buf.capacity() < 4096, "consumed bytes are dropped: {}", f.buf.capacity());
+    }
+
+    #[test]
+    fn a_frame_is_a_slice_of_the_buffer_and_the_buffer_is_reused_once_frames_are_dropped() {
+        let mut f = Framer::length_prefixed(64);
+        let mut wire = Vec::new();
+        Framer::encode_length_prefixed(b"first", &mut wire);
+        Framer::encode_length_prefixed(b"second", &mut wire);
+        f.push(&wire);
+        let base = f.buf.as_ptr() as usize;
+        let one = f.next_frame().unwrap().unwrap();
+        let two = f.next_frame().unwrap().unwrap();
+        assert_eq!((&one[..], &two[..]), (&b"first"[..], &b"second"[..]));
+        // Not copies: both point into the bytes pushed.
+        assert_eq!(one.as_ptr() as usize, base + 4);
+        assert_eq!(two.as_ptr() as usize, base + 4 + 5 + 4);
+        drop((one, two));
+        f.push(&wire); // the frames are gone: the same allocation takes it
+        assert_eq!(f.buf.as_ptr() as usize, base, "the buffer is reused");
     }
 }

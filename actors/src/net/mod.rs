@@ -72,6 +72,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use ringmail_transport::FixedFd;
 
 pub use crate::actor::ShardFd;
@@ -252,8 +253,10 @@ impl Message for NetEvent {
 /// What a connection did, for the worker.
 #[derive(Debug)]
 pub enum Input {
-    /// Bytes received, in order.
-    Data(ConnId, Vec<u8>),
+    /// Bytes received, in order. A `Bytes` to hand on as it is: to
+    /// another actor, to a [`frame::Framer`], or back out with
+    /// [`Connections::write_bytes`], without a copy.
+    Data(ConnId, Bytes),
     /// The connection is gone (peer closed, error, or closed by us, once
     /// its output was sent); reported once, when its slot in the ring's
     /// file table is emptied. The kernel releases the socket itself once
@@ -415,7 +418,7 @@ impl Connections {
             NetEvent::Recv(id, r) => {
                 let c = self.conns.get_mut(&id.0)?;
                 match r {
-                    Recv::Data(d) if !c.closing => return Some(Input::Data(id, d)),
+                    Recv::Data(d) if !c.closing => return Some(Input::Data(id, Bytes::from(d))),
                     Recv::Data(_) => return None, // closing: input is no longer read
                     Recv::NoBuffers => {
                         // Buffers are recycled as soon as data is copied out:
@@ -508,6 +511,26 @@ impl Connections {
             self.dirty.push(conn.0);
         }
         c.out.extend_from_slice(bytes);
+        true
+    }
+
+    /// Queues `bytes` for `conn`, as [`write`](Self::write) does; when
+    /// nothing else is queued for it and `bytes` is the only reference to
+    /// its buffer (say, the [`Input::Data`] of an echo), the buffer itself
+    /// is sent, without a copy.
+    pub fn write_bytes(&mut self, conn: ConnId, bytes: Bytes) -> bool {
+        let Some(c) = self.conns.get_mut(&conn.0) else { return false };
+        if !c.out.is_empty() || c.closing || bytes.is_empty() || !bytes.is_unique() {
+            return self.write(conn, &bytes);
+        }
+        if c.in_flight + bytes.len() > self.limit {
+            return self.write(conn, &bytes); // the limit's path
+        }
+        let old = std::mem::replace(&mut c.out, Vec::from(bytes));
+        if old.capacity() > c.spare.capacity() {
+            c.spare = old; // keep the larger buffer for reuse
+        }
+        self.dirty.push(conn.0);
         true
     }
 
