@@ -12,9 +12,12 @@
 //! * each shard's ring ([`RingStats`]): parcels sent by `MSG_RING` and by
 //!   the fallback queue, messages received and handed back, CQ overflows;
 //!   and the envelopes the shard dispatched. A shard publishes its ring's
-//!   counters each time it is about to block, and on its next pass after a
-//!   snapshot asked; so an idle shard's are exact, a busy one's at most one
-//!   pass old;
+//!   counters each time it is about to block, on its next pass after a
+//!   snapshot asked, and every 256 passes of its loop (never waiting for a
+//!   reader's lock: then it is the next pass). So an idle shard's are
+//!   exact, a busy one's lag by up to 256 passes (a pass handles up to a
+//!   few hundred messages). After [`crate::System::shutdown`] the snapshot
+//!   has no shards;
 //! * a node's ([`crate::remote::NodeStats`], with its own
 //!   [`crate::remote::NodeStats::publish`]): messages sent, received and in
 //!   doubt, refused and failed handshakes, protocol errors, unknown targets.

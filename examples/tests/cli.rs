@@ -12,6 +12,8 @@ fn exec(bin: &str, args: &[&str]) -> (ExitStatus, String, String) {
     let mut child = Command::new(bin)
         .args(args)
         .env("RUST_BACKTRACE", "1") // a panic would print a backtrace: none must come
+        .env_remove("RINGMAIL_SECRET") // the flags under test, not the caller's environment
+        .env_remove("RINGMAIL_KV_PASSWORD")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -106,11 +108,15 @@ fn servers_document_their_flags() {
         assert!(status.success() && version.contains(env!("CARGO_PKG_VERSION")), "{version}");
     }
     let kv = help(env!("CARGO_BIN_EXE_kv"));
-    for flag in ["--aof <PATH>", "--appendfsync <APPENDFSYNC>", "always", "everysec"] {
+    for flag in
+        ["--aof <PATH>", "--appendfsync <APPENDFSYNC>", "always", "everysec", "--requirepass"]
+    {
         assert!(kv.contains(flag), "{kv}");
     }
     let cluster = help(env!("CARGO_BIN_EXE_cluster"));
     for flag in ["--name", "--role", "--join", "--secret", "RINGMAIL_SECRET"] {
         assert!(cluster.contains(flag), "{cluster}");
     }
+    let (status, version, _) = exec(env!("CARGO_BIN_EXE_cluster"), &["--version"]);
+    assert!(status.success() && version.contains(env!("CARGO_PKG_VERSION")), "{version}");
 }

@@ -38,7 +38,10 @@ impl Drop for Proc {
 }
 
 fn spawn(cmd: &mut Command, tag: &str) -> (Proc, ChildStdout) {
-    let log = std::env::temp_dir().join(format!("ringmail-{tag}-{}.stderr", std::process::id()));
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let pid = std::process::id();
+    let log = std::env::temp_dir().join(format!("ringmail-{tag}-{pid}-{n}.stderr"));
     let err = std::fs::File::create(&log).expect("a file for the child's stderr");
     let mut child =
         cmd.stdout(Stdio::piped()).stderr(err).spawn().unwrap_or_else(|e| panic!("{tag}: {e}"));
@@ -106,10 +109,12 @@ fn kv(ns_pid: u32, port: u16, aof: &Path, fsync: &str) -> Proc {
             std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
             return p;
         }
+        let mut p = p;
+        let status = p.0.wait().expect("wait for kv");
         let log = std::fs::read_to_string(&p.1).unwrap_or_default();
         assert!(
             log.contains("Address already in use") && Instant::now() < deadline,
-            "kv did not start: {log}"
+            "kv did not start ({status}): {log}"
         );
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -167,6 +172,53 @@ fn fill(path: &Path) {
     let _ = f.sync_all();
 }
 
+/// Writes 1 KiB values under keys `{prefix}{i}` until ten in a row are
+/// refused (the disk is full): the acknowledged ones are added to `acked`.
+/// Every refusal is Redis' MISCONF, naming the cause.
+fn write_until_refused(c: &mut Client, prefix: &str, acked: &mut Vec<(String, String)>) {
+    let mut refused_in_a_row = 0;
+    let mut tries = 0;
+    while refused_in_a_row < 10 {
+        tries += 1;
+        assert!(tries < 2000, "writes were never refused on a full disk");
+        let (k, v) = (format!("{prefix}{tries}"), value(tries));
+        let r = c.call(&[b"SET", k.as_bytes(), v.as_bytes()]);
+        if r == "+OK" {
+            acked.push((k, v));
+            refused_in_a_row = 0;
+        } else {
+            assert!(r.starts_with("-MISCONF Errors writing to the AOF file: "), "{r}");
+            assert!(r.contains("No space left on device"), "{r}");
+            refused_in_a_row += 1;
+        }
+    }
+}
+
+/// SIGKILL (no clean shutdown: what was acknowledged must already be in
+/// the log), then a start on the same files with space to rewrite them,
+/// and every acknowledged key read back.
+fn kill_restart_and_check(
+    server: Proc,
+    ns_pid: u32,
+    port: u16,
+    aof: &Path,
+    fsync: &str,
+    inside: &Path,
+    acked: &[(String, String)],
+) -> Proc {
+    let mut server = server;
+    server.0.kill().unwrap();
+    server.0.wait().unwrap();
+    drop(server);
+    let _ = std::fs::remove_file(inside.join("filler"));
+    let server = kv(ns_pid, port, aof, fsync);
+    let mut c = Client::connect(port);
+    for (k, v) in acked {
+        assert_eq!(c.call(&[b"GET", k.as_bytes()]), format!("${v}"), "{k} was acknowledged");
+    }
+    server
+}
+
 fn run(fsync: &str) {
     let root = std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -191,7 +243,7 @@ fn run(fsync: &str) {
     let inside = PathBuf::from(format!("/proc/{ns_pid}/root")).join(dir.strip_prefix("/").unwrap());
     let aof = dir.join("kv.aof");
     let port = ringmail_examples::unused_port();
-    let mut server = kv(ns_pid, port, &aof, fsync);
+    let server = kv(ns_pid, port, &aof, fsync);
     let mut c = Client::connect(port);
     let mut acked: Vec<(String, String)> = Vec::new();
     for i in 0..100 {
@@ -203,22 +255,7 @@ fn run(fsync: &str) {
     // The disk fills up: writes are refused (each shard finds out with its
     // next write, so some may still succeed first), reads keep working.
     fill(&inside.join("filler"));
-    let mut refused_in_a_row = 0;
-    let mut tries = 0;
-    while refused_in_a_row < 10 {
-        tries += 1;
-        assert!(tries < 2000, "writes were never refused on a full disk");
-        let (k, v) = (format!("f{tries}"), value(tries));
-        let r = c.call(&[b"SET", k.as_bytes(), v.as_bytes()]);
-        if r == "+OK" {
-            acked.push((k, v));
-            refused_in_a_row = 0;
-        } else {
-            assert!(r.starts_with("-MISCONF Errors writing to the AOF file: "), "{r}");
-            assert!(r.contains("No space left on device"), "{r}");
-            refused_in_a_row += 1;
-        }
-    }
+    write_until_refused(&mut c, "f", &mut acked);
     assert_eq!(c.call(&[b"GET", b"a7"]), format!("${}", value(7)), "reads work on a full disk");
     assert_eq!(c.call(&[b"PING"]), "+PONG");
     let info = c.call(&[b"INFO", b"persistence"]);
@@ -226,7 +263,16 @@ fn run(fsync: &str) {
     assert!(info.contains("aof_last_write_error:No space left on device"), "{info}");
     assert!(info.contains(&format!("appendfsync:{fsync}\r\n")), "{info}");
 
-    // Space is freed: within a few retries (one a second), writes are taken again.
+    // Killed while the disk is still full: what was refused or is still
+    // pending never reaches the log, so a reply sent before its write was
+    // in the log would show here as a missing key.
+    let server = kill_restart_and_check(server, ns_pid, port, &aof, fsync, &inside, &acked);
+
+    // Full again; then space is freed: within a few retries (one a second),
+    // writes are taken again.
+    let mut c = Client::connect(port);
+    fill(&inside.join("filler"));
+    write_until_refused(&mut c, "g", &mut acked);
     std::fs::remove_file(inside.join("filler")).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut i = 0;
@@ -256,16 +302,7 @@ fn run(fsync: &str) {
         assert_eq!(c.call(&[b"SET", k.as_bytes(), v.as_bytes()]), "+OK", "after recovery");
         acked.push((k, v));
     }
-
-    // No clean shutdown: what was acknowledged must already be in the log.
-    server.0.kill().unwrap();
-    server.0.wait().unwrap();
-    drop(server);
-    let _server = kv(ns_pid, port, &aof, fsync);
-    let mut c = Client::connect(port);
-    for (k, v) in &acked {
-        assert_eq!(c.call(&[b"GET", k.as_bytes()]), format!("${v}"), "{k} was acknowledged");
-    }
+    let _server = kill_restart_and_check(server, ns_pid, port, &aof, fsync, &inside, &acked);
     drop(_ns);
     let _ = std::fs::remove_dir(&dir);
 }

@@ -259,15 +259,16 @@ fn malformed_input_closes_only_its_own_connection() {
 #[test]
 fn the_append_only_file_survives_a_restart_with_another_ring_count() {
     use ringmail_examples::kv::aof::Fsync;
-    use ringmail_examples::kv::server::{start_with, Persistence};
+    use ringmail_examples::kv::server::{start_with, KvConfig, Persistence};
     let dir = std::env::temp_dir().join(format!("ringmail-aof-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("kv.aof");
     let start = |rings: usize| {
         let system = System::with_config(ringmail::SystemConfig::server());
         let (listener, _) = server::listen(0).unwrap();
-        let p = Persistence { path: path.clone(), fsync: Fsync::Everysec };
-        let srv = start_with(&system, listener, rings, Some(&p)).unwrap();
+        let aof = Some(Persistence { path: path.clone(), fsync: Fsync::Everysec });
+        let srv =
+            start_with(&system, listener, &KvConfig { rings, aof, ..KvConfig::default() }).unwrap();
         (system, srv)
     };
     {
@@ -513,5 +514,160 @@ fn info_reports_clients_commands_keyspace_persistence_and_the_frameworks_counter
     }
     let v: Vec<String> = cmd("CONFIG").arg("GET").arg("append*").query(&mut c).unwrap();
     assert_eq!(v, ["appendonly", "no", "appendfsync", "everysec"]);
+    system.shutdown();
+}
+
+#[test]
+fn hashes_lists_sets_and_the_newer_string_and_key_commands_through_a_redis_client() {
+    let (system, srv) = serve(3);
+    let mut c = client(&srv);
+    // hashes
+    assert_eq!(
+        cmd("HSET").arg("h").arg("a").arg(1).arg("b").arg(2).query::<i64>(&mut c).unwrap(),
+        2
+    );
+    assert_eq!(c.hget::<_, _, i64>("h", "a").unwrap(), 1);
+    let all: std::collections::HashMap<String, i64> = c.hgetall("h").unwrap();
+    assert_eq!(all, [("a".to_string(), 1), ("b".to_string(), 2)].into());
+    assert_eq!(c.hincr::<_, _, _, i64>("h", "a", 41).unwrap(), 42);
+    assert_eq!(c.hlen::<_, i64>("h").unwrap(), 2);
+    assert_eq!(c.hdel::<_, _, i64>("h", &["a", "b"]).unwrap(), 2);
+    assert!(!c.exists::<_, bool>("h").unwrap(), "an emptied hash is gone");
+    // lists
+    assert_eq!(c.rpush::<_, _, i64>("l", &["a", "b", "c"]).unwrap(), 3);
+    assert_eq!(c.lpush::<_, _, i64>("l", "z").unwrap(), 4);
+    assert_eq!(c.lrange::<_, Vec<String>>("l", 0, -1).unwrap(), ["z", "a", "b", "c"]);
+    assert_eq!(c.lpop::<_, String>("l", None).unwrap(), "z");
+    assert_eq!(c.rpop::<_, Vec<String>>("l", std::num::NonZeroUsize::new(2)).unwrap(), ["c", "b"]);
+    assert_eq!(c.llen::<_, i64>("l").unwrap(), 1);
+    assert_eq!(c.lindex::<_, String>("l", -1).unwrap(), "a");
+    // sets
+    assert_eq!(c.sadd::<_, _, i64>("s", &["x", "y", "x"]).unwrap(), 2);
+    assert!(c.sismember::<_, _, bool>("s", "y").unwrap());
+    let mut members: Vec<String> = c.smembers("s").unwrap();
+    members.sort();
+    assert_eq!(members, ["x", "y"]);
+    assert_eq!(c.scard::<_, i64>("s").unwrap(), 2);
+    // types and WRONGTYPE
+    assert_eq!(cmd("TYPE").arg("s").query::<String>(&mut c).unwrap(), "set");
+    assert_eq!(cmd("TYPE").arg("l").query::<String>(&mut c).unwrap(), "list");
+    let e = err_text(c.get::<_, String>("s"));
+    assert!(e.contains("WRONGTYPE"), "{e}");
+    // strings and keys
+    let _: () = c.set("f", "10.5").unwrap();
+    assert_eq!(cmd("INCRBYFLOAT").arg("f").arg("0.1").query::<String>(&mut c).unwrap(), "10.6");
+    let _: () = c.set("r", "Hello World").unwrap();
+    assert_eq!(c.getrange::<_, String>("r", 0, 4).unwrap(), "Hello");
+    assert_eq!(c.setrange::<_, _, i64>("r", 6, "Redis").unwrap(), 11);
+    assert_eq!(c.get::<_, String>("r").unwrap(), "Hello Redis");
+    assert_eq!(
+        cmd("GETEX").arg("r").arg("PX").arg(50_000).query::<String>(&mut c).unwrap(),
+        "Hello Redis"
+    );
+    assert!(c.pttl::<_, i64>("r").unwrap() > 40_000);
+    let _: () = c.set("{t}a", 1).unwrap();
+    let _: () = cmd("RENAME").arg("{t}a").arg("{t}b").query(&mut c).unwrap();
+    assert_eq!(c.get::<_, i64>("{t}b").unwrap(), 1);
+    assert_eq!(cmd("UNLINK").arg("{t}b").arg("f").query::<i64>(&mut c).unwrap(), 2);
+    let at =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 100;
+    assert_eq!(cmd("EXPIREAT").arg("s").arg(at).query::<i64>(&mut c).unwrap(), 1);
+    let ttl: i64 = c.ttl("s").unwrap();
+    assert!((98..=100).contains(&ttl), "{ttl}");
+    system.shutdown();
+}
+
+#[test]
+fn scan_over_several_shards_returns_every_key_once_whatever_the_count() {
+    let (system, srv) = serve(3);
+    let mut c = client(&srv);
+    const N: usize = 20_000;
+    let mut pipe = redis::pipe();
+    for i in 0..N {
+        pipe.cmd("SET").arg(format!("key:{i}")).arg(i).ignore();
+    }
+    pipe.cmd("HSET").arg("a-hash").arg("f").arg(1).ignore();
+    let _: () = pipe.query(&mut c).unwrap();
+    for count in [1, 10, 1000] {
+        let mut seen = std::collections::HashSet::new();
+        let mut cursor = 0u64;
+        let mut calls = 0;
+        loop {
+            let (next, keys): (u64, Vec<String>) = cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg("key:*")
+                .arg("COUNT")
+                .arg(count)
+                .query(&mut c)
+                .unwrap();
+            calls += 1;
+            for k in keys {
+                assert!(seen.insert(k.clone()), "{k} returned twice (COUNT {count})");
+            }
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+            assert!(calls < 3 * N + 10, "the scan never ends");
+        }
+        assert_eq!(seen.len(), N, "COUNT {count}");
+    }
+    // The client library's own iterator agrees; TYPE filters.
+    let mut via_iter: Vec<String> =
+        c.scan_match::<_, String>("key:1999[0-4]").unwrap().collect::<Result<_, _>>().unwrap();
+    via_iter.sort();
+    assert_eq!(via_iter, ["key:19990", "key:19991", "key:19992", "key:19993", "key:19994"]);
+    let mut hashes = Vec::new();
+    let mut cursor = 0u64;
+    loop {
+        let (next, keys): (u64, Vec<String>) = cmd("SCAN")
+            .arg(cursor)
+            .arg("TYPE")
+            .arg("hash")
+            .arg("COUNT")
+            .arg(5000)
+            .query(&mut c)
+            .unwrap();
+        hashes.extend(keys);
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    assert_eq!(hashes, ["a-hash"]);
+    let e = err_text(cmd("SCAN").arg("nope").query::<()>(&mut c));
+    assert!(e.contains("invalid cursor"), "{e}");
+    let e = err_text(cmd("SCAN").arg(u64::MAX).query::<()>(&mut c));
+    assert!(e.contains("invalid cursor"), "{e}");
+    system.shutdown();
+}
+
+#[test]
+fn requirepass_refuses_everything_before_auth_and_a_wrong_password() {
+    use ringmail_examples::kv::server::{start_with, KvConfig};
+    let system = System::with_config(ringmail::SystemConfig::server());
+    let (listener, _) = server::listen(0).unwrap();
+    let cfg = KvConfig { rings: 2, requirepass: Some(b"s3cret".to_vec()), ..KvConfig::default() };
+    let srv = start_with(&system, listener, &cfg).unwrap();
+    // A raw connection: no client library probing on connect.
+    let out = raw_exchange(
+        &srv,
+        b"*1\r\n$4\r\nPING\r\n*2\r\n$4\r\nAUTH\r\n$5\r\nwrong\r\n*2\r\n$4\r\nAUTH\r\n$6\r\ns3cret\r\n*1\r\n$4\r\nPING\r\n",
+        b"+PONG\r\n",
+    );
+    let text = String::from_utf8_lossy(&out);
+    assert_eq!(
+        text,
+        "-NOAUTH Authentication required.\r\n\
+         -WRONGPASS invalid username-password pair or user is disabled.\r\n+OK\r\n+PONG\r\n"
+    );
+    // A client library with the password in its URL authenticates itself.
+    let url = format!("redis://:s3cret@{}/", srv.addr);
+    let mut c = redis::Client::open(url).unwrap().get_connection().unwrap();
+    let _: () = c.set("k", "v").unwrap();
+    assert_eq!(c.get::<_, String>("k").unwrap(), "v");
+    let bad = redis::Client::open(format!("redis://:nope@{}/", srv.addr)).unwrap().get_connection();
+    assert!(bad.is_err(), "a wrong password is refused");
     system.shutdown();
 }

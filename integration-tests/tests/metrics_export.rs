@@ -125,13 +125,11 @@ fn a_snapshot_counts_panics_restarts_dead_letters_and_ring_traffic_and_publishes
     assert!(gone.tell(Add(false)).is_err());
 
     // The shards' ring counters are published before each block: idle now.
-    let m = (0..)
-        .map(|_| {
-            std::thread::sleep(Duration::from_millis(5));
-            system.metrics()
-        })
-        .find(|m| m.rings().messages_received > N)
-        .expect("an endless iterator");
+    let mut m = system.metrics();
+    wait_for("the shards publish their counters", || {
+        m = system.metrics();
+        m.rings().messages_received > N
+    });
     assert_eq!(m.panics, 1);
     assert_eq!(m.restarts, 1);
     assert_eq!(m.dead_letters, system.dead_letters());

@@ -361,28 +361,30 @@ pub struct NodeStats {
     pub dialling: u64,
 }
 
-/// Reads a node's counters ([`Node::stats_source`]); keeps the node's
-/// shared state alive, not the node itself.
+/// Reads a node's counters ([`Node::stats_source`]). It holds the counters
+/// alone, not the node: a source kept after the node is gone reads its
+/// last values.
 #[derive(Clone)]
 pub struct NodeStatsSource {
-    shared: Arc<NodeShared>,
+    name: Arc<str>,
+    counters: Arc<Counters>,
 }
 
 impl std::fmt::Debug for NodeStatsSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NodeStatsSource").field("node", &self.shared.cfg.name).finish()
+        f.debug_struct("NodeStatsSource").field("node", &self.name).finish()
     }
 }
 
 impl NodeStatsSource {
     /// The node's name.
     pub fn name(&self) -> &str {
-        &self.shared.cfg.name
+        &self.name
     }
 
     /// The counters now.
     pub fn snapshot(&self) -> NodeStats {
-        let c = &self.shared.counters;
+        let c = &self.counters;
 
         let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
         NodeStats {
@@ -468,7 +470,7 @@ pub(crate) struct NodeShared {
     pub(crate) exports_by_id: DashMap<u64, Arc<Export>>,
     pub(crate) peers: Mutex<HashMap<String, u64>>,
     pub(crate) subscribers: Mutex<Vec<mpsc::Sender<NodeEvent>>>,
-    pub(crate) counters: Counters,
+    pub(crate) counters: Arc<Counters>,
     /// Stand-ins already made, by (peer, incarnation, remote id).
     pub(crate) proxies: Mutex<HashMap<(String, u64, u64), Weak<ActorCell>>>,
 }
@@ -537,7 +539,7 @@ impl Node {
             exports_by_id: DashMap::new(),
             peers: Mutex::new(HashMap::new()),
             subscribers: Mutex::new(Vec::new()),
-            counters: Counters::default(),
+            counters: Arc::default(),
             proxies: Mutex::new(HashMap::new()),
         });
         let actor =
@@ -755,7 +757,8 @@ impl Node {
     /// A handle that reads this node's counters, for an actor to keep (a
     /// [`crate::metrics::MetricsPublisher`], a service's `INFO`).
     pub fn stats_source(&self) -> NodeStatsSource {
-        NodeStatsSource { shared: self.shared.clone() }
+        let name = Arc::from(self.shared.cfg.name.as_str());
+        NodeStatsSource { name, counters: self.shared.counters.clone() }
     }
 
     /// Drops the connection to `peer` now (an operator's tool, and a fault

@@ -59,6 +59,10 @@ static NEXT_ACTOR: AtomicU64 = AtomicU64::new(1);
 /// Rounds of the local queue between two looks at the ring.
 const LOCAL_ROUNDS: usize = 32;
 
+/// A busy shard (one that never blocks) publishes its ring's counters for
+/// metrics at least once in this many passes of its loop.
+const PUBLISH_EVERY: u32 = 256;
+
 /// The shared side of a shard: what references and spawners hold.
 pub(crate) struct ShardHandle {
     pub(crate) id: u64,
@@ -76,8 +80,8 @@ pub(crate) struct ShardHandle {
     /// paused (set just before it blocks, cleared when it wakes).
     pub(crate) idle: AtomicBool,
     /// Its ring's counters as of its last pass that published them: each
-    /// time it is about to block, and the next pass after a reader set
-    /// `stats_wanted`.
+    /// time it is about to block, the next pass after a reader set
+    /// `stats_wanted`, and every `PUBLISH_EVERY` passes.
     pub(crate) ring_stats: Mutex<RingStats>,
     /// A reader wants fresher `ring_stats` (see there).
     pub(crate) stats_wanted: AtomicBool,
@@ -237,6 +241,7 @@ impl ShardLoop {
     pub(crate) fn run(mut self) {
         let mut batch: VecDeque<Envelope> = VecDeque::new();
         let mut events = Vec::new();
+        let mut passes: u32 = 0;
         'run: loop {
             // Under the borrow: only move things out. Handling happens after.
             let quiet = self.paused.is_empty();
@@ -256,11 +261,18 @@ impl ShardLoop {
                 if timeout.is_none() && quiet && t.io.no_timers() && t.ring.flush().is_ok() {
                     handle.idle.store(true, Ordering::Release);
                 }
-                // Counters for metrics: before blocking (a lock and a copy
-                // next to a syscall), or when a reader asked.
-                if timeout.is_none() || handle.stats_wanted.load(Ordering::Relaxed) {
-                    handle.stats_wanted.store(false, Ordering::Relaxed);
-                    *lock(&handle.ring_stats) = t.ring.stats();
+                // Counters for metrics: before blocking (next to a syscall),
+                // when a reader asked, and every PUBLISH_EVERY passes. Never
+                // waits for the lock: a reader holding it means next time.
+                passes = passes.wrapping_add(1);
+                if timeout.is_none()
+                    || passes.is_multiple_of(PUBLISH_EVERY)
+                    || handle.stats_wanted.load(Ordering::Relaxed)
+                {
+                    if let Ok(mut s) = handle.ring_stats.try_lock() {
+                        *s = t.ring.stats();
+                        handle.stats_wanted.store(false, Ordering::Relaxed);
+                    }
                 }
                 let r = t.ring.wait(&mut events, timeout);
                 handle.idle.store(false, Ordering::Release);

@@ -3,7 +3,7 @@
 //! worker; the keyspace is partitioned across shard actors, one per ring.
 //!
 //! ```text
-//! cargo run --release -p ringmail-examples --bin kv -- [--port N] [--bind ADDR] [--workers N] [--aof PATH [--appendfsync always|everysec|no]]
+//! cargo run --release -p ringmail-examples --bin kv -- [--port N] [--bind ADDR] [--workers N] [--aof PATH [--appendfsync always|everysec|no]] [--requirepass PASSWORD]
 //! ```
 
 use std::net::{IpAddr, SocketAddr};
@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use clap::Parser;
 use ringmail::System;
 use ringmail_examples::kv::aof::Fsync;
-use ringmail_examples::kv::server::Persistence;
+use ringmail_examples::kv::server::{KvConfig, Persistence};
 use ringmail_examples::{kv, server};
 
 /// A Ringmail key-value server speaking RESP2 (redis-cli and Redis clients work).
@@ -37,6 +37,10 @@ struct Args {
     /// reply (always), once a second (everysec), or when the kernel likes (no).
     #[arg(long, value_enum, default_value_t = Fsync::Everysec, requires = "aof")]
     appendfsync: Fsync,
+    /// A password clients must give (AUTH or HELLO ... AUTH) before any other
+    /// command, as Redis' requirepass.
+    #[arg(long, env = "RINGMAIL_KV_PASSWORD", hide_env_values = true)]
+    requirepass: Option<String>,
 }
 
 fn main() {
@@ -51,11 +55,13 @@ fn main() {
             std::process::exit(1);
         });
     let aof = args.aof.map(|path| Persistence { path, fsync: args.appendfsync });
-    let srv =
-        kv::server::start_with(&system, listener, workers, aof.as_ref()).unwrap_or_else(|e| {
-            eprintln!("kv: cannot start: {e}");
-            std::process::exit(1);
-        });
+    let persist = aof.is_some();
+    let requirepass = args.requirepass.map(String::into_bytes);
+    let cfg = KvConfig { rings: workers, aof, requirepass };
+    let srv = kv::server::start_with(&system, listener, &cfg).unwrap_or_else(|e| {
+        eprintln!("kv: cannot start: {e}");
+        std::process::exit(1);
+    });
     println!(
         "kv: listening on {addr} with {workers} rings (try: redis-cli -p {}) (Ctrl-C to stop)",
         addr.port()
@@ -64,10 +70,10 @@ fn main() {
         eprintln!("kv: cannot wait for signals: {e}");
         std::process::exit(1);
     });
-    if aof.is_some() {
+    if persist {
         srv.stop_serving(std::time::Duration::from_secs(5));
     }
-    if aof.is_some() && !srv.sync_aof(std::time::Duration::from_secs(10)) {
+    if persist && !srv.sync_aof(std::time::Duration::from_secs(10)) {
         eprintln!("kv: the append-only files could not be synced within 10 s");
     }
     let s = &srv.stats;

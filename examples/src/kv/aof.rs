@@ -16,21 +16,33 @@
 //! * `no`: after the write completed; the kernel flushes when it likes.
 //!
 //! The shard holds a batch's replies, and those of every batch after it
-//! (reads included: nobody sees a value the log does not hold yet), until
-//! the log has caught up with the batch's last byte ([`Aof::logged`],
-//! [`Aof::safe`]). The file writes and fsyncs are grouped: what several
-//! batches logged while one write was in flight goes out in the next one.
+//! (reads included: while the log works, nobody sees a value it does not
+//! hold yet), until the log has caught up with the batch's last byte
+//! ([`Aof::logged`], [`Aof::safe`]). The file writes and fsyncs are
+//! grouped: what several batches logged while one write was in flight goes
+//! out in the next one, and under `always` an fsync follows every write.
+//! What is held and pending grows with what clients send while the disk is
+//! slower than they are (as Redis' AOF buffer does); a closed-loop client
+//! waits for its replies, so it sends no more meanwhile.
 //!
 //! ## When persistence fails
-//! A failed write or fsync (`ENOSPC`, `EIO`, ...) puts the log in error
-//! ([`Aof::error`]): the writes whose replies were held get Redis's
+//! A failed write (`ENOSPC`, `EIO`, ...) puts the log in error
+//! ([`Aof::error`]): the writes whose replies were held get Redis'
 //! `-MISCONF Errors writing to the AOF file: ...` instead of their reply
 //! (they are not acknowledged), and every write command after them is
-//! refused with it before it runs, until a retry (once a second) succeeds.
-//! Reads keep working. What could not be written stays pending and is
+//! refused with it before it runs, until a retry (once a second) writes
+//! and syncs everything pending. Reads keep working (and may then see the
+//! refused writes, which ran before the failure was known). What could not
+//! be written stays pending (no new write is taken meanwhile) and is
 //! written first when the disk recovers, so the refused writes that had
 //! already run may still reach the log, as a timed-out write may in any
 //! store; an acknowledged write is always in it.
+//!
+//! A failed `fsync` is different: the kernel may have dropped the pages it
+//! could not write, so a later success proves nothing about them. Writes
+//! stay refused until the server is restarted (Redis stops itself here).
+//! An op the ring could not start (its I/O table full: `EBUSY`) is not a
+//! failure; it is simply tried again.
 //!
 //! ## Shutdown
 //! A clean shutdown writes and syncs everything (see
@@ -106,6 +118,23 @@ pub const WRITE_COMMANDS: &[&[u8]] = &[
     b"mset",
     b"flushall",
     b"flushdb",
+    b"unlink",
+    b"expireat",
+    b"getex",
+    b"setrange",
+    b"incrbyfloat",
+    b"rename",
+    b"hset",
+    b"hmset",
+    b"hsetnx",
+    b"hdel",
+    b"hincrby",
+    b"lpush",
+    b"rpush",
+    b"lpop",
+    b"rpop",
+    b"sadd",
+    b"srem",
 ];
 
 /// Whether `cmd` (any case) is one of [`WRITE_COMMANDS`].
@@ -148,8 +177,10 @@ pub struct Aof {
     /// The file's length at open: offsets are `base + written`.
     base: u64,
     /// The last write or fsync failed, with this error; cleared by the
-    /// next success.
+    /// next success (never after a failed fsync).
     error: Option<String>,
+    /// An fsync failed: the error stays until a restart.
+    fsync_failed: bool,
     /// Times a write or fsync failed.
     pub failures: u64,
 }
@@ -173,6 +204,7 @@ impl Aof {
             sync_target: 0,
             base,
             error: None,
+            fsync_failed: false,
             failures: 0,
         })
     }
@@ -253,11 +285,13 @@ impl Aof {
             // Logged as the key without a deadline: replayed after its old
             // absolute deadline has passed, a PERSIST would find no key.
             b"persist" if matches!(reply, Reply::Int(1)) => {
-                if let Some(v) = ks.value(&args[1], now) {
-                    push(&mut self.pending, &[b"SET", &args[1], &v]);
+                for c in ks.rebuild(&args[1], now) {
+                    self.raw(&c);
                 }
             }
-            b"expire" | b"pexpire" | b"pexpireat" if matches!(reply, Reply::Int(1)) => {
+            b"expire" | b"pexpire" | b"pexpireat" | b"expireat"
+                if matches!(reply, Reply::Int(1)) =>
+            {
                 let k = &args[1];
                 match ks.expires_at_unix_ms(k, now) {
                     Some(at) => {
@@ -267,11 +301,40 @@ impl Aof {
                     None => {}
                 }
             }
-            b"del" if matches!(reply, Reply::Int(n) if *n > 0) => self.raw(args),
+            b"del" | b"unlink" if matches!(reply, Reply::Int(n) if *n > 0) => {
+                let mut del = args.to_vec();
+                del[0] = b"DEL".to_vec();
+                self.raw(&del)
+            }
+            // GETEX with an option changes the deadline only: the key as it
+            // is now, with its deadline.
+            b"getex" if args.len() > 2 && matches!(reply, Reply::Bulk(_)) => {
+                for c in ks.rebuild(&args[1], now) {
+                    self.raw(&c);
+                }
+                self.deadline_of(ks, &args[1], now);
+            }
+            b"rename" if ok => self.raw(args),
+            // Hashes, lists and sets: the command itself (deterministic on
+            // the same state), then the key's deadline, so that a replay
+            // after the deadline does not bring back a key created anew.
+            b"hset" | b"hmset" | b"hsetnx" | b"hdel" | b"hincrby" | b"lpush" | b"rpush"
+            | b"lpop" | b"rpop" | b"sadd" | b"srem"
+                if ok
+                    && !matches!(reply, Reply::Nil)
+                    && !(matches!(reply, Reply::Int(0))
+                        && matches!(cmd.as_slice(), b"hdel" | b"srem" | b"sadd" | b"hsetnx")) =>
+            {
+                self.raw(args);
+                self.deadline_of(ks, &args[1], now);
+            }
             // Counters and appends are logged as their result (with the
             // key's deadline, which they keep): a replay then cannot bring
             // back an expired key as a new one.
-            b"incr" | b"decr" | b"incrby" | b"decrby" | b"append" if ok => {
+            b"incr" | b"decr" | b"incrby" | b"decrby" | b"append" | b"setrange"
+            | b"incrbyfloat"
+                if ok =>
+            {
                 let k = &args[1];
                 if let Some(v) = ks.value(k, now) {
                     push(&mut self.pending, &[b"SET", k, &v]);
@@ -285,32 +348,42 @@ impl Aof {
         }
     }
 
+    /// Logs `PEXPIREAT key at` if `key` has a deadline.
+    fn deadline_of(&mut self, ks: &mut Keyspace, key: &[u8], now: Instant) {
+        if let Some(at) = ks.expires_at_unix_ms(key, now) {
+            encode_request(&[b"PEXPIREAT", key, at.to_string().as_bytes()], &mut self.pending);
+        }
+    }
+
     fn raw(&mut self, args: &[Vec<u8>]) {
         let a: Vec<&[u8]> = args.iter().map(|x| x.as_slice()).collect();
         encode_request(&a, &mut self.pending);
     }
 
     /// Starts a write of what is pending, unless one is in flight; with
-    /// `always`, an fsync once everything is written.
+    /// `always`, an fsync of what was written. While the log is in error
+    /// only [`Aof::tick`] retries (once a second, not once per batch).
     pub fn kick<A: Handler<AofIo>>(&mut self, ctx: &Context<A>) {
-        if !self.in_flight.is_empty() {
-            return;
+        if self.error.is_none() {
+            self.write(ctx);
         }
-        if self.pending.is_empty() {
-            if self.policy == Fsync::Always {
-                self.sync(ctx);
-            }
-            return;
+    }
+
+    fn write<A: Handler<AofIo>>(&mut self, ctx: &Context<A>) {
+        if self.in_flight.is_empty() && !self.pending.is_empty() {
+            let buf = std::mem::take(&mut self.pending);
+            self.in_flight = buf.clone();
+            let offset = self.base + self.written;
+            ctx.io(IoOp::Write { fd: self.file.as_raw_fd(), buf, offset }, AofIo::Written);
         }
-        let buf = std::mem::take(&mut self.pending);
-        self.in_flight = buf.clone();
-        let op = IoOp::Write { fd: self.file.as_raw_fd(), buf, offset: self.base + self.written };
-        ctx.io(op, AofIo::Written);
+        if self.policy == Fsync::Always {
+            self.sync(ctx);
+        }
     }
 
     /// Asks for an fsync if something was written since the last one.
     pub fn sync<A: Handler<AofIo>>(&mut self, ctx: &Context<A>) {
-        if self.written > self.durable && !self.syncing {
+        if self.written > self.durable && !self.syncing && !self.fsync_failed {
             self.syncing = true;
             self.sync_target = self.written;
             ctx.io(IoOp::Fsync { fd: self.file.as_raw_fd() }, AofIo::Synced);
@@ -320,7 +393,7 @@ impl Aof {
     /// Once a second: writes what waits (a retry after a failure) and,
     /// unless the policy is `no`, syncs.
     pub fn tick<A: Handler<AofIo>>(&mut self, ctx: &Context<A>) {
-        self.kick(ctx);
+        self.write(ctx);
         if self.policy != Fsync::No || self.error.is_some() {
             self.sync(ctx);
         }
@@ -337,8 +410,14 @@ impl Aof {
 
     /// Handles a completion.
     pub fn done<A: Handler<AofIo>>(&mut self, io: AofIo, ctx: &Context<A>) {
+        // The ring's I/O table was full: the op was never started. Not a
+        // persistence failure; it is tried again by the next batch's kick
+        // or the tick.
+        let busy =
+            |d: &IoDone| d.result.as_ref().is_err_and(|e| e.kind() == io::ErrorKind::ResourceBusy);
         match io {
             AofIo::Written(d) => {
+                let not_started = busy(&d);
                 let mut buf = d.buf.unwrap_or_default();
                 self.in_flight.clear();
                 let ok = match d.result {
@@ -348,6 +427,7 @@ impl Aof {
                         buf.drain(..n);
                         true
                     }
+                    Err(_) if not_started => false,
                     // Back in front of what came since; the once-a-second
                     // tick tries again (no busy loop on ENOSPC).
                     Err(e) => {
@@ -359,7 +439,7 @@ impl Aof {
                 buf.append(&mut self.pending);
                 self.pending = buf;
                 if ok {
-                    self.kick(ctx);
+                    self.write(ctx);
                     if self.error.is_some() {
                         self.sync(ctx); // recovering: the error ends with a sync
                     }
@@ -367,26 +447,44 @@ impl Aof {
             }
             AofIo::Synced(d) => {
                 self.syncing = false;
+                let not_started = busy(&d);
                 match d.result {
                     Ok(_) => {
                         self.durable = self.sync_target;
                         let caught_up = self.pending.is_empty() && self.in_flight.is_empty();
-                        if self.error.is_some() && caught_up && self.durable == self.written {
+                        if self.error.is_some()
+                            && caught_up
+                            && self.durable == self.written
+                            && !self.fsync_failed
+                        {
                             tracing::info!("AOF writes and syncs succeed again");
                             self.error = None;
                         }
-                        if self.policy == Fsync::Always && self.in_flight.is_empty() {
+                        if self.policy == Fsync::Always || self.error.is_some() {
                             self.sync(ctx); // what was written meanwhile
                         }
                     }
-                    Err(e) => self.failed("fsync", &e),
+                    Err(_) if not_started => {}
+                    // After a failed fsync the kernel may have dropped the
+                    // dirty pages: a later fsync succeeding would not bring
+                    // them back, and the log may now have a hole. Writes stay
+                    // refused until a restart (which replays what the log
+                    // holds; no write was acknowledged past the last good
+                    // fsync under `always`). Redis stops the server here.
+                    Err(e) => {
+                        self.failed("fsync", &e);
+                        self.fsync_failed = true;
+                        tracing::error!("AOF fsync failed: writes are refused until a restart");
+                    }
                 }
             }
         }
     }
 
     /// At shutdown: writes what is pending (and a write still in flight,
-    /// again, at its own offset) with plain blocking writes, and syncs.
+    /// again, at its own offset) with plain blocking writes, and syncs. A
+    /// failure puts the log in error, so that replies still held for it
+    /// are refused rather than acknowledged.
     pub fn finish(&mut self) {
         if self.idle() {
             return;
@@ -404,6 +502,7 @@ impl Aof {
             }
             Err(e) => {
                 tracing::error!(error = %e, lost = out.len(), "AOF: the final write failed");
+                self.failed("final write", &e);
                 self.pending = out;
             }
         }
@@ -612,6 +711,56 @@ mod tests {
         let mut shards = vec![Keyspace::default()];
         load_and_rewrite(&path, &mut shards).unwrap();
         assert_eq!(get(&mut shards[0], "k"), Some(Reply::Nil), "expired, not reborn");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn hashes_lists_and_sets_replay_and_an_expired_one_is_not_reborn() {
+        let d = dir("types");
+        let path = d.join("kv.aof");
+        let mut aof = Aof::open(&gen_shard_file(&path, 0, 0), Fsync::Everysec).unwrap();
+        let mut ks = Keyspace::default();
+        let now = Instant::now();
+        let cmds: &[&[&str]] = &[
+            &["HSET", "h", "a", "1", "b", "2"],
+            &["HSET", "h", "a", "9"], // an update: 0 added, still logged
+            &["HINCRBY", "h", "n", "5"],
+            &["HDEL", "h", "b"],
+            &["RPUSH", "l", "x", "y", "z"],
+            &["LPOP", "l"],
+            &["SADD", "s", "m", "n"],
+            &["SREM", "s", "n"],
+            &["HSET", "gone", "f", "v"],
+            &["PEXPIRE", "gone", "50"],
+            &["HSET", "gone", "g", "w"], // logged with its deadline: past it at replay, gone
+            &["RPUSH", "kept", "a"],
+            &["EXPIRE", "kept", "100"],
+            &["PERSIST", "kept"],
+        ];
+        for cmd in cmds {
+            let args: Vec<Vec<u8>> = cmd.iter().map(|a| a.as_bytes().to_vec()).collect();
+            let reply = ks.execute(&args, now).unwrap();
+            aof.record(&mut ks, &args, &reply, now);
+        }
+        std::fs::write(gen_shard_file(&path, 0, 0), &aof.pending).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(120));
+        let mut shards = vec![Keyspace::default()];
+        load_and_rewrite(&path, &mut shards).unwrap();
+        let t = Instant::now();
+        let run = |ks: &mut Keyspace, c: &[&str]| {
+            let args: Vec<Vec<u8>> = c.iter().map(|a| a.as_bytes().to_vec()).collect();
+            ks.execute(&args, t).unwrap()
+        };
+        let b = |s: &str| Reply::Bulk(s.as_bytes().to_vec());
+        let ks = &mut shards[0];
+        assert_eq!(
+            run(ks, &["HMGET", "h", "a", "b", "n"]),
+            Reply::Array(vec![b("9"), Reply::Nil, b("5")])
+        );
+        assert_eq!(run(ks, &["LRANGE", "l", "0", "-1"]), Reply::Array(vec![b("y"), b("z")]));
+        assert_eq!(run(ks, &["SMEMBERS", "s"]), Reply::Set(vec![b("m")]));
+        assert_eq!(run(ks, &["EXISTS", "gone"]), Reply::Int(0), "expired, not reborn");
+        assert_eq!(run(ks, &["TTL", "kept"]), Reply::Int(-1), "persisted");
         std::fs::remove_dir_all(&d).unwrap();
     }
 

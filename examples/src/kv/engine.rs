@@ -3,25 +3,72 @@
 //! messages Redis gives, so real Redis clients work unchanged.
 //!
 //! Expiry is lazy (checked on access) against the `now` the caller passes,
-//! which keeps the engine deterministic and testable. Values are strings
-//! (binary-safe); every command here works on strings, so Redis' WRONGTYPE
-//! never arises.
+//! which keeps the engine deterministic and testable. A key holds one of
+//! Redis' types ([`Value`]): a string (binary-safe), a hash, a list or a
+//! set; a command on a key of another type gets Redis' `WRONGTYPE` error,
+//! and a hash, list or set that becomes empty is deleted, as in Redis. The
+//! string and key commands are here, the others in `types.rs`.
+//!
+//! The keys live in an [`IndexMap`]: a hash table over a dense vector of
+//! entries, where a removal moves the last entry into the hole. `SCAN`
+//! walks the positions from the top down, so a cursor stays valid across
+//! any change: an entry moved by a removal comes from above the cursor
+//! (already returned, or added since the scan began), and entries added
+//! later land above it. Every key present for the whole scan is returned
+//! at least once, Redis' guarantee.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
+
+use indexmap::IndexMap;
 
 use super::resp::Reply;
 
-struct Entry {
-    value: Vec<u8>,
-    expires: Option<Instant>,
+/// What a key holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Value {
+    /// A string (any bytes).
+    Str(Vec<u8>),
+    /// A hash: field -> value.
+    Hash(HashMap<Vec<u8>, Vec<u8>>),
+    /// A list.
+    List(VecDeque<Vec<u8>>),
+    /// A set.
+    Set(HashSet<Vec<u8>>),
+}
+
+impl Value {
+    /// Its name, as `TYPE` says it.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Value::Str(_) => "string",
+            Value::Hash(_) => "hash",
+            Value::List(_) => "list",
+            Value::Set(_) => "set",
+        }
+    }
+}
+
+pub(super) struct Entry {
+    pub(super) value: Value,
+    pub(super) expires: Option<Instant>,
+}
+
+impl Entry {
+    fn string(value: Vec<u8>, expires: Option<Instant>) -> Entry {
+        Entry { value: Value::Str(value), expires }
+    }
 }
 
 /// One keyspace.
 #[derive(Default)]
 pub struct Keyspace {
-    map: HashMap<Vec<u8>, Entry>,
+    pub(super) map: IndexMap<Vec<u8>, Entry>,
 }
+
+/// Redis' error for a command on a key of another type.
+pub(super) const WRONGTYPE: &str =
+    "WRONGTYPE Operation against a key holding the wrong kind of value";
 
 /// Redis's glob match (`KEYS`): `*`, `?`, `[abc]`, `[^a]`, `[a-z]`, and
 /// `\\` to escape; a class left open ends with the pattern, as in Redis.
@@ -102,15 +149,15 @@ fn class(p: &[u8], open: usize, c: u8) -> (bool, usize) {
     (hit != negate, i) // left open: it ends with the pattern
 }
 
-fn err(s: &str) -> Reply {
+pub(super) fn err(s: &str) -> Reply {
     Reply::Error(s.to_string())
 }
 
-fn arity(cmd: &str) -> Reply {
+pub(super) fn arity(cmd: &str) -> Reply {
     Reply::Error(format!("ERR wrong number of arguments for '{cmd}' command"))
 }
 
-const NOT_INT: &str = "ERR value is not an integer or out of range";
+pub(super) const NOT_INT: &str = "ERR value is not an integer or out of range";
 
 /// `now + n` units, or `None` when Redis would call the expire time invalid
 /// (it must fit in milliseconds, and in this clock).
@@ -121,7 +168,7 @@ fn deadline(now: Instant, n: i64, unit_ms: i64) -> Option<Instant> {
 
 /// Parses an integer as strictly as Redis (`string2ll`): an optional `-`,
 /// then digits with no leading zero (but `0` itself), nothing else.
-fn int(b: &[u8]) -> Option<i64> {
+pub(super) fn int(b: &[u8]) -> Option<i64> {
     let digits = b.strip_prefix(b"-").unwrap_or(b);
     let canonical = match digits {
         [b'0'] => b.len() == 1, // "0", but not "-0"
@@ -149,9 +196,22 @@ impl Keyspace {
         Some(unix_ms() + t.saturating_duration_since(now).as_millis() as u64)
     }
 
-    /// The value of `key` now, if it exists.
+    /// The value of `key` now, if it exists and is a string.
     pub fn value(&mut self, key: &[u8], now: Instant) -> Option<Vec<u8>> {
-        self.live(key, now).map(|e| e.value.clone())
+        match &self.live(key, now)?.value {
+            Value::Str(v) => Some(v.clone()),
+            _ => None,
+        }
+    }
+
+    /// The commands that make `key` hold what it holds now (no deadline),
+    /// after a `DEL` of it; just the `DEL` when it does not exist.
+    pub fn rebuild(&mut self, key: &[u8], now: Instant) -> Vec<Vec<Vec<u8>>> {
+        let mut out = vec![vec![b"DEL".to_vec(), key.to_vec()]];
+        if let Some(e) = self.live(key, now) {
+            out.extend(value_commands(key, &e.value));
+        }
+        out
     }
 
     /// Whether `key` exists now.
@@ -159,8 +219,9 @@ impl Keyspace {
         self.live(key, now).is_some()
     }
 
-    /// The commands that rebuild this keyspace: `SET k v` (and `PEXPIREAT k
-    /// ms` for keys with a deadline), for every live key.
+    /// The commands that rebuild this keyspace: `SET k v` (or `HSET`,
+    /// `RPUSH`, `SADD` in parts of at most 1 000 elements) and `PEXPIREAT k
+    /// ms` for keys with a deadline, for every live key.
     pub fn dump(&mut self, now: Instant) -> Vec<Vec<Vec<u8>>> {
         let unix_now = unix_ms();
         let mut out = Vec::new();
@@ -168,7 +229,7 @@ impl Keyspace {
             if e.expires.is_some_and(|t| t <= now) {
                 continue;
             }
-            out.push(vec![b"SET".to_vec(), k.clone(), e.value.clone()]);
+            out.extend(value_commands(k, &e.value));
             if let Some(t) = e.expires {
                 let at = unix_now + t.saturating_duration_since(now).as_millis() as u64;
                 out.push(vec![b"PEXPIREAT".to_vec(), k.clone(), at.to_string().into_bytes()]);
@@ -193,11 +254,21 @@ impl Keyspace {
         self.map.is_empty()
     }
 
-    fn live(&mut self, key: &[u8], now: Instant) -> Option<&mut Entry> {
+    pub(super) fn live(&mut self, key: &[u8], now: Instant) -> Option<&mut Entry> {
         if self.map.get(key).is_some_and(|e| e.expires.is_some_and(|t| t <= now)) {
-            self.map.remove(key);
+            self.map.swap_remove(key);
         }
         self.map.get_mut(key)
+    }
+
+    /// The string at `key`: `Ok(None)` if there is none, `WRONGTYPE` if
+    /// the key holds another type.
+    fn string(&mut self, key: &[u8], now: Instant) -> Result<Option<&mut Vec<u8>>, Reply> {
+        match self.live(key, now) {
+            None => Ok(None),
+            Some(Entry { value: Value::Str(v), .. }) => Ok(Some(v)),
+            Some(_) => Err(err(WRONGTYPE)),
+        }
     }
 
     /// Runs one request (`args[0]` is the command name, any case). An empty
@@ -221,14 +292,17 @@ impl Keyspace {
                 _ => arity(&cmd),
             },
             "get" => match a {
-                [k] => self.live(k, now).map_or(Reply::Nil, |e| Reply::Bulk(e.value.clone())),
+                [k] => match self.string(k, now) {
+                    Ok(v) => v.map_or(Reply::Nil, |v| Reply::Bulk(v.clone())),
+                    Err(e) => e,
+                },
                 _ => arity(&cmd),
             },
             "set" => self.set(a, now),
-            "del" | "exists" if a.is_empty() => arity(&cmd),
-            "del" => Reply::Int(
+            "del" | "unlink" | "exists" if a.is_empty() => arity(&cmd),
+            "del" | "unlink" => Reply::Int(
                 a.iter()
-                    .filter(|k| self.live(k, now).is_some() && self.map.remove(*k).is_some())
+                    .filter(|k| self.live(k, now).is_some() && self.map.swap_remove(*k).is_some())
                     .count() as i64,
             ),
             "exists" => Reply::Int(a.iter().filter(|k| self.live(k, now).is_some()).count() as i64),
@@ -248,9 +322,13 @@ impl Keyspace {
                 _ => arity(&cmd),
             },
             "mget" if a.is_empty() => arity(&cmd),
+            // A key of another type is a nil here, as in Redis.
             "mget" => Reply::Array(
                 a.iter()
-                    .map(|k| self.live(k, now).map_or(Reply::Nil, |e| Reply::Bulk(e.value.clone())))
+                    .map(|k| match self.string(k, now) {
+                        Ok(Some(v)) => Reply::Bulk(v.clone()),
+                        _ => Reply::Nil,
+                    })
                     .collect(),
             ),
             "mset" => {
@@ -258,26 +336,27 @@ impl Keyspace {
                     return arity(&cmd);
                 }
                 for kv in a.chunks(2) {
-                    self.map.insert(kv[0].clone(), Entry { value: kv[1].clone(), expires: None });
+                    self.map.insert(kv[0].clone(), Entry::string(kv[1].clone(), None));
                 }
                 Reply::Simple("OK")
             }
             "append" => match a {
                 [k, v] => {
-                    let e = match self.live(k, now) {
-                        Some(e) => e,
-                        None => self
-                            .map
-                            .entry(k.clone())
-                            .or_insert(Entry { value: Vec::new(), expires: None }),
-                    };
-                    e.value.extend_from_slice(v);
-                    Reply::Int(e.value.len() as i64)
+                    if let Err(e) = self.string(k, now) {
+                        return e;
+                    }
+                    let e = self.map.entry(k.clone()).or_insert(Entry::string(Vec::new(), None));
+                    let Value::Str(s) = &mut e.value else { unreachable!("checked above") };
+                    s.extend_from_slice(v);
+                    Reply::Int(s.len() as i64)
                 }
                 _ => arity(&cmd),
             },
             "strlen" => match a {
-                [k] => Reply::Int(self.live(k, now).map_or(0, |e| e.value.len() as i64)),
+                [k] => match self.string(k, now) {
+                    Ok(v) => Reply::Int(v.map_or(0, |v| v.len() as i64)),
+                    Err(e) => e,
+                },
                 _ => arity(&cmd),
             },
             "expire" | "pexpire" => match a {
@@ -286,7 +365,7 @@ impl Keyspace {
                     Some(n) => match self.live(k, now) {
                         None => Reply::Int(0),
                         Some(_) if n <= 0 => {
-                            self.map.remove(k);
+                            self.map.swap_remove(k);
                             Reply::Int(1)
                         }
                         Some(e) => match deadline(now, n, if cmd == "expire" { 1000 } else { 1 }) {
@@ -300,15 +379,17 @@ impl Keyspace {
                 },
                 _ => arity(&cmd),
             },
-            "pexpireat" => match a {
-                [k, ms] => match int(ms) {
+            "pexpireat" | "expireat" => match a {
+                [k, at] => match int(at)
+                    .and_then(|t| t.checked_mul(if cmd == "expireat" { 1000 } else { 1 }))
+                {
                     None => err(NOT_INT),
                     Some(ms) => match self.live(k, now) {
                         None => Reply::Int(0),
                         Some(e) => {
                             let unix_now = unix_ms();
                             if ms <= unix_now as i64 {
-                                self.map.remove(k);
+                                self.map.swap_remove(k);
                             } else {
                                 e.expires = Some(now + Duration::from_millis(ms as u64 - unix_now));
                             }
@@ -319,9 +400,13 @@ impl Keyspace {
                 _ => arity(&cmd),
             },
             "getdel" => match a {
-                [k] => match self.live(k, now).is_some() {
-                    true => self.map.remove(k).map_or(Reply::Nil, |e| Reply::Bulk(e.value)),
-                    false => Reply::Nil,
+                [k] => match self.string(k, now) {
+                    Ok(Some(_)) => match self.map.swap_remove(k) {
+                        Some(Entry { value: Value::Str(v), .. }) => Reply::Bulk(v),
+                        _ => Reply::Nil,
+                    },
+                    Ok(None) => Reply::Nil,
+                    Err(e) => e,
                 },
                 _ => arity(&cmd),
             },
@@ -355,7 +440,7 @@ impl Keyspace {
                 _ => arity(&cmd),
             },
             "type" => match a {
-                [k] => Reply::Simple(if self.live(k, now).is_some() { "string" } else { "none" }),
+                [k] => Reply::Simple(self.live(k, now).map_or("none", |e| e.value.type_name())),
                 _ => arity(&cmd),
             },
             "keys" => match a {
@@ -394,6 +479,23 @@ impl Keyspace {
                 Reply::Simple("OK")
             }
             "command" => Reply::Array(Vec::new()),
+            "getex" => self.getex(a, now),
+            "getrange" => self.getrange(a, now),
+            "setrange" => self.setrange(a, now),
+            "incrbyfloat" => self.incr_by_float(a, now),
+            "rename" => match a {
+                [from, to] => match self.live(from, now).is_some() {
+                    false => err("ERR no such key"),
+                    true => {
+                        let e = self.map.swap_remove(from).expect("live");
+                        self.map.insert(to.clone(), e);
+                        Reply::Simple("OK")
+                    }
+                },
+                _ => arity(&cmd),
+            },
+            "scan" => self.scan(a, now),
+            _ if super::types::is_type_command(&cmd) => self.run_typed(&cmd, a, now),
             _ => {
                 let mut m = format!(
                     "ERR unknown command '{}', with args beginning with: ",
@@ -437,14 +539,15 @@ impl Keyspace {
         if (nx && exists) || (xx && !exists) {
             return Reply::Nil;
         }
-        self.map.insert(k.clone(), Entry { value: v.clone(), expires: ttl });
+        self.map.insert(k.clone(), Entry::string(v.clone(), ttl));
         Reply::Simple("OK")
     }
 
     fn incr_by(&mut self, k: &[u8], by: i64, now: Instant) -> Reply {
-        let cur = match self.live(k, now) {
-            None => 0,
-            Some(e) => match int(&e.value) {
+        let cur = match self.string(k, now) {
+            Err(e) => return e,
+            Ok(None) => 0,
+            Ok(Some(v)) => match int(v) {
                 Some(n) => n,
                 None => return err(NOT_INT),
             },
@@ -453,9 +556,218 @@ impl Keyspace {
             return err("ERR increment or decrement would overflow");
         };
         let expires = self.map.get(k).and_then(|e| e.expires);
-        self.map.insert(k.to_vec(), Entry { value: next.to_string().into_bytes(), expires });
+        self.map.insert(k.to_vec(), Entry::string(next.to_string().into_bytes(), expires));
         Reply::Int(next)
     }
+
+    fn incr_by_float(&mut self, a: &[Vec<u8>], now: Instant) -> Reply {
+        let [k, by] = a else { return arity("incrbyfloat") };
+        const NOT_FLOAT: &str = "ERR value is not a valid float";
+        let float =
+            |b: &[u8]| std::str::from_utf8(b).ok()?.parse::<f64>().ok().filter(|f| f.is_finite());
+        let Some(by) = float(by) else { return err(NOT_FLOAT) };
+        let cur = match self.string(k, now) {
+            Err(e) => return e,
+            Ok(None) => 0.0,
+            Ok(Some(v)) => match float(v) {
+                Some(f) => f,
+                None => return err(NOT_FLOAT),
+            },
+        };
+        let next = cur + by;
+        if !next.is_finite() {
+            return err("ERR increment would produce NaN or Infinity");
+        }
+        let text = format!("{next}").into_bytes();
+        let expires = self.map.get(k).and_then(|e| e.expires);
+        self.map.insert(k.to_vec(), Entry::string(text.clone(), expires));
+        Reply::Bulk(text)
+    }
+
+    /// `GETEX key [EX s | PX ms | EXAT unix-s | PXAT unix-ms | PERSIST]`.
+    fn getex(&mut self, a: &[Vec<u8>], now: Instant) -> Reply {
+        let [k, opts @ ..] = a else { return arity("getex") };
+        let value = match self.string(k, now) {
+            Err(e) => return e,
+            Ok(None) => return Reply::Nil,
+            Ok(Some(v)) => v.clone(),
+        };
+        let opt = opts.first().map(|o| o.to_ascii_lowercase());
+        let expires = match (opt.as_deref(), opts.get(1), opts.len()) {
+            (None, _, 0) => return Reply::Bulk(value),
+            (Some(b"persist"), _, 1) => None,
+            (Some(o @ (b"ex" | b"px" | b"exat" | b"pxat")), Some(n), 2) => {
+                let Some(n) = int(n) else { return err(NOT_INT) };
+                let invalid = || err("ERR invalid expire time in 'getex' command");
+                let unit = if matches!(o, b"ex" | b"exat") { 1000 } else { 1 };
+                if n <= 0 {
+                    return invalid();
+                }
+                let at = if matches!(o, b"exat" | b"pxat") {
+                    let Some(ms) = n.checked_mul(unit) else { return invalid() };
+                    let left = ms.saturating_sub(unix_ms() as i64).max(0);
+                    deadline(now, left, 1)
+                } else {
+                    deadline(now, n, unit)
+                };
+                match at {
+                    Some(t) => Some(t),
+                    None => return invalid(),
+                }
+            }
+            _ => return err("ERR syntax error"),
+        };
+        if expires.is_some_and(|t| t <= now) {
+            self.map.swap_remove(k);
+        } else if let Some(e) = self.map.get_mut(k) {
+            e.expires = expires;
+        }
+        Reply::Bulk(value)
+    }
+
+    /// `GETRANGE key start end` (inclusive, negative from the end).
+    fn getrange(&mut self, a: &[Vec<u8>], now: Instant) -> Reply {
+        let [k, start, end] = a else { return arity("getrange") };
+        let (Some(start), Some(end)) = (int(start), int(end)) else { return err(NOT_INT) };
+        let v = match self.string(k, now) {
+            Err(e) => return e,
+            Ok(None) => return Reply::Bulk(Vec::new()),
+            Ok(Some(v)) => v,
+        };
+        match range(start, end, v.len()) {
+            Some((s, e)) => Reply::Bulk(v[s..=e].to_vec()),
+            None => Reply::Bulk(Vec::new()),
+        }
+    }
+
+    /// `SETRANGE key offset value`: overwrites from `offset`, padding
+    /// with zero bytes.
+    fn setrange(&mut self, a: &[Vec<u8>], now: Instant) -> Reply {
+        let [k, offset, v] = a else { return arity("setrange") };
+        let Some(offset) = int(offset) else { return err(NOT_INT) };
+        if offset < 0 {
+            return err("ERR offset is out of range");
+        }
+        let offset = offset as usize;
+        if offset + v.len() > 512 << 20 {
+            return err("ERR string exceeds maximum allowed size (proto-max-bulk-len)");
+        }
+        let cur = match self.string(k, now) {
+            Err(e) => return e,
+            Ok(cur) => cur,
+        };
+        if v.is_empty() {
+            return Reply::Int(cur.map_or(0, |c| c.len() as i64)); // creates nothing
+        }
+        let s = match cur {
+            Some(s) => s,
+            None => {
+                self.map.insert(k.clone(), Entry::string(Vec::new(), None));
+                let Some(Entry { value: Value::Str(s), .. }) = self.map.get_mut(k) else {
+                    unreachable!("just inserted")
+                };
+                s
+            }
+        };
+        if s.len() < offset + v.len() {
+            s.resize(offset + v.len(), 0);
+        }
+        s[offset..offset + v.len()].copy_from_slice(v);
+        Reply::Int(s.len() as i64)
+    }
+
+    /// `SCAN cursor [MATCH pattern] [COUNT n] [TYPE type]` over this
+    /// keyspace alone, with a local cursor: 0 starts at the top, `c` goes on
+    /// below position `c`; the reply's cursor is 0 when the walk is done.
+    /// (The server turns shard-local cursors into one cursor across shards.)
+    fn scan(&mut self, a: &[Vec<u8>], now: Instant) -> Reply {
+        let [cursor, opts @ ..] = a else { return arity("scan") };
+        let Some(cursor) = std::str::from_utf8(cursor).ok().and_then(|c| c.parse::<u64>().ok())
+        else {
+            return err("ERR invalid cursor");
+        };
+        let (mut pattern, mut count, mut ty) = (None, 10usize, None);
+        let mut i = 0;
+        while i < opts.len() {
+            let v = opts.get(i + 1);
+            match (opts[i].to_ascii_lowercase().as_slice(), v) {
+                (b"match", Some(p)) => pattern = Some(p.clone()),
+                (b"count", Some(n)) => match int(n) {
+                    Some(n) if n >= 1 => count = n as usize,
+                    Some(_) => return err("ERR syntax error"),
+                    None => return err(NOT_INT),
+                },
+                (b"type", Some(t)) => ty = Some(t.to_ascii_lowercase()),
+                _ => return err("ERR syntax error"),
+            }
+            i += 2;
+        }
+        let len = self.map.len();
+        let mut pos = if cursor == 0 { len } else { (cursor as usize).min(len) };
+        let mut keys = Vec::new();
+        let mut looked = 0;
+        while pos > 0 && looked < count {
+            pos -= 1;
+            looked += 1;
+            let (k, e) = self.map.get_index(pos).expect("below len");
+            if e.expires.is_some_and(|t| t <= now)
+                || pattern.as_ref().is_some_and(|p| !glob(p, k))
+                || ty.as_ref().is_some_and(|t| t.as_slice() != e.value.type_name().as_bytes())
+            {
+                continue;
+            }
+            keys.push(Reply::Bulk(k.clone()));
+        }
+        Reply::Array(vec![Reply::Bulk(pos.to_string().into_bytes()), Reply::Array(keys)])
+    }
+}
+
+/// Redis' inclusive range `start..=end` over `len` items (negative counts
+/// from the end), clamped; `None` when empty.
+pub(super) fn range(start: i64, end: i64, len: usize) -> Option<(usize, usize)> {
+    let len = len as i64;
+    let start = if start < 0 { (len + start).max(0) } else { start };
+    let end = if end < 0 { len + end } else { end.min(len - 1) };
+    (start <= end && start < len && end >= 0).then_some((start as usize, end as usize))
+}
+
+/// The commands that make `key` hold `value` (no deadline): `SET`, or
+/// `HSET`/`RPUSH`/`SADD` with at most 1 000 elements each.
+fn value_commands(key: &[u8], value: &Value) -> Vec<Vec<Vec<u8>>> {
+    const PART: usize = 1000;
+    let head = |name: &[u8]| vec![name.to_vec(), key.to_vec()];
+    let mut out = Vec::new();
+    match value {
+        Value::Str(v) => out.push(vec![b"SET".to_vec(), key.to_vec(), v.clone()]),
+        Value::Hash(h) => {
+            let pairs: Vec<_> = h.iter().collect();
+            for part in pairs.chunks(PART) {
+                let mut c = head(b"HSET");
+                for (f, v) in part {
+                    c.push(f.to_vec());
+                    c.push(v.to_vec());
+                }
+                out.push(c);
+            }
+        }
+        Value::List(l) => {
+            let items: Vec<_> = l.iter().collect();
+            for part in items.chunks(PART) {
+                let mut c = head(b"RPUSH");
+                c.extend(part.iter().map(|x| x.to_vec()));
+                out.push(c);
+            }
+        }
+        Value::Set(m) => {
+            let items: Vec<_> = m.iter().collect();
+            for part in items.chunks(PART) {
+                let mut c = head(b"SADD");
+                c.extend(part.iter().map(|x| x.to_vec()));
+                out.push(c);
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -603,6 +915,86 @@ mod tests {
         );
         assert_eq!(ks.execute(&[], t), None, "an empty request gets no reply");
         assert_eq!(run(&mut ks, t, "SET k v BOGUS"), err("ERR syntax error"));
+    }
+
+    #[test]
+    fn scan_returns_every_key_present_throughout_even_while_keys_come_and_go() {
+        let (mut ks, t) = (Keyspace::default(), Instant::now());
+        for i in 0..2000 {
+            run(&mut ks, t, &format!("SET stay{i} x"));
+            run(&mut ks, t, &format!("SET churn{i} x"));
+        }
+        let mut seen = std::collections::HashSet::new();
+        let (mut cursor, mut step) = (0u64, 0);
+        loop {
+            let Reply::Array(v) = run(&mut ks, t, &format!("SCAN {cursor} COUNT 7")) else {
+                panic!()
+            };
+            let [Reply::Bulk(next), Reply::Array(keys)] = &v[..] else { panic!("{v:?}") };
+            for k in keys {
+                let Reply::Bulk(k) = k else { panic!() };
+                seen.insert(k.clone());
+            }
+            // Between steps: churn keys are deleted (which moves the last
+            // entry into the hole) and new keys are added.
+            step += 1;
+            run(&mut ks, t, &format!("DEL churn{}", (step * 13) % 2000));
+            run(&mut ks, t, &format!("SET new{step} x"));
+            cursor = std::str::from_utf8(next).unwrap().parse().unwrap();
+            if cursor == 0 {
+                break;
+            }
+        }
+        for i in 0..2000 {
+            assert!(seen.contains(format!("stay{i}").as_bytes()), "stay{i} was missed");
+        }
+        // TYPE and MATCH filter what is returned, not what is looked at.
+        run(&mut ks, t, "RPUSH list x");
+        let Reply::Array(v) = run(&mut ks, t, "SCAN 0 COUNT 100000 TYPE list") else { panic!() };
+        assert_eq!(v[1], Reply::Array(vec![bulk("list")]));
+        assert_eq!(v[0], bulk("0"), "one call looked at everything");
+        assert_eq!(run(&mut ks, t, "SCAN x"), err("ERR invalid cursor"));
+        assert_eq!(run(&mut ks, t, "SCAN 0 COUNT 0"), err("ERR syntax error"));
+    }
+
+    #[test]
+    fn the_newer_string_commands() {
+        let (mut ks, t) = (Keyspace::default(), Instant::now());
+        run(&mut ks, t, "SET f 10.5");
+        assert_eq!(run(&mut ks, t, "INCRBYFLOAT f 0.1"), bulk("10.6"));
+        assert_eq!(run(&mut ks, t, "INCRBYFLOAT f -5"), bulk("5.6"));
+        assert_eq!(run(&mut ks, t, "INCRBYFLOAT f x"), err("ERR value is not a valid float"));
+        assert_eq!(run(&mut ks, t, "INCRBYFLOAT new 3"), bulk("3"));
+        run(&mut ks, t, "SET s Hello");
+        assert_eq!(run(&mut ks, t, "GETRANGE s 1 -2"), bulk("ell"));
+        assert_eq!(run(&mut ks, t, "GETRANGE s -100 100"), bulk("Hello"));
+        assert_eq!(run(&mut ks, t, "GETRANGE s 4 1"), bulk(""));
+        assert_eq!(run(&mut ks, t, "SETRANGE s 7 !"), Reply::Int(8));
+        assert_eq!(run(&mut ks, t, "GET s"), Reply::Bulk(b"Hello\0\0!".to_vec()));
+        assert_eq!(run(&mut ks, t, "SETRANGE none 0 "), Reply::Int(0));
+        assert_eq!(
+            run(&mut ks, t, "EXISTS none"),
+            Reply::Int(0),
+            "an empty SETRANGE creates nothing"
+        );
+        assert_eq!(run(&mut ks, t, "GETEX s PX 500"), Reply::Bulk(b"Hello\0\0!".to_vec()));
+        assert_eq!(run(&mut ks, t, "PTTL s"), Reply::Int(500));
+        assert_eq!(run(&mut ks, t, "GETEX s PERSIST"), Reply::Bulk(b"Hello\0\0!".to_vec()));
+        assert_eq!(run(&mut ks, t, "TTL s"), Reply::Int(-1));
+        assert_eq!(
+            run(&mut ks, t, "GETEX s EX 0"),
+            err("ERR invalid expire time in 'getex' command")
+        );
+        assert_eq!(run(&mut ks, t, "GETEX s BOGUS"), err("ERR syntax error"));
+        assert_eq!(run(&mut ks, t, "RENAME s s2"), Reply::Simple("OK"));
+        assert_eq!(run(&mut ks, t, "RENAME s s2"), err("ERR no such key"));
+        let at = (unix_ms() / 1000 + 100).to_string();
+        assert_eq!(run(&mut ks, t, &format!("EXPIREAT s2 {at}")), Reply::Int(1));
+        let Reply::Int(ttl) = run(&mut ks, t, "TTL s2") else { panic!() };
+        assert!((99..=100).contains(&ttl), "{ttl}");
+        assert_eq!(run(&mut ks, t, "EXPIREAT s2 1"), Reply::Int(1), "in the past: deleted");
+        assert_eq!(run(&mut ks, t, "EXISTS s2"), Reply::Int(0));
+        assert_eq!(run(&mut ks, t, "UNLINK f new"), Reply::Int(2));
     }
 
     #[test]

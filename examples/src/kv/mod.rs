@@ -7,3 +7,4 @@ pub mod aof;
 pub mod engine;
 pub mod resp;
 pub mod server;
+pub mod types;

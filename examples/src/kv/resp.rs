@@ -142,6 +142,10 @@ pub enum Reply {
     Array(Vec<Reply>),
     /// A map: RESP3 `%n` and its pairs; in RESP2 a flat array of them.
     Map(Vec<(Reply, Reply)>),
+    /// A set: RESP3 `~n` and its members; in RESP2 an array.
+    Set(Vec<Reply>),
+    /// An out-of-band message (pub-sub): RESP3 `>n`; in RESP2 an array.
+    Push(Vec<Reply>),
 }
 
 impl Reply {
@@ -151,8 +155,8 @@ impl Reply {
     }
 
     /// Appends the encoding to `out` in RESP3 (`resp3`, after `HELLO 3`) or
-    /// RESP2. They differ here in the null (`_` instead of `$-1`) and in
-    /// maps (`%n` instead of a flat array).
+    /// RESP2. They differ here in the null (`_` instead of `$-1`), in
+    /// maps (`%n` instead of a flat array), sets (`~n`) and pushes (`>n`).
     pub fn encode_as(&self, out: &mut Vec<u8>, resp3: bool) {
         match self {
             Reply::Simple(s) => {
@@ -176,8 +180,12 @@ impl Reply {
             }
             Reply::Nil if resp3 => out.push(b'_'),
             Reply::Nil => out.extend_from_slice(b"$-1"),
-            Reply::Array(items) => {
-                out.push(b'*');
+            Reply::Array(items) | Reply::Set(items) | Reply::Push(items) => {
+                out.push(match self {
+                    Reply::Set(_) if resp3 => b'~',
+                    Reply::Push(_) if resp3 => b'>',
+                    _ => b'*',
+                });
                 out.extend_from_slice(items.len().to_string().as_bytes());
                 out.extend_from_slice(b"\r\n");
                 for it in items {

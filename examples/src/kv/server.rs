@@ -85,6 +85,90 @@ const QUEUEABLE: &[&[u8]] = &[
     b"pttl",
     b"type",
     b"keys",
+    b"unlink",
+    b"expireat",
+    b"getex",
+    b"getrange",
+    b"setrange",
+    b"incrbyfloat",
+    b"rename",
+    b"hset",
+    b"hmset",
+    b"hsetnx",
+    b"hget",
+    b"hmget",
+    b"hgetall",
+    b"hdel",
+    b"hexists",
+    b"hincrby",
+    b"hlen",
+    b"hkeys",
+    b"hvals",
+    b"lpush",
+    b"rpush",
+    b"lpop",
+    b"rpop",
+    b"lrange",
+    b"llen",
+    b"lindex",
+    b"sadd",
+    b"srem",
+    b"smembers",
+    b"sismember",
+    b"scard",
+];
+
+/// The commands whose first argument is their one key (the others are
+/// arguments), sent to that key's shard.
+const SINGLE_KEY: &[&[u8]] = &[
+    b"get",
+    b"set",
+    b"incr",
+    b"decr",
+    b"incrby",
+    b"decrby",
+    b"append",
+    b"strlen",
+    b"expire",
+    b"pexpireat",
+    b"ttl",
+    b"getdel",
+    b"setex",
+    b"psetex",
+    b"setnx",
+    b"pexpire",
+    b"persist",
+    b"pttl",
+    b"type",
+    b"expireat",
+    b"getex",
+    b"getrange",
+    b"setrange",
+    b"incrbyfloat",
+    b"hset",
+    b"hmset",
+    b"hsetnx",
+    b"hget",
+    b"hmget",
+    b"hgetall",
+    b"hdel",
+    b"hexists",
+    b"hincrby",
+    b"hlen",
+    b"hkeys",
+    b"hvals",
+    b"lpush",
+    b"rpush",
+    b"lpop",
+    b"rpop",
+    b"lrange",
+    b"llen",
+    b"lindex",
+    b"sadd",
+    b"srem",
+    b"smembers",
+    b"sismember",
+    b"scard",
 ];
 
 /// `MULTI` / `EXEC` / `DISCARD`, and queueing between them, as Redis does.
@@ -158,7 +242,8 @@ fn transaction_step(c: &mut Client, args: Vec<Vec<u8>>, n: usize) -> Step {
 fn shards_of(args: &[Vec<u8>], n: usize) -> Vec<usize> {
     let cmd = args[0].to_ascii_lowercase();
     let keys: Vec<&Vec<u8>> = match cmd.as_slice() {
-        b"del" | b"exists" | b"mget" => args[1..].iter().collect(),
+        b"del" | b"unlink" | b"exists" | b"mget" => args[1..].iter().collect(),
+        b"rename" => args[1..].iter().take(2).collect(),
         b"mset" => args[1..].iter().step_by(2).collect(),
         b"dbsize" | b"flushall" | b"flushdb" | b"keys" => return (0..n).collect(),
         b"ping" | b"echo" => Vec::new(),
@@ -170,7 +255,15 @@ fn shards_of(args: &[Vec<u8>], n: usize) -> Vec<usize> {
 /// The commands about the connection itself, answered by its worker: what
 /// clients send when they connect (`HELLO`, `CLIENT SETNAME/SETINFO`,
 /// `SELECT 0`) and a few they probe with. `None`: not one of them.
-fn connection_command(c: &mut Client, conn: ConnId, args: &[Vec<u8>]) -> Option<Reply> {
+/// `pass`: the server's `--requirepass`. Without one every connection is
+/// authenticated; with one, a connection must `AUTH` (or `HELLO ... AUTH`)
+/// first, and everything else before it gets Redis' `NOAUTH`.
+fn connection_command(
+    c: &mut Client,
+    conn: ConnId,
+    args: &[Vec<u8>],
+    pass: Option<&[u8]>,
+) -> Option<Reply> {
     let cmd = args[0].to_ascii_lowercase();
     let arg = |i: usize| args.get(i).map(|a| a.to_ascii_lowercase());
     let bulk = |s: &str| Reply::Bulk(s.as_bytes().to_vec());
@@ -194,7 +287,7 @@ fn connection_command(c: &mut Client, conn: ConnId, args: &[Vec<u8>]) -> Option<
             while i < args.len() {
                 match arg(i).as_deref() {
                     Some(b"auth") if i + 2 < args.len() => {
-                        if let Some(refused) = auth(&args[i + 1..i + 3]) {
+                        if let Some(refused) = auth(c, &args[i + 1..i + 3], pass) {
                             return Some(refused);
                         }
                         i += 3;
@@ -205,6 +298,15 @@ fn connection_command(c: &mut Client, conn: ConnId, args: &[Vec<u8>]) -> Option<
                     }
                     _ => return Some(Reply::Error("ERR syntax error in HELLO option".into())),
                 }
+            }
+            if !c.authed {
+                return Some(Reply::Error(
+                    "NOAUTH HELLO must be called with the client already authenticated, \
+                     otherwise the HELLO <proto> AUTH <user> <pass> option can be used to \
+                     authenticate the client and select the RESP protocol version at the same \
+                     time"
+                        .into(),
+                ));
             }
             if let Some(v) = proto {
                 c.resp3 = v == 3;
@@ -219,8 +321,12 @@ fn connection_command(c: &mut Client, conn: ConnId, args: &[Vec<u8>]) -> Option<
                 (bulk("modules"), Reply::Array(Vec::new())),
             ])
         }
-        b"auth" if args.len() == 2 => no_password(),
-        b"auth" if args.len() == 3 => auth(&args[1..3]).unwrap_or(Reply::Simple("OK")),
+        b"auth" if args.len() == 2 && pass.is_none() => no_password(),
+        b"auth" if args.len() == 2 => {
+            let default = [b"default".to_vec(), args[1].clone()];
+            auth(c, &default, pass).unwrap_or(Reply::Simple("OK"))
+        }
+        b"auth" if args.len() == 3 => auth(c, &args[1..3], pass).unwrap_or(Reply::Simple("OK")),
         b"auth" => wrong_arity("auth"),
         b"select" => match args.get(1).map(|d| d.as_slice()) {
             Some(b"0") if args.len() == 2 => Reply::Simple("OK"),
@@ -228,6 +334,7 @@ fn connection_command(c: &mut Client, conn: ConnId, args: &[Vec<u8>]) -> Option<
             _ => wrong_arity("select"),
         },
         b"reset" => {
+            c.authed = pass.is_none(); // back to the default user, as a new connection
             c.resp3 = false;
             c.name = None;
             c.multi = None; // RESET discards a transaction too
@@ -270,13 +377,29 @@ fn connection_command(c: &mut Client, conn: ConnId, args: &[Vec<u8>]) -> Option<
     })
 }
 
-/// `AUTH username password` as Redis answers it with no password set: the
-/// `default` user takes any password (it has `nopass`), others do not
-/// exist. `None`: accepted.
-fn auth(user_and_pass: &[Vec<u8>]) -> Option<Reply> {
-    (user_and_pass[0] != b"default").then(|| {
-        Reply::Error("WRONGPASS invalid username-password pair or user is disabled.".into())
-    })
+/// `AUTH username password` as Redis answers it: only the `default` user
+/// exists; with no password set it takes any password (it has `nopass`),
+/// else only `pass`. `None`: accepted (and the connection authenticated).
+fn auth(c: &mut Client, user_and_pass: &[Vec<u8>], pass: Option<&[u8]>) -> Option<Reply> {
+    let ok = user_and_pass[0] == b"default"
+        && pass.is_none_or(|p| constant_time_eq(p, &user_and_pass[1]));
+    if ok {
+        c.authed = true;
+        return None;
+    }
+    Some(Reply::Error("WRONGPASS invalid username-password pair or user is disabled.".into()))
+}
+
+/// Compares without stopping at the first difference, so the time taken
+/// does not tell how much of a guess was right.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let diff = a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y));
+    diff == 0 && a.len() == b.len()
+}
+
+/// What a connection that has not authenticated may send.
+fn allowed_before_auth(cmd: &[u8]) -> bool {
+    [&b"auth"[..], b"hello", b"quit", b"reset"].iter().any(|c| c.eq_ignore_ascii_case(cmd))
 }
 
 fn no_password() -> Reply {
@@ -559,6 +682,8 @@ pub struct ServerInfo {
     port: u16,
     fsync: Option<Fsync>,
     workers: Vec<Arc<WorkerStats>>,
+    /// `--requirepass`.
+    requirepass: Option<Vec<u8>>,
     /// Set once the acceptor is made (after the workers it hands to).
     acceptor: std::sync::OnceLock<Arc<AcceptorStats>>,
     system: MetricsSource,
@@ -694,7 +819,13 @@ enum Combine {
     Concat,
     /// Every shard's counts, then the text (`INFO`, with these sections).
     Info(Arc<ServerInfo>, Vec<Vec<u8>>),
+    /// One shard's `SCAN` step: its local cursor made global.
+    Scan { shard: u64, shards: u64 },
 }
+
+/// `SCAN` cursors: the shard in the bits above these, its own cursor below.
+const SCAN_SHIFT: u32 = 40;
+const SCAN_LOCAL: u64 = (1 << SCAN_SHIFT) - 1;
 
 struct Pending {
     left: u32,
@@ -750,6 +881,25 @@ impl Pending {
                 Reply::Array(out)
             }
             Combine::Exec => Reply::Array(parts.collect()),
+            Combine::Scan { shard, shards } => match parts.into_iter().next() {
+                Some(Reply::Array(mut v)) if v.len() == 2 => {
+                    let local = match &v[0] {
+                        Reply::Bulk(c) => {
+                            std::str::from_utf8(c).ok().and_then(|c| c.parse::<u64>().ok())
+                        }
+                        _ => None,
+                    };
+                    let next = match local {
+                        Some(0) if shard + 1 < *shards => (shard + 1) << SCAN_SHIFT,
+                        Some(0) | None => 0,
+                        Some(l) => shard << SCAN_SHIFT | l,
+                    };
+                    v[0] = Reply::Bulk(next.to_string().into_bytes());
+                    Reply::Array(v)
+                }
+                Some(other) => other, // an error (syntax)
+                None => Reply::Nil,
+            },
             Combine::Info(info, sections) => {
                 let mut sum = ShardInfo::default();
                 parts.for_each(|p| sum.add(p));
@@ -792,6 +942,8 @@ struct Client {
     multi_failed: bool,
     /// The shard the queued commands' keys live on.
     multi_shard: Option<usize>,
+    /// Authenticated (always, when the server has no password).
+    authed: bool,
 }
 
 // ANCHOR: worker
@@ -822,7 +974,8 @@ impl FdHandler<NewConnection> for KvWorker {
     fn handle_fd(&mut self, _c: NewConnection, fd: FixedFd, ctx: &mut Context<Self>) {
         match self.conns.add(fd, ctx) {
             Ok(id) => {
-                self.clients.insert(id, Client::default());
+                let authed = self.info.requirepass.is_none();
+                self.clients.insert(id, Client { authed, ..Client::default() });
                 WorkerStats::bump(&self.stats.connections, 1);
                 WorkerStats::bump(&self.stats.connected, 1);
             }
@@ -927,7 +1080,15 @@ impl KvWorker {
                     let seq = c.first_seq + c.pending.len() as u64;
                     WorkerStats::bump(&self.stats.commands, 1);
                     let quit = args[0].eq_ignore_ascii_case(b"quit");
-                    let mut p = match connection_command(&mut c, conn, &args) {
+                    let pass = self.info.requirepass.as_deref();
+                    if !c.authed && !allowed_before_auth(&args[0]) {
+                        let mut p =
+                            Pending::ready(Reply::Error("NOAUTH Authentication required.".into()));
+                        p.resp3 = c.resp3;
+                        c.pending.push_back(p);
+                        continue;
+                    }
+                    let mut p = match connection_command(&mut c, conn, &args, pass) {
                         Some(reply) => Pending::ready(reply),
                         None => match transaction_step(&mut c, args, self.shards.len()) {
                             Step::Answer(reply) => Pending::ready(reply),
@@ -974,14 +1135,16 @@ impl KvWorker {
             }
         };
         match cmd.as_slice() {
-            b"get" | b"set" | b"incr" | b"decr" | b"incrby" | b"decrby" | b"append" | b"strlen"
-            | b"expire" | b"pexpireat" | b"ttl" | b"getdel" | b"setex" | b"psetex" | b"setnx"
-            | b"pexpire" | b"persist" | b"pttl" | b"type"
-                if args.len() >= 2 =>
-            {
+            c if args.len() >= 2 && SINGLE_KEY.contains(&c) => single(args, &mut self.outgoing),
+            // Both keys on one shard, or Redis Cluster's refusal.
+            b"rename" if args.len() == 3 => {
+                if shard_of(&args[1], n) != shard_of(&args[2], n) {
+                    return Pending::ready(Reply::Error(CROSSSLOT.into()));
+                }
                 single(args, &mut self.outgoing)
             }
-            b"del" | b"exists" | b"mget" if args.len() >= 2 => {
+            b"scan" if args.len() >= 2 => self.scan(conn, seq, args),
+            b"del" | b"unlink" | b"exists" | b"mget" if args.len() >= 2 => {
                 self.split(conn, seq, &args[0], &args[1..], 1, if cmd == b"mget" { 2 } else { 1 })
             }
             b"mset" if args.len() >= 3 && args.len() % 2 == 1 => {
@@ -1049,6 +1212,30 @@ impl KvWorker {
             p.finish();
         }
         p
+    }
+
+    /// `SCAN`: one shard at a time, in order. The cursor a client sees is
+    /// `shard << 40 | local`, where `local` is the shard's own cursor
+    /// (positions below it are left; 0: from the top), so it stays correct
+    /// whatever the shards' sizes and changes (see `engine.rs`).
+    fn scan(&mut self, conn: ConnId, seq: u64, mut args: Vec<Vec<u8>>) -> Pending {
+        let n = self.shards.len() as u64;
+        let cursor = std::str::from_utf8(&args[1]).ok().and_then(|c| c.parse::<u64>().ok());
+        let Some((shard, local)) = cursor.map(|c| (c >> SCAN_SHIFT, c & SCAN_LOCAL)) else {
+            return Pending::ready(Reply::Error("ERR invalid cursor".into()));
+        };
+        if shard >= n {
+            return Pending::ready(Reply::Error("ERR invalid cursor".into()));
+        }
+        args[1] = local.to_string().into_bytes();
+        self.outgoing[shard as usize].push(Req { conn, seq, part: 0, args });
+        Pending {
+            left: 1,
+            parts: vec![None],
+            combine: Combine::Scan { shard, shards: n },
+            done: None,
+            resp3: false,
+        }
     }
 
     /// Splits a multi-key command by shard. `step`: arguments per key (1,
@@ -1227,6 +1414,17 @@ impl std::fmt::Display for StartError {
 }
 impl std::error::Error for StartError {}
 
+/// How a KV server runs (see [`start_with`]).
+#[derive(Debug, Clone, Default)]
+pub struct KvConfig {
+    /// Rings: each hosts a connection worker and a keyspace shard (at least 1).
+    pub rings: usize,
+    /// Persistence, if any.
+    pub aof: Option<Persistence>,
+    /// The password connections must give (`AUTH`) before anything else.
+    pub requirepass: Option<Vec<u8>>,
+}
+
 /// Where and how the KV persists its writes (`--aof`, `--appendfsync`).
 #[derive(Debug, Clone)]
 pub struct Persistence {
@@ -1238,7 +1436,8 @@ pub struct Persistence {
 
 /// Starts the KV service without persistence (see [`start_with`]).
 pub fn start(system: &System, listener: TcpListener, rings: usize) -> Result<KvServer, SpawnError> {
-    start_with(system, listener, rings, None).map_err(|e| match e {
+    let cfg = KvConfig { rings, ..KvConfig::default() };
+    start_with(system, listener, &cfg).map_err(|e| match e {
         StartError::Spawn(e) => e,
         StartError::Aof(_) => unreachable!("no AOF was asked for"),
     })
@@ -1252,11 +1451,11 @@ pub fn start(system: &System, listener: TcpListener, rings: usize) -> Result<KvS
 pub fn start_with(
     system: &System,
     listener: TcpListener,
-    rings: usize,
-    aof: Option<&Persistence>,
+    cfg: &KvConfig,
 ) -> Result<KvServer, StartError> {
     let addr = listener.local_addr().expect("a bound listener");
-    let n = rings.max(1);
+    let n = cfg.rings.max(1);
+    let aof = cfg.aof.as_ref();
     let mut spaces: Vec<Keyspace> = (0..n).map(|_| Keyspace::default()).collect();
     let mut logs: Vec<Option<Aof>> = (0..n).map(|_| None).collect();
     if let Some(p) = aof {
@@ -1281,6 +1480,7 @@ pub fn start_with(
         started: Instant::now(),
         port: addr.port(),
         fsync: aof.map(|p| p.fsync),
+        requirepass: cfg.requirepass.clone(),
         workers: (0..n).map(|_| Arc::default()).collect(),
         acceptor: std::sync::OnceLock::new(),
         system: system.metrics_source(),
