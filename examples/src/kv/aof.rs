@@ -258,10 +258,10 @@ impl Aof {
 
     fn record_into(&mut self, ks: &mut Keyspace, args: &[Vec<u8>], reply: &Reply, now: Instant) {
         let Some(name) = args.first() else { return };
-        let cmd = name.to_ascii_lowercase();
+        let cmd = super::resp::Lower::of(name);
         let ok = !matches!(reply, Reply::Error(_));
         let push = |pending: &mut Vec<u8>, a: &[&[u8]]| encode_request(a, pending);
-        match cmd.as_slice() {
+        match cmd.as_bytes() {
             b"set" if matches!(reply, Reply::Simple(_)) => {
                 let (k, v) = (&args[1], &args[2]);
                 push(&mut self.pending, &[b"SET", k, v]);
@@ -323,7 +323,7 @@ impl Aof {
                 if ok
                     && !matches!(reply, Reply::Nil)
                     && !(matches!(reply, Reply::Int(0))
-                        && matches!(cmd.as_slice(), b"hdel" | b"srem" | b"sadd" | b"hsetnx")) =>
+                        && matches!(cmd.as_bytes(), b"hdel" | b"srem" | b"sadd" | b"hsetnx")) =>
             {
                 self.raw(args);
                 self.deadline_of(ks, &args[1], now);

@@ -280,26 +280,27 @@ impl Keyspace {
     }
 
     fn run(&mut self, name: &[u8], a: &[Vec<u8>], now: Instant) -> Reply {
-        let cmd = String::from_utf8_lossy(name).to_ascii_lowercase();
-        match cmd.as_str() {
+        let lower = super::resp::Lower::of(name);
+        let cmd = lower.as_str();
+        match cmd {
             "ping" => match a {
                 [] => Reply::Simple("PONG"),
                 [m] => Reply::Bulk(m.clone()),
-                _ => arity(&cmd),
+                _ => arity(cmd),
             },
             "echo" => match a {
                 [m] => Reply::Bulk(m.clone()),
-                _ => arity(&cmd),
+                _ => arity(cmd),
             },
             "get" => match a {
                 [k] => match self.string(k, now) {
                     Ok(v) => v.map_or(Reply::Nil, |v| Reply::Bulk(v.clone())),
                     Err(e) => e,
                 },
-                _ => arity(&cmd),
+                _ => arity(cmd),
             },
             "set" => self.set(a, now),
-            "del" | "unlink" | "exists" if a.is_empty() => arity(&cmd),
+            "del" | "unlink" | "exists" if a.is_empty() => arity(cmd),
             "del" | "unlink" => Reply::Int(
                 a.iter()
                     .filter(|k| self.live(k, now).is_some() && self.map.swap_remove(*k).is_some())
@@ -308,7 +309,7 @@ impl Keyspace {
             "exists" => Reply::Int(a.iter().filter(|k| self.live(k, now).is_some()).count() as i64),
             "incr" | "decr" => match a {
                 [k] => self.incr_by(k, if cmd == "incr" { 1 } else { -1 }, now),
-                _ => arity(&cmd),
+                _ => arity(cmd),
             },
             "incrby" | "decrby" => match a {
                 [k, n] => match int(n) {
@@ -319,9 +320,9 @@ impl Keyspace {
                     },
                     None => err(NOT_INT),
                 },
-                _ => arity(&cmd),
+                _ => arity(cmd),
             },
-            "mget" if a.is_empty() => arity(&cmd),
+            "mget" if a.is_empty() => arity(cmd),
             // A key of another type is a nil here, as in Redis.
             "mget" => Reply::Array(
                 a.iter()
@@ -333,7 +334,7 @@ impl Keyspace {
             ),
             "mset" => {
                 if a.is_empty() || !a.len().is_multiple_of(2) {
-                    return arity(&cmd);
+                    return arity(cmd);
                 }
                 for kv in a.chunks(2) {
                     self.map.insert(kv[0].clone(), Entry::string(kv[1].clone(), None));
@@ -350,14 +351,14 @@ impl Keyspace {
                     s.extend_from_slice(v);
                     Reply::Int(s.len() as i64)
                 }
-                _ => arity(&cmd),
+                _ => arity(cmd),
             },
             "strlen" => match a {
                 [k] => match self.string(k, now) {
                     Ok(v) => Reply::Int(v.map_or(0, |v| v.len() as i64)),
                     Err(e) => e,
                 },
-                _ => arity(&cmd),
+                _ => arity(cmd),
             },
             "expire" | "pexpire" => match a {
                 [k, n] => match int(n) {
@@ -377,7 +378,7 @@ impl Keyspace {
                         },
                     },
                 },
-                _ => arity(&cmd),
+                _ => arity(cmd),
             },
             "pexpireat" | "expireat" => match a {
                 [k, at] => match int(at)
@@ -397,7 +398,7 @@ impl Keyspace {
                         }
                     },
                 },
-                _ => arity(&cmd),
+                _ => arity(cmd),
             },
             "getdel" => match a {
                 [k] => match self.string(k, now) {
@@ -408,7 +409,7 @@ impl Keyspace {
                     Ok(None) => Reply::Nil,
                     Err(e) => e,
                 },
-                _ => arity(&cmd),
+                _ => arity(cmd),
             },
             "setex" | "psetex" => match a {
                 [k, t, v] => {
@@ -420,14 +421,14 @@ impl Keyspace {
                         r => r,
                     }
                 }
-                _ => arity(&cmd),
+                _ => arity(cmd),
             },
             "setnx" => match a {
                 [k, v] => match self.set(&[k.clone(), v.clone(), b"NX".to_vec()], now) {
                     Reply::Simple(_) => Reply::Int(1),
                     _ => Reply::Int(0),
                 },
-                _ => arity(&cmd),
+                _ => arity(cmd),
             },
             "persist" => match a {
                 [k] => match self.live(k, now) {
@@ -437,11 +438,11 @@ impl Keyspace {
                     }
                     _ => Reply::Int(0),
                 },
-                _ => arity(&cmd),
+                _ => arity(cmd),
             },
             "type" => match a {
                 [k] => Reply::Simple(self.live(k, now).map_or("none", |e| e.value.type_name())),
-                _ => arity(&cmd),
+                _ => arity(cmd),
             },
             "keys" => match a {
                 [pattern] => {
@@ -455,7 +456,7 @@ impl Keyspace {
                     keys.sort();
                     Reply::Array(keys.into_iter().map(Reply::Bulk).collect())
                 }
-                _ => arity(&cmd),
+                _ => arity(cmd),
             },
             "ttl" | "pttl" => match a {
                 [k] => match self.live(k, now) {
@@ -466,13 +467,13 @@ impl Keyspace {
                         Reply::Int(if cmd == "ttl" { (ms + 500) / 1000 } else { ms })
                     }
                 },
-                _ => arity(&cmd),
+                _ => arity(cmd),
             },
             "dbsize" => match a {
                 [] => Reply::Int(
                     self.map.values().filter(|e| e.expires.is_none_or(|t| t > now)).count() as i64,
                 ),
-                _ => arity(&cmd),
+                _ => arity(cmd),
             },
             "flushall" | "flushdb" => {
                 self.map.clear();
@@ -492,10 +493,10 @@ impl Keyspace {
                         Reply::Simple("OK")
                     }
                 },
-                _ => arity(&cmd),
+                _ => arity(cmd),
             },
             "scan" => self.scan(a, now),
-            _ if super::types::is_type_command(&cmd) => self.run_typed(&cmd, a, now),
+            _ if super::types::is_type_command(cmd) => self.run_typed(cmd, a, now),
             _ => {
                 let mut m = format!(
                     "ERR unknown command '{}', with args beginning with: ",

@@ -209,6 +209,49 @@ impl Reply {
     }
 }
 
+/// A command's name in lower case, kept on the stack: matching a name costs
+/// no allocation per request. Names longer than any command's (23 bytes)
+/// or not UTF-8 match nothing.
+#[derive(Clone, Copy)]
+pub struct Lower {
+    buf: [u8; 23],
+    len: u8,
+}
+
+impl Lower {
+    /// `name` in lower case.
+    pub fn of(name: &[u8]) -> Lower {
+        let mut buf = [0u8; 23];
+        if name.len() > buf.len() {
+            return Lower { buf, len: u8::MAX };
+        }
+        for (b, c) in buf.iter_mut().zip(name) {
+            *b = c.to_ascii_lowercase();
+        }
+        Lower { buf, len: name.len() as u8 }
+    }
+
+    /// The lower-case bytes (`b"\xff"`, which no command is, when too long).
+    pub fn as_bytes(&self) -> &[u8] {
+        match self.len {
+            u8::MAX => b"\xff",
+            n => &self.buf[..n as usize],
+        }
+    }
+
+    /// The lower-case name (`"\u{fffd}"`, which no command is, when too
+    /// long or not UTF-8).
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(self.as_bytes()).unwrap_or("\u{fffd}")
+    }
+}
+
+impl std::fmt::Debug for Lower {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.as_str())
+    }
+}
+
 /// Encodes a request as clients send it (used by tests and load generators).
 pub fn encode_request(args: &[&[u8]], out: &mut Vec<u8>) {
     out.push(b'*');

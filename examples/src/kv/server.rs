@@ -36,7 +36,7 @@ use ringmail::{Actor, ActorRef, Context, FdHandler, Handler, Message, SpawnError
 
 use super::aof::{is_write, Aof, AofIo, Fsync};
 use super::engine::Keyspace;
-use super::resp::{self, Limits, Parsed, Reply};
+use super::resp::{self, Limits, Lower, Parsed, Reply};
 // ANCHOR_END: uses
 
 /// What a request means for a connection's transaction state.
@@ -119,65 +119,69 @@ const QUEUEABLE: &[&[u8]] = &[
 ];
 
 /// The commands whose first argument is their one key (the others are
-/// arguments), sent to that key's shard.
-const SINGLE_KEY: &[&[u8]] = &[
-    b"get",
-    b"set",
-    b"incr",
-    b"decr",
-    b"incrby",
-    b"decrby",
-    b"append",
-    b"strlen",
-    b"expire",
-    b"pexpireat",
-    b"ttl",
-    b"getdel",
-    b"setex",
-    b"psetex",
-    b"setnx",
-    b"pexpire",
-    b"persist",
-    b"pttl",
-    b"type",
-    b"expireat",
-    b"getex",
-    b"getrange",
-    b"setrange",
-    b"incrbyfloat",
-    b"hset",
-    b"hmset",
-    b"hsetnx",
-    b"hget",
-    b"hmget",
-    b"hgetall",
-    b"hdel",
-    b"hexists",
-    b"hincrby",
-    b"hlen",
-    b"hkeys",
-    b"hvals",
-    b"lpush",
-    b"rpush",
-    b"lpop",
-    b"rpop",
-    b"lrange",
-    b"llen",
-    b"lindex",
-    b"sadd",
-    b"srem",
-    b"smembers",
-    b"sismember",
-    b"scard",
-];
+/// arguments), sent to that key's shard. A `match`: no scan of a list per
+/// request.
+fn single_key(cmd: &[u8]) -> bool {
+    matches!(
+        cmd,
+        b"get"
+            | b"set"
+            | b"incr"
+            | b"decr"
+            | b"incrby"
+            | b"decrby"
+            | b"append"
+            | b"strlen"
+            | b"expire"
+            | b"pexpireat"
+            | b"ttl"
+            | b"getdel"
+            | b"setex"
+            | b"psetex"
+            | b"setnx"
+            | b"pexpire"
+            | b"persist"
+            | b"pttl"
+            | b"type"
+            | b"expireat"
+            | b"getex"
+            | b"getrange"
+            | b"setrange"
+            | b"incrbyfloat"
+            | b"hset"
+            | b"hmset"
+            | b"hsetnx"
+            | b"hget"
+            | b"hmget"
+            | b"hgetall"
+            | b"hdel"
+            | b"hexists"
+            | b"hincrby"
+            | b"hlen"
+            | b"hkeys"
+            | b"hvals"
+            | b"lpush"
+            | b"rpush"
+            | b"lpop"
+            | b"rpop"
+            | b"lrange"
+            | b"llen"
+            | b"lindex"
+            | b"sadd"
+            | b"srem"
+            | b"smembers"
+            | b"sismember"
+            | b"scard"
+    )
+}
 
 /// `MULTI` / `EXEC` / `DISCARD`, and queueing between them, as Redis does.
 /// `n`: the number of shards. As in Redis Cluster, a queued command whose
 /// keys are not on the shard of the ones before is refused with
 /// `CROSSSLOT`, and the transaction is then aborted at `EXEC`.
 fn transaction_step(c: &mut Client, args: Vec<Vec<u8>>, n: usize) -> Step {
-    let cmd = args[0].to_ascii_lowercase();
-    match (cmd.as_slice(), c.multi.is_some()) {
+    let cmd = Lower::of(&args[0]);
+    match (cmd.as_bytes(), c.multi.is_some()) {
         (b"multi", false) => {
             c.multi = Some(Vec::new());
             c.multi_failed = false;
@@ -215,7 +219,7 @@ fn transaction_step(c: &mut Client, args: Vec<Vec<u8>>, n: usize) -> Step {
             Step::Answer(Reply::Error("ERR WATCH is not supported by this server".into()))
         }
         (_, true) => {
-            if !QUEUEABLE.contains(&cmd.as_slice()) {
+            if !QUEUEABLE.contains(&cmd.as_bytes()) {
                 c.multi_failed = true;
                 return Step::Answer(Reply::Error(format!(
                     "ERR unknown command '{}', with args beginning with: ",
@@ -264,10 +268,10 @@ fn connection_command(
     args: &[Vec<u8>],
     pass: Option<&[u8]>,
 ) -> Option<Reply> {
-    let cmd = args[0].to_ascii_lowercase();
+    let cmd = Lower::of(&args[0]);
     let arg = |i: usize| args.get(i).map(|a| a.to_ascii_lowercase());
     let bulk = |s: &str| Reply::Bulk(s.as_bytes().to_vec());
-    Some(match cmd.as_slice() {
+    Some(match cmd.as_bytes() {
         b"hello" => {
             let proto = match args.get(1).map(|p| std::str::from_utf8(p).ok()?.parse::<u32>().ok())
             {
@@ -1122,7 +1126,7 @@ impl KvWorker {
     /// Decides where a request runs; returns its pending reply.
     fn route(&mut self, conn: ConnId, seq: u64, args: Vec<Vec<u8>>) -> Pending {
         let n = self.shards.len();
-        let cmd = args[0].to_ascii_lowercase();
+        let cmd = Lower::of(&args[0]);
         let single = |args: Vec<Vec<u8>>, out: &mut Vec<Vec<Req>>| {
             let s = shard_of(&args[1], n);
             out[s].push(Req { conn, seq, part: 0, args });
@@ -1134,8 +1138,8 @@ impl KvWorker {
                 resp3: false,
             }
         };
-        match cmd.as_slice() {
-            c if args.len() >= 2 && SINGLE_KEY.contains(&c) => single(args, &mut self.outgoing),
+        match cmd.as_bytes() {
+            c if args.len() >= 2 && single_key(c) => single(args, &mut self.outgoing),
             // Both keys on one shard, or Redis Cluster's refusal.
             b"rename" if args.len() == 3 => {
                 if shard_of(&args[1], n) != shard_of(&args[2], n) {
@@ -1144,9 +1148,14 @@ impl KvWorker {
                 single(args, &mut self.outgoing)
             }
             b"scan" if args.len() >= 2 => self.scan(conn, seq, args),
-            b"del" | b"unlink" | b"exists" | b"mget" if args.len() >= 2 => {
-                self.split(conn, seq, &args[0], &args[1..], 1, if cmd == b"mget" { 2 } else { 1 })
-            }
+            b"del" | b"unlink" | b"exists" | b"mget" if args.len() >= 2 => self.split(
+                conn,
+                seq,
+                &args[0],
+                &args[1..],
+                1,
+                if cmd.as_bytes() == b"mget" { 2 } else { 1 },
+            ),
             b"mset" if args.len() >= 3 && args.len() % 2 == 1 => {
                 self.split(conn, seq, &args[0], &args[1..], 2, 3)
             }
@@ -1154,7 +1163,7 @@ impl KvWorker {
                 for (s, out) in self.outgoing.iter_mut().enumerate() {
                     out.push(Req { conn, seq, part: s as u32, args: args.clone() });
                 }
-                let combine = match cmd.as_slice() {
+                let combine = match cmd.as_bytes() {
                     b"dbsize" => Combine::Sum,
                     b"keys" => Combine::Concat,
                     _ => Combine::AllOk,
