@@ -13,6 +13,9 @@ cd "$(dirname "$0")/.."
 echo "== cargo test --workspace"
 cargo test --workspace
 
+echo "== the KV with Python's redis client (redis-py from PyPI, default settings)"
+scripts/kv-python.sh
+
 echo "== the actor crate's layers (runtime/ below actor/, no import cycle outside actor/)"
 python3 scripts/check_layers.py
 

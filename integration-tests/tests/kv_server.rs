@@ -671,3 +671,95 @@ fn requirepass_refuses_everything_before_auth_and_a_wrong_password() {
     assert!(bad.is_err(), "a wrong password is refused");
     system.shutdown();
 }
+
+#[test]
+fn publish_reaches_every_subscriber_on_every_worker_in_order() {
+    let (system, srv) = serve(3);
+    // Six subscribers: the acceptor deals connections round-robin, so
+    // they sit on all three workers.
+    let mut subs: Vec<Connection> = (0..6).map(|_| client(&srv)).collect();
+    let mut pattern = client(&srv);
+    let mut publisher = client(&srv);
+    let mut pubsubs: Vec<redis::PubSub<'_>> = subs.iter_mut().map(|c| c.as_pubsub()).collect();
+    for p in &mut pubsubs {
+        p.subscribe("news").unwrap();
+        p.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    }
+    let mut pp = pattern.as_pubsub();
+    pp.psubscribe("n*").unwrap();
+    pp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    const N: usize = 200;
+    for i in 0..N {
+        let got: i64 = publisher.publish("news", format!("m{i}")).unwrap();
+        assert_eq!(got, 7, "six channel subscribers and one pattern");
+    }
+    assert_eq!(publisher.publish::<_, _, i64>("elsewhere", "x").unwrap(), 0);
+    for p in &mut pubsubs {
+        for i in 0..N {
+            let m = p.get_message().unwrap();
+            assert_eq!(m.get_channel_name(), "news");
+            assert_eq!(m.get_payload::<String>().unwrap(), format!("m{i}"), "in publish order");
+        }
+    }
+    for i in 0..N {
+        let m = pp.get_message().unwrap();
+        assert_eq!(m.get_pattern::<String>().unwrap(), "n*");
+        assert_eq!(m.get_payload::<String>().unwrap(), format!("m{i}"));
+    }
+    drop(pubsubs);
+    drop(subs);
+    drop(pp);
+    drop(pattern);
+    // Closed subscribers are forgotten.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while publisher.publish::<_, _, i64>("news", "late").unwrap() != 0 {
+        assert!(std::time::Instant::now() < deadline, "closed subscribers still counted");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    system.shutdown();
+}
+
+#[test]
+fn subscribed_connections_speak_redis_subscribed_mode_in_resp2_and_pushes_in_resp3() {
+    let (system, srv) = serve(2);
+    // RESP2: only the pub-sub commands, PING, QUIT and RESET.
+    let out = raw_exchange(
+        &srv,
+        b"*3\r\n$9\r\nSUBSCRIBE\r\n$1\r\na\r\n$1\r\nb\r\n*2\r\n$3\r\nGET\r\n$1\r\nk\r\n*1\r\n$4\r\nPING\r\n*1\r\n$11\r\nUNSUBSCRIBE\r\n*1\r\n$4\r\nPING\r\n",
+        b"+PONG\r\n",
+    );
+    let text = String::from_utf8_lossy(&out);
+    assert_eq!(
+        text,
+        "*3\r\n$9\r\nsubscribe\r\n$1\r\na\r\n:1\r\n*3\r\n$9\r\nsubscribe\r\n$1\r\nb\r\n:2\r\n\
+         -ERR Can't execute 'get': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context\r\n\
+         *2\r\n$4\r\npong\r\n$0\r\n\r\n\
+         *3\r\n$11\r\nunsubscribe\r\n$1\r\na\r\n:1\r\n*3\r\n$11\r\nunsubscribe\r\n$1\r\nb\r\n:0\r\n\
+         +PONG\r\n"
+,
+        "UNSUBSCRIBE without names answers each channel it left"
+    );
+    // RESP3: a subscription and a message are pushes; other commands still run.
+    let mut s = TcpStream::connect(srv.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n*2\r\n$9\r\nSUBSCRIBE\r\n$2\r\nch\r\n*2\r\n$3\r\nGET\r\n$1\r\nk\r\n").unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !got.ends_with(b"_\r\n") {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0);
+        got.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.contains(">3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n"), "{text}");
+    let mut c = client(&srv);
+    assert_eq!(c.publish::<_, _, i64>("ch", "hello").unwrap(), 1);
+    let want = b">3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$5\r\nhello\r\n";
+    let mut got = Vec::new();
+    while !got.ends_with(want) {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0);
+        got.extend_from_slice(&buf[..n]);
+    }
+    system.shutdown();
+}

@@ -146,6 +146,9 @@ pub enum Reply {
     Set(Vec<Reply>),
     /// An out-of-band message (pub-sub): RESP3 `>n`; in RESP2 an array.
     Push(Vec<Reply>),
+    /// Several replies in a row, for one request (`SUBSCRIBE a b` answers
+    /// one confirmation per channel): no type of its own on the wire.
+    Seq(Vec<Reply>),
 }
 
 impl Reply {
@@ -190,6 +193,12 @@ impl Reply {
                 out.extend_from_slice(b"\r\n");
                 for it in items {
                     it.encode_as(out, resp3); // each element is terminated
+                }
+                return;
+            }
+            Reply::Seq(items) => {
+                for it in items {
+                    it.encode_as(out, resp3); // each is terminated
                 }
                 return;
             }

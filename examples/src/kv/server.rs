@@ -36,6 +36,7 @@ use ringmail::{Actor, ActorRef, Context, FdHandler, Handler, Message, SpawnError
 
 use super::aof::{is_write, Aof, AofIo, Fsync};
 use super::engine::Keyspace;
+use super::pubsub::{self, Publish, Subscriptions};
 use super::resp::{self, Limits, Lower, Parsed, Reply};
 // ANCHOR_END: uses
 
@@ -966,11 +967,38 @@ pub struct KvWorker {
     /// This worker's counters (in `info.workers`).
     stats: Arc<WorkerStats>,
     info: Arc<ServerInfo>,
+    /// Its connections' subscriptions.
+    subs: Subscriptions,
+    /// The server's workers (see [`super::pubsub`]).
+    group: Option<ringmail::Group<Publish>>,
 }
 
 impl Actor for KvWorker {
     fn started(&mut self, ctx: &mut Context<Self>) {
         self.me = Some(ctx.myself().clone());
+        // The server's workers, for PUBLISH (left when this worker stops).
+        let group = ctx.group::<Publish>(&format!("kv-pubsub-{}", self.info.port));
+        group.join(ctx.myself());
+        self.group = Some(group);
+    }
+}
+
+/// A publication from some worker (maybe this one): delivered to this
+/// worker's subscribers, and the count answered to the publisher.
+impl Handler<Publish> for KvWorker {
+    fn handle(&mut self, p: Publish, ctx: &mut Context<Self>) {
+        let mut delivered = 0;
+        for (conn, push) in self.subs.deliveries(&p.channel, &p.message) {
+            let Some(c) = self.clients.get_mut(&conn) else { continue };
+            let mut pending = Pending::ready(push);
+            pending.resp3 = c.resp3;
+            c.pending.push_back(pending);
+            delivered += 1;
+            self.answer(conn, ctx);
+        }
+        self.conns.flush(ctx);
+        // A publisher that stopped meanwhile has no client to answer.
+        let _ = p.origin.tell(Replies(vec![(p.conn, p.seq, p.part, Reply::Int(delivered))]));
     }
 }
 
@@ -998,6 +1026,7 @@ impl Handler<NetEvent> for KvWorker {
             // Late replies for it are ignored.
             Some(Input::Closed(conn)) if self.clients.remove(&conn).is_some() => {
                 WorkerStats::bump(&self.stats.connected, -1);
+                self.subs.drop_conn(conn);
             }
             Some(Input::Closed(_)) => {}
             None => {}
@@ -1063,6 +1092,8 @@ impl KvWorker {
             limits: Limits::default(),
             stats: info.workers[me].clone(),
             info,
+            subs: Subscriptions::default(),
+            group: None,
         }
     }
 
@@ -1084,7 +1115,6 @@ impl KvWorker {
                     let seq = c.first_seq + c.pending.len() as u64;
                     WorkerStats::bump(&self.stats.commands, 1);
                     let quit = args[0].eq_ignore_ascii_case(b"quit");
-                    let pass = self.info.requirepass.as_deref();
                     if !c.authed && !allowed_before_auth(&args[0]) {
                         let mut p =
                             Pending::ready(Reply::Error("NOAUTH Authentication required.".into()));
@@ -1092,6 +1122,13 @@ impl KvWorker {
                         c.pending.push_back(p);
                         continue;
                     }
+                    if let Some(reply) = self.pubsub_command(&mut c, conn, &args) {
+                        let mut p = Pending::ready(reply);
+                        p.resp3 = c.resp3;
+                        c.pending.push_back(p);
+                        continue;
+                    }
+                    let pass = self.info.requirepass.as_deref();
                     let mut p = match connection_command(&mut c, conn, &args, pass) {
                         Some(reply) => Pending::ready(reply),
                         None => match transaction_step(&mut c, args, self.shards.len()) {
@@ -1123,6 +1160,83 @@ impl KvWorker {
         self.clients.insert(conn, c);
     }
 
+    /// The pub-sub commands, and RESP2's subscribed mode (where only they,
+    /// `PING`, `QUIT` and `RESET` may run). `None`: not for this.
+    fn pubsub_command(&mut self, c: &mut Client, conn: ConnId, args: &[Vec<u8>]) -> Option<Reply> {
+        let cmd = Lower::of(&args[0]);
+        let kind = match cmd.as_bytes() {
+            b"subscribe" | b"unsubscribe" => Some(pubsub::Kind::Channel),
+            b"psubscribe" | b"punsubscribe" => Some(pubsub::Kind::Pattern),
+            _ => None,
+        };
+        if c.multi.is_some() {
+            return None; // refused by the transaction step, as not queueable
+        }
+        if let Some(kind) = kind {
+            let names = &args[1..];
+            return Some(Reply::Seq(match cmd.as_bytes() {
+                b"subscribe" | b"psubscribe" if names.is_empty() => {
+                    return Some(wrong_arity(cmd.as_str()))
+                }
+                b"subscribe" | b"psubscribe" => self.subs.subscribe(conn, kind, names),
+                _ => self.subs.unsubscribe(conn, kind, names),
+            }));
+        }
+        if cmd.as_bytes() == b"reset" {
+            self.subs.drop_conn(conn); // and on to the connection's own reset
+            return None;
+        }
+        if c.resp3 || self.subs.count(conn) == 0 {
+            return None;
+        }
+        match cmd.as_bytes() {
+            b"ping" => {
+                let msg = args.get(1).cloned().unwrap_or_default();
+                Some(Reply::Array(vec![Reply::Bulk(b"pong".to_vec()), Reply::Bulk(msg)]))
+            }
+            b"quit" | b"reset" => None,
+            _ => Some(Reply::Error(format!(
+                "ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / \
+                 RESET are allowed in this context",
+                cmd.as_str()
+            ))),
+        }
+    }
+
+    /// `PUBLISH channel message`: to every worker of the server; the reply
+    /// is how many subscribers got it, summed.
+    fn publish(&mut self, conn: ConnId, seq: u64, args: Vec<Vec<u8>>) -> Pending {
+        let members = self.group.as_ref().map_or_else(Vec::new, |g| g.members());
+        let me = self.me.clone().expect("started");
+        let n = members.len();
+        let mut p = Pending {
+            left: n as u32,
+            parts: vec![None; n],
+            combine: Combine::Sum,
+            done: None,
+            resp3: false,
+        };
+        let [_, channel, message] = <[Vec<u8>; 3]>::try_from(args).expect("3 arguments");
+        for (i, m) in members.into_iter().enumerate() {
+            let publish = Publish {
+                channel: channel.clone(),
+                message: message.clone(),
+                origin: me.clone(),
+                conn,
+                seq,
+                part: i as u32,
+            };
+            if m.tell(publish).is_err() {
+                p.parts[i] = Some(Reply::Int(0)); // a worker that stopped: nobody there
+                p.left -= 1;
+            }
+        }
+        if p.left == 0 {
+            p.finish();
+        }
+        p
+    }
+
     /// Decides where a request runs; returns its pending reply.
     fn route(&mut self, conn: ConnId, seq: u64, args: Vec<Vec<u8>>) -> Pending {
         let n = self.shards.len();
@@ -1148,6 +1262,7 @@ impl KvWorker {
                 single(args, &mut self.outgoing)
             }
             b"scan" if args.len() >= 2 => self.scan(conn, seq, args),
+            b"publish" if args.len() == 3 => self.publish(conn, seq, args),
             b"del" | b"unlink" | b"exists" | b"mget" if args.len() >= 2 => self.split(
                 conn,
                 seq,

@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""The KV server driven by Python's `redis` package at its default settings,
+as a Python user would: `redis.Redis(port=...)`, `decode_responses`, a
+transaction pipeline, `scan_iter`, pub-sub across workers, `INFO`.
+
+Usage: kv-python.py PORT   (a `kv` server with several workers listens there)
+Exits 1 with the failing check's message; prints one line per section.
+"""
+import sys
+import threading
+import time
+
+import redis
+
+
+def check(cond, what):
+    if not cond:
+        raise AssertionError(what)
+
+
+def main():
+    port = int(sys.argv[1])
+    r = redis.Redis(port=port, db=0, decode_responses=True, socket_timeout=20)
+    check(r.ping(), "PING")
+    info = r.execute_command("CLIENT", "INFO")
+    print(f"redis-py {redis.__version__}, default settings; the server sees: {info.strip()}")
+    r.client_setname("py-test")
+    check(r.client_getname() == "py-test", "CLIENT SETNAME/GETNAME")
+    r.flushall()
+
+    # strings, counters, expiry
+    check(r.set("s", "v"), "SET")
+    check(r.get("s") == "v", "GET")
+    check(r.set("s", "w", nx=True) is None, "SET NX on an existing key")
+    check(r.incr("n") == 1 and r.incrby("n", 41) == 42, "INCR/INCRBY")
+    check(abs(r.incrbyfloat("f", 1.5) - 1.5) < 1e-9, "INCRBYFLOAT")
+    check(r.set("e", "x", ex=100) and 98 <= r.ttl("e") <= 100, "SET EX/TTL")
+    check(r.execute_command("SETEX", "e2", 100, "x") and r.pttl("e2") > 98_000, "SETEX/PTTL")
+    check(r.getdel("s") == "v" and r.get("s") is None, "GETDEL")
+    check(r.mset({"{m}a": "1", "{m}b": "2"}) and r.mget("{m}a", "{m}b", "nope") == ["1", "2", None], "MSET/MGET")
+    check(r.getrange("{m}a", 0, 0) == "1", "GETRANGE")
+    check(r.type("n") == "integer" or r.type("n") == "string", "TYPE")
+    print("strings: ok")
+
+    # hashes, lists, sets
+    check(r.hset("h", mapping={"a": "1", "b": "2"}) == 2, "HSET mapping")
+    check(r.hgetall("h") == {"a": "1", "b": "2"}, "HGETALL")
+    check(r.hincrby("h", "a", 9) == 10, "HINCRBY")
+    check(sorted(r.hkeys("h")) == ["a", "b"] and r.hlen("h") == 2, "HKEYS/HLEN")
+    check(r.rpush("l", "a", "b", "c") == 3 and r.lpush("l", "z") == 4, "RPUSH/LPUSH")
+    check(r.lrange("l", 0, -1) == ["z", "a", "b", "c"], "LRANGE")
+    check(r.lpop("l") == "z" and r.rpop("l", 2) == ["c", "b"], "LPOP/RPOP count")
+    check(r.sadd("st", "x", "y", "x") == 2 and r.smembers("st") == {"x", "y"}, "SADD/SMEMBERS")
+    check(r.sismember("st", "x") and r.scard("st") == 2, "SISMEMBER/SCARD")
+    try:
+        r.lpush("h", "x")
+        check(False, "WRONGTYPE expected")
+    except redis.ResponseError as e:
+        check(str(e).startswith("WRONGTYPE"), f"WRONGTYPE: {e}")
+    print("hashes, lists, sets: ok")
+
+    # a transaction pipeline (redis-py's default pipeline is MULTI/EXEC);
+    # its keys share a hash tag, so they live on one shard
+    with r.pipeline() as p:
+        p.set("{acct}:a", 100).set("{acct}:b", 0)
+        p.decrby("{acct}:a", 30).incrby("{acct}:b", 30)
+        p.mget("{acct}:a", "{acct}:b")
+        res = p.execute()
+    check(res[-1] == ["70", "30"], f"transaction result {res}")
+    try:
+        with r.pipeline() as p:
+            p.set("x1", 1).set("x2", 2).set("x3", 3).set("x4", 4).execute()
+        check(False, "keys on several shards in one transaction must be refused")
+    except redis.ResponseError as e:
+        check("same slot" in str(e), f"cross-shard refusal: {e}")
+    print("transactions: ok")
+
+    # SCAN over many keys on several shards: each exactly once
+    n = 100_000
+    with r.pipeline(transaction=False) as p:
+        for i in range(n):
+            p.set(f"k:{i}", i)
+            if i % 5000 == 4999:
+                p.execute()
+        p.execute()
+    t0 = time.time()
+    seen = list(r.scan_iter(match="k:*", count=1000))
+    check(len(seen) == n, f"SCAN returned {len(seen)} keys, not {n}")
+    check(len(set(seen)) == n, f"SCAN returned {len(seen) - len(set(seen))} duplicates")
+    print(f"scan: {n} keys once each in {time.time() - t0:.2f} s")
+
+    # pub-sub across workers: subscribers on several connections
+    subs, clients = [], []  # a client dropped closes its pool's connections
+    for _ in range(4):
+        c = redis.Redis(port=port, decode_responses=True, socket_timeout=20)
+        clients.append(c)
+        ps = c.pubsub()
+        ps.subscribe("news")
+        check(ps.get_message(timeout=10)["type"] == "subscribe", "subscribe confirmation")
+        subs.append(ps)
+    clients.append(redis.Redis(port=port, decode_responses=True))
+    pat = clients[-1].pubsub()
+    pat.psubscribe("ne*")
+    check(pat.get_message(timeout=10)["type"] == "psubscribe", "psubscribe confirmation")
+    for i in range(50):
+        got = r.publish("news", f"m{i}")
+        check(got == 5, f"PUBLISH reached {got}, not 5")
+    for ps in subs:
+        for i in range(50):
+            m = ps.get_message(timeout=10)
+            check(m and m["type"] == "message" and m["data"] == f"m{i}", f"message {i}: {m}")
+    for i in range(50):
+        m = pat.get_message(timeout=10)
+        check(m and m["type"] == "pmessage" and m["data"] == f"m{i}", f"pmessage {i}: {m}")
+    # a listener thread, as applications run them
+    got = []
+    done = threading.Event()
+
+    def handler(m):
+        got.append(m["data"])
+        if len(got) == 3:
+            done.set()
+
+    clients.append(redis.Redis(port=port, decode_responses=True))
+    ps = clients[-1].pubsub()
+    ps.subscribe(**{"events": handler})
+    # (stop() closes the connection under the thread's read: ignore that)
+    th = ps.run_in_thread(sleep_time=0.01, exception_handler=lambda e, p, t: t.stop())
+    deadline = time.time() + 10
+    while r.publish("events", "probe") == 0:
+        check(time.time() < deadline, "the listener thread never subscribed")
+        time.sleep(0.01)
+    for i in range(3):
+        r.publish("events", f"e{i}")
+    check(done.wait(10) or len(got) >= 3, f"listener got {got}")
+    th.stop()
+    th.join(5)
+    print("pub-sub: ok")
+
+    info = r.info()
+    check(info["redis_version"] == "7.2.0" and info["connected_clients"] >= 1, "INFO")
+    check(r.info("keyspace")["db0"]["keys"] >= n, f"INFO keyspace {r.info('keyspace')}")
+    check(r.dbsize() >= n, "DBSIZE")
+    print("info: ok")
+    print("python client: all checks passed")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except AssertionError as e:
+        print(f"FAILED: {e}", file=sys.stderr)
+        sys.exit(1)
