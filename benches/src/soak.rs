@@ -30,7 +30,7 @@ use ringmail_examples::cluster::{self, Seq, SeqCheck, SeqSeen};
 
 use crate::harness::{open_fds, rss_kib};
 
-const SECRET: &str = "soak-secret";
+const SECRET: &str = "7b3e91d04c6fa2858e1d3c5b9a0f47e2";
 
 /// A small deterministic generator (xorshift), seeded per thread.
 struct Rng(u64);
@@ -204,7 +204,7 @@ pub fn serve_node(name: &str, port: u16) -> ! {
     let system = System::new();
     let cfg = NodeConfig::new(name, SocketAddr::from(([127, 0, 0, 1], port)), SECRET);
     let node = Node::start(&system, cfg).expect("node");
-    cluster::register_all(&node);
+    cluster::register_all(&node).expect("distinct wire names");
     let w = cluster::start_worker(&system, &node).expect("worker");
     let _ = w.quit.recv();
     std::process::exit(0)
@@ -312,7 +312,7 @@ pub fn run(secs: u64, inject: Inject) -> i32 {
     let cfg = NodeConfig::new("soak", "127.0.0.1:0".parse().unwrap(), SECRET)
         .seeds([SocketAddr::from(([127, 0, 0, 1], pa)), SocketAddr::from(([127, 0, 0, 1], pb))]);
     let node = Arc::new(Node::start(&node_system, cfg).expect("node"));
-    cluster::register_all(&node);
+    cluster::register_all(&node).expect("distinct wire names");
     let events = node.events();
     let setup = Instant::now() + Duration::from_secs(20);
     let (Some(mut seq_a), Some(mut seq_b)) =

@@ -151,15 +151,18 @@ impl Handler<Quit> for Control {
 }
 
 // ANCHOR: register
-/// Registers every message type that crosses nodes (on every node).
-pub fn register_all(node: &Node) {
-    node.register::<Pong, Ping>();
-    node.register::<WordCounter, Line>();
-    node.register::<WordCounter, Totals>();
-    node.register::<SeqCheck, Seq>();
-    node.register::<SeqCheck, SeqReport>();
-    node.register::<SeqCheck, SeqSeen>();
-    node.register::<Control, Quit>();
+/// Registers every message type that crosses nodes (on every node), under
+/// wire names of its own that stay when a type moves or a compiler
+/// changes: nodes of different builds still agree on them.
+pub fn register_all(node: &Node) -> Result<(), ringmail::remote::RegisterError> {
+    node.register_as::<Pong, Ping>("cluster.Ping")?;
+    node.register_as::<WordCounter, Line>("cluster.Line")?;
+    node.register_as::<WordCounter, Totals>("cluster.Totals")?;
+    node.register_as::<SeqCheck, Seq>("cluster.Seq")?;
+    node.register_as::<SeqCheck, SeqReport>("cluster.SeqReport")?;
+    node.register_as::<SeqCheck, SeqSeen>("cluster.SeqSeen")?;
+    node.register_as::<Control, Quit>("cluster.Quit")?;
+    Ok(())
 }
 // ANCHOR_END: register
 

@@ -12,7 +12,7 @@ use ringmail::remote::{Node, NodeConfig, NodeEvent};
 use ringmail::{ActorRef, System, SystemConfig, TellError};
 use ringmail_examples::cluster::{self, Line, Totals, WordCounter};
 
-const SECRET: &str = "test-backpressure-secret";
+const SECRET: &str = "7b3e91d04c6fa2858e1d3c5b9a0f47e2";
 const T: Duration = Duration::from_secs(20);
 
 mod common;
@@ -76,7 +76,7 @@ fn a_peer_that_stops_reading_holds_the_sender_back() {
         .seeds([addr])
         .failure_detection(Duration::from_secs(10), Duration::from_secs(20));
     let node = Node::start(&system, cfg).unwrap();
-    cluster::register_all(&node);
+    cluster::register_all(&node).expect("distinct wire names");
     let events = node.events();
     assert!(node.wait_for_peers(1, T));
     let words = words_on(&node, "w7");

@@ -12,7 +12,7 @@ use ringmail::remote::{Node, NodeConfig, NodeEvent};
 use ringmail::{Actor, Context, Down, Handler, StopReason, System, TellError};
 use ringmail_examples::cluster::{self, Ping, Pong, Seq, SeqCheck, SeqReport};
 
-const SECRET: &str = "test-cluster-secret";
+const SECRET: &str = "7b3e91d04c6fa2858e1d3c5b9a0f47e2";
 const T: Duration = Duration::from_secs(20);
 
 /// The tests of this binary run one at a time: each starts node processes
@@ -49,7 +49,7 @@ fn me(system: &System, seeds: &[SocketAddr]) -> Node {
     let cfg = NodeConfig::new("tester", "127.0.0.1:0".parse().unwrap(), SECRET)
         .seeds(seeds.iter().copied());
     let node = Node::start(system, cfg).unwrap();
-    cluster::register_all(&node);
+    cluster::register_all(&node).expect("distinct wire names");
     node
 }
 
@@ -175,7 +175,7 @@ fn kill_9_fires_monitors_in_bound_and_a_restart_is_a_new_incarnation() {
 fn a_wrong_secret_is_rejected() {
     let _serial = one_at_a_time();
     let addr = free_addr();
-    let _w = worker("w3", addr, "another-secret");
+    let _w = worker("w3", addr, "c82f05a9e14d7b36f0a2c9e5d18b4f73");
     let system = System::new();
     let node = me(&system, &[addr]);
     let deadline = Instant::now() + Duration::from_secs(5);

@@ -8,6 +8,11 @@ use std::time::{Duration, Instant};
 use ringmail::remote::{Node, NodeConfig};
 use ringmail::System;
 
+/// The cluster secret of these tests (strong enough: see `remote::secret_bits`).
+const SECRET: &str = "7b3e91d04c6fa2858e1d3c5b9a0f47e2";
+/// Another strong secret, for a node that must not join.
+const OTHER_SECRET: &str = "c82f05a9e14d7b36f0a2c9e5d18b4f73";
+
 fn loopback() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 0))
 }
@@ -15,9 +20,8 @@ fn loopback() -> SocketAddr {
 #[test]
 fn a_dialler_with_the_wrong_secret_is_refused_closed_and_tries_again() {
     let system = System::new();
-    let right =
-        Node::start(&system, NodeConfig::new("right", loopback(), "the right secret")).unwrap();
-    let cfg = NodeConfig::new("wrong", loopback(), "not the secret")
+    let right = Node::start(&system, NodeConfig::new("right", loopback(), SECRET)).unwrap();
+    let cfg = NodeConfig::new("wrong", loopback(), OTHER_SECRET)
         .seeds([right.local_addr()])
         .redial(Duration::from_millis(20), Duration::from_millis(100));
     let wrong = Node::start(&system, cfg).unwrap();
@@ -58,5 +62,37 @@ fn a_node_with_an_empty_secret_refuses_to_start() {
         Err(e) => panic!("refused for another reason: {e}"),
         Ok(_) => panic!("a node started with an empty secret"),
     }
+    system.shutdown();
+}
+
+#[test]
+fn a_node_with_a_guessable_secret_refuses_to_start_and_a_made_one_is_accepted() {
+    use ringmail::remote::{new_secret, secret_bits, NodeError, MIN_SECRET_BITS};
+    let system = System::new();
+    for weak in [
+        "secret",
+        "correct horse battery", // 21 characters of lower case and space
+        "passwordpasswordpasswordpassword", // a repeated word counts once
+        "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+        "0123456789",
+    ] {
+        match Node::start(&system, NodeConfig::new("weak", loopback(), weak)) {
+            Err(e @ NodeError::WeakSecret { bits }) => {
+                assert!(bits < MIN_SECRET_BITS, "{weak}: {bits}");
+                let text = e.to_string();
+                assert!(text.contains("too weak") && text.contains("128 needed"), "{text}");
+            }
+            Err(e) => panic!("{weak}: refused for another reason: {e}"),
+            Ok(_) => panic!("a node started with the secret {weak:?}"),
+        }
+    }
+    let made = new_secret().unwrap();
+    assert_eq!(made.len(), 32);
+    assert!(secret_bits(made.as_bytes()) >= MIN_SECRET_BITS, "{made}");
+    assert_ne!(made, new_secret().unwrap(), "random each time");
+    // A long passphrase of several classes is strong enough.
+    assert!(secret_bits(b"Tr0ub4dor & the 7 green Herons of 1987!") >= MIN_SECRET_BITS);
+    let node = Node::start(&system, NodeConfig::new("strong", loopback(), made)).unwrap();
+    node.shutdown();
     system.shutdown();
 }

@@ -9,6 +9,11 @@ use ringmail::{Actor, AskError, Context, Down, Handler, Message, StopReason, Sys
 use ringmail_examples::account::{Ranges, Sender};
 use serde::{Deserialize, Serialize};
 
+/// The cluster secret of these tests (strong enough: see `remote::secret_bits`).
+const SECRET: &str = "7b3e91d04c6fa2858e1d3c5b9a0f47e2";
+/// Another strong secret, for a node that must not join.
+const OTHER_SECRET: &str = "c82f05a9e14d7b36f0a2c9e5d18b4f73";
+
 #[derive(Default)]
 struct Counter {
     seen: Vec<u64>,
@@ -82,10 +87,9 @@ const T: Duration = Duration::from_secs(10);
 #[test]
 fn tell_ask_and_monitor_across_two_nodes() {
     let system = System::new();
-    let a = Node::start(&system, NodeConfig::new("a", loopback(), "secret")).unwrap();
-    let b =
-        Node::start(&system, NodeConfig::new("b", loopback(), "secret").seeds([a.local_addr()]))
-            .unwrap();
+    let a = Node::start(&system, NodeConfig::new("a", loopback(), SECRET)).unwrap();
+    let b = Node::start(&system, NodeConfig::new("b", loopback(), SECRET).seeds([a.local_addr()]))
+        .unwrap();
     register(&a);
     register(&b);
     let events = b.events();
@@ -165,7 +169,7 @@ fn hanging_pair(
     prefix: &str,
 ) -> (System, Node, System, Node, std::sync::mpsc::Receiver<()>, std::sync::mpsc::Sender<()>) {
     let (sa, sb) = (System::new(), System::new());
-    let secret = format!("{prefix}-secret");
+    let secret = format!("{prefix}-{SECRET}");
     let a = Node::start(&sa, NodeConfig::new(format!("{prefix}a"), loopback(), &*secret)).unwrap();
     let b = Node::start(
         &sb,
@@ -337,10 +341,9 @@ impl Handler<Get> for Gated {
 fn messages_from_another_node_are_never_refused_by_a_full_mailbox() {
     let sa = System::with_config(ringmail::SystemConfig::default().mailbox_capacity(4));
     let sb = System::new();
-    let a = Node::start(&sa, NodeConfig::new("ga", loopback(), "gated-secret")).unwrap();
-    let b =
-        Node::start(&sb, NodeConfig::new("gb", loopback(), "gated-secret").seeds([a.local_addr()]))
-            .unwrap();
+    let a = Node::start(&sa, NodeConfig::new("ga", loopback(), SECRET)).unwrap();
+    let b = Node::start(&sb, NodeConfig::new("gb", loopback(), SECRET).seeds([a.local_addr()]))
+        .unwrap();
     for n in [&a, &b] {
         n.register::<Gated, Hold>();
         n.register::<Gated, Add>();
@@ -381,9 +384,12 @@ fn messages_from_another_node_are_never_refused_by_a_full_mailbox() {
 #[test]
 fn a_wrong_secret_is_refused_before_any_message() {
     let system = System::new();
-    let a = Node::start(&system, NodeConfig::new("a", loopback(), "right")).unwrap();
-    let b = Node::start(&system, NodeConfig::new("b", loopback(), "wrong").seeds([a.local_addr()]))
-        .unwrap();
+    let a = Node::start(&system, NodeConfig::new("a", loopback(), SECRET)).unwrap();
+    let b = Node::start(
+        &system,
+        NodeConfig::new("b", loopback(), OTHER_SECRET).seeds([a.local_addr()]),
+    )
+    .unwrap();
     std::thread::sleep(Duration::from_millis(500));
     assert!(a.peers().is_empty() && b.peers().is_empty());
     assert!(a.stats().handshakes_failed + b.stats().handshakes_failed > 0);
@@ -396,12 +402,11 @@ fn a_flood_of_unauthenticated_connections_stays_under_the_cap() {
     let cap = 8;
     let a = Node::start(
         &system,
-        NodeConfig::new("a", loopback(), "secret").handshakes(Duration::from_millis(500), cap),
+        NodeConfig::new("a", loopback(), SECRET).handshakes(Duration::from_millis(500), cap),
     )
     .unwrap();
-    let b =
-        Node::start(&system, NodeConfig::new("b", loopback(), "secret").seeds([a.local_addr()]))
-            .unwrap();
+    let b = Node::start(&system, NodeConfig::new("b", loopback(), SECRET).seeds([a.local_addr()]))
+        .unwrap();
     register(&a);
     register(&b);
     let counter = system.spawn(Counter::default()).unwrap();
@@ -452,11 +457,11 @@ impl Handler<Blob> for Counter {
 fn many_large_messages_never_make_a_segment_over_the_limit() {
     let system = System::new();
     let max = 64 << 10;
-    let a = Node::start(&system, patient(NodeConfig::new("a", loopback(), "s").max_frame(max)))
+    let a = Node::start(&system, patient(NodeConfig::new("a", loopback(), SECRET).max_frame(max)))
         .unwrap();
     let b = Node::start(
         &system,
-        patient(NodeConfig::new("b", loopback(), "s").max_frame(max).seeds([a.local_addr()])),
+        patient(NodeConfig::new("b", loopback(), SECRET).max_frame(max).seeds([a.local_addr()])),
     )
     .unwrap();
     for n in [&a, &b] {
@@ -489,8 +494,8 @@ fn many_large_messages_never_make_a_segment_over_the_limit() {
 #[test]
 fn a_dropped_connection_is_redialled_and_new_references_work() {
     let system = System::new();
-    let a = Node::start(&system, NodeConfig::new("a", loopback(), "s")).unwrap();
-    let b = Node::start(&system, NodeConfig::new("b", loopback(), "s").seeds([a.local_addr()]))
+    let a = Node::start(&system, NodeConfig::new("a", loopback(), SECRET)).unwrap();
+    let b = Node::start(&system, NodeConfig::new("b", loopback(), SECRET).seeds([a.local_addr()]))
         .unwrap();
     register(&a);
     register(&b);
@@ -563,8 +568,8 @@ impl Handler<GapReport> for GapCheck {
 #[test]
 fn connection_resets_during_a_million_message_stream_leave_only_reported_gaps() {
     let system = System::new();
-    let a = Node::start(&system, NodeConfig::new("a", loopback(), "s")).unwrap();
-    let b = Node::start(&system, NodeConfig::new("b", loopback(), "s").seeds([a.local_addr()]))
+    let a = Node::start(&system, NodeConfig::new("a", loopback(), SECRET)).unwrap();
+    let b = Node::start(&system, NodeConfig::new("b", loopback(), SECRET).seeds([a.local_addr()]))
         .unwrap();
     for n in [&a, &b] {
         n.register::<GapCheck, Num>();
@@ -675,8 +680,8 @@ fn nodes_that_dial_each_other_at_once_end_with_one_connection() {
     let pb = free(pa.port() + 1);
     let sa = System::new();
     let sb = System::new();
-    let a = Node::start(&sa, NodeConfig::new("dup-a", pa, "k").seeds([pb])).unwrap();
-    let b = Node::start(&sb, NodeConfig::new("dup-b", pb, "k").seeds([pa])).unwrap();
+    let a = Node::start(&sa, NodeConfig::new("dup-a", pa, SECRET).seeds([pb])).unwrap();
+    let b = Node::start(&sb, NodeConfig::new("dup-b", pb, SECRET).seeds([pa])).unwrap();
     assert!(a.wait_for_peers(1, Duration::from_secs(10)));
     assert!(b.wait_for_peers(1, Duration::from_secs(10)));
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -699,14 +704,12 @@ fn nodes_that_dial_each_other_at_once_end_with_one_connection() {
 #[test]
 fn find_looks_a_name_up_across_the_cluster() {
     let system = System::new();
-    let a = Node::start(&system, NodeConfig::new("fa", loopback(), "secret")).unwrap();
+    let a = Node::start(&system, NodeConfig::new("fa", loopback(), SECRET)).unwrap();
     assert_eq!(a.find::<Counter>("counter", T).unwrap_err(), LookupError::NotConnected);
-    let b =
-        Node::start(&system, NodeConfig::new("fb", loopback(), "secret").seeds([a.local_addr()]))
-            .unwrap();
-    let c =
-        Node::start(&system, NodeConfig::new("fc", loopback(), "secret").seeds([a.local_addr()]))
-            .unwrap();
+    let b = Node::start(&system, NodeConfig::new("fb", loopback(), SECRET).seeds([a.local_addr()]))
+        .unwrap();
+    let c = Node::start(&system, NodeConfig::new("fc", loopback(), SECRET).seeds([a.local_addr()]))
+        .unwrap();
     for n in [&a, &b, &c] {
         register(n);
     }
@@ -736,11 +739,11 @@ fn find_looks_a_name_up_across_the_cluster() {
 #[test]
 fn zero_copy_sends_arrive_intact() {
     let system = System::new();
-    let a = Node::start(&system, patient(NodeConfig::new("zc-a", loopback(), "s"))).unwrap();
+    let a = Node::start(&system, patient(NodeConfig::new("zc-a", loopback(), SECRET))).unwrap();
     let b = Node::start(
         &system,
         patient(
-            NodeConfig::new("zc-b", loopback(), "s")
+            NodeConfig::new("zc-b", loopback(), SECRET)
                 .seeds([a.local_addr()])
                 .zero_copy_above(Some(1024)),
         ),
@@ -779,13 +782,13 @@ fn zero_copy_sends_arrive_intact() {
 fn a_peer_that_left_is_forgotten_after_failed_redials_but_a_seed_is_not() {
     let system = System::new();
     let fast = |c: NodeConfig| c.redial(Duration::from_millis(5), Duration::from_millis(50));
-    let a = Node::start(&system, fast(NodeConfig::new("gone-a", loopback(), "k"))).unwrap();
-    let b = Node::start(&system, fast(NodeConfig::new("gone-b", loopback(), "k")))
+    let a = Node::start(&system, fast(NodeConfig::new("gone-a", loopback(), SECRET))).unwrap();
+    let b = Node::start(&system, fast(NodeConfig::new("gone-b", loopback(), SECRET)))
         .map(|b| (b.local_addr(), b))
         .unwrap();
     let c = Node::start(
         &system,
-        fast(NodeConfig::new("gone-c", loopback(), "k")).seeds([a.local_addr(), b.0]),
+        fast(NodeConfig::new("gone-c", loopback(), SECRET)).seeds([a.local_addr(), b.0]),
     )
     .unwrap();
     assert!(c.wait_for_peers(2, T));
@@ -804,5 +807,93 @@ fn a_peer_that_left_is_forgotten_after_failed_redials_but_a_seed_is_not() {
     // c still dials b: it is one of c's seeds.
     assert_eq!(c.stats().dialling, 2);
     assert_eq!(a.peers().len(), 1);
+    system.shutdown();
+}
+
+/// Known on the sending node only.
+#[derive(Serialize, Deserialize)]
+struct Unknown(u64);
+impl Message for Unknown {
+    type Reply = u64;
+}
+impl Handler<Unknown> for Counter {
+    fn handle(&mut self, Unknown(n): Unknown, _: &mut Context<Self>) -> u64 {
+        n
+    }
+}
+
+/// Registered under one wire name ("test.Shape") on both nodes, with
+/// another shape on each: the sender's `Number` does not decode as the
+/// receiver's `Text`.
+#[derive(Serialize, Deserialize)]
+struct Text(String);
+impl Message for Text {
+    type Reply = ();
+}
+impl Handler<Text> for Counter {
+    fn handle(&mut self, _: Text, _: &mut Context<Self>) {}
+}
+
+#[derive(Serialize, Deserialize)]
+struct Number(u64);
+impl Message for Number {
+    type Reply = ();
+}
+impl Handler<Number> for Counter {
+    fn handle(&mut self, _: Number, _: &mut Context<Self>) {}
+}
+
+#[test]
+fn an_unknown_or_undecodable_message_mid_stream_is_a_dead_letter_and_the_link_stays_up() {
+    let system = System::new();
+    let a = Node::start(&system, NodeConfig::new("a", loopback(), SECRET)).unwrap();
+    let b = Node::start(&system, NodeConfig::new("b", loopback(), SECRET).seeds([a.local_addr()]))
+        .unwrap();
+    // Stable wire names, as two builds of a service would use.
+    for n in [&a, &b] {
+        n.register_as::<Counter, Add>("test.Add").unwrap();
+        n.register_as::<Counter, Get>("test.Get").unwrap();
+    }
+    // b also knows `Unknown`; a does not. "test.Shape" has another shape
+    // on each.
+    b.register_as::<Counter, Unknown>("test.Unknown").unwrap();
+    b.register_as::<Counter, Number>("test.Shape").unwrap();
+    a.register_as::<Counter, Text>("test.Shape").unwrap();
+    let counter = system.spawn(Counter::default()).unwrap();
+    a.export("counter", &counter);
+    assert!(b.wait_for_peers(1, T) && a.wait_for_peers(1, T));
+    let events = b.events();
+    let remote = b.lookup::<Counter>("a", "counter", T).unwrap();
+    const N: u64 = 100_000;
+    for i in 0..N {
+        if i == N / 2 {
+            remote.tell(Unknown(i)).unwrap();
+            assert!(
+                matches!(remote.ask(Unknown(i), T), Err(AskError::NoReply)),
+                "an ask of a type the target's node does not know: no reply, at once"
+            );
+            remote.tell(Number(u64::MAX)).unwrap(); // a string of 2^64 - 1 bytes?
+        }
+        remote.tell(Add(i)).unwrap();
+    }
+    let seen = remote.ask(Get, T).unwrap();
+    assert_eq!(seen, (0..N).collect::<Vec<_>>(), "the rest arrived, in order");
+    assert_eq!(a.stats().undeliverable, 3, "the unknown tell and ask, the undecodable tell");
+    assert_eq!(a.stats().protocol_errors, 0, "the link was never closed for it");
+    assert!(events.try_recv().is_err(), "no peer event: the link stayed up");
+    assert_eq!(b.peers().len(), 1);
+    system.shutdown();
+}
+
+#[test]
+fn wire_names_are_one_per_type_and_per_name() {
+    let system = System::new();
+    let a = Node::start(&system, NodeConfig::new("a", loopback(), SECRET)).unwrap();
+    a.register_as::<Counter, Add>("x.Add").unwrap();
+    a.register_as::<Counter, Add>("x.Add").unwrap(); // again: the same, fine
+    let e = a.register_as::<Counter, Get>("x.Add").unwrap_err();
+    assert_eq!(e.to_string(), "the wire name \"x.Add\" is another message type's");
+    let e = a.register_as::<Counter, Add>("x.Add2").unwrap_err();
+    assert!(e.to_string().contains("registered under another wire name already"), "{e}");
     system.shutdown();
 }

@@ -13,6 +13,9 @@ use ringmail::{
 };
 use serde::{Deserialize, Serialize};
 
+/// The cluster secret of these tests (strong enough: see `remote::secret_bits`).
+const SECRET: &str = "7b3e91d04c6fa2858e1d3c5b9a0f47e2";
+
 const T: Duration = Duration::from_secs(10);
 
 // ---- a three-stage chain: Front -> Middle -> Leaf ----
@@ -394,10 +397,9 @@ impl Handler<Square> for DeferSquare {
 #[test]
 fn deferred_replies_and_asks_from_actors_work_across_nodes() {
     let system = System::new();
-    let a = Node::start(&system, NodeConfig::new("a", loopback(), "secret")).unwrap();
-    let b =
-        Node::start(&system, NodeConfig::new("b", loopback(), "secret").seeds([a.local_addr()]))
-            .unwrap();
+    let a = Node::start(&system, NodeConfig::new("a", loopback(), SECRET)).unwrap();
+    let b = Node::start(&system, NodeConfig::new("b", loopback(), SECRET).seeds([a.local_addr()]))
+        .unwrap();
     for n in [&a, &b] {
         n.register::<DeferSquare, Square>();
     }

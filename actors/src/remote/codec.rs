@@ -1,5 +1,16 @@
 //! Which message types may cross nodes, and how they are encoded: a
-//! registry filled by [`super::Node::register`].
+//! registry filled by [`super::Node::register`] and
+//! [`super::Node::register_as`].
+//!
+//! On the wire a message type is a 64-bit number, the FNV-1a hash of its
+//! *wire name*: by default the Rust type's name (`std::any::type_name`),
+//! which changes when the type moves to another module or crate, and may
+//! change with the compiler; with `register_as` a name the user picks and
+//! keeps (`"chat.Post"`), which survives both, so nodes of different
+//! builds (a rolling upgrade) still understand each other. A message whose
+//! number the receiver does not know for its target, or whose bytes do not
+//! decode, is a dead letter there (and an ask gets no reply at once); the
+//! link stays up.
 
 use std::any::{Any, TypeId};
 
@@ -42,6 +53,8 @@ pub(crate) type ReplyEncoder = fn(Box<dyn Any + Send>) -> Option<Vec<u8>>;
 #[derive(Default)]
 pub(crate) struct Codecs {
     by_msg: DashMap<TypeId, MsgCodec>,
+    /// Wire number -> the message type registered under it, and its name.
+    by_number: DashMap<u64, (TypeId, String)>,
     /// (actor type, wire number) -> decoder and reply encoder.
     decoders: DashMap<(TypeId, u64), (Decoder, ReplyEncoder)>,
 }
@@ -72,18 +85,35 @@ fn encode_reply<R: Serialize + 'static>(v: Box<dyn Any + Send>) -> Option<Vec<u8
 }
 
 impl Codecs {
-    pub(crate) fn register<A, M>(&self)
+    /// Registers `M` for `A` under the wire name `name`; refused when the
+    /// name (or its number) is another message type's already.
+    pub(crate) fn register<A, M>(&self, name: &str) -> Result<(), RegisterError>
     where
         A: Handler<M>,
         M: Message + Serialize + DeserializeOwned,
         M::Reply: Serialize + DeserializeOwned,
     {
-        let ty = type_number(std::any::type_name::<M>());
+        let ty = type_number(name);
+        match self.by_number.entry(ty) {
+            dashmap::Entry::Occupied(e) if e.get().0 != TypeId::of::<M>() => {
+                return Err(RegisterError::NameTaken { name: e.get().1.clone() });
+            }
+            dashmap::Entry::Occupied(_) => {}
+            dashmap::Entry::Vacant(e) => {
+                e.insert((TypeId::of::<M>(), name.to_string()));
+            }
+        }
+        if let Some(old) = self.by_msg.get(&TypeId::of::<M>()).map(|c| c.ty) {
+            if old != ty {
+                return Err(RegisterError::Renamed { type_name: std::any::type_name::<M>() });
+            }
+        }
         self.by_msg.insert(
             TypeId::of::<M>(),
             MsgCodec { ty, encode: encode::<M>, decode_reply: decode_reply::<M::Reply> },
         );
         self.decoders.insert((TypeId::of::<A>(), ty), (decode::<A, M>, encode_reply::<M::Reply>));
+        Ok(())
     }
 
     pub(crate) fn for_msg(&self, t: TypeId) -> Option<MsgCodec> {
@@ -94,3 +124,36 @@ impl Codecs {
         self.decoders.get(&(actor, ty)).map(|d| *d)
     }
 }
+
+/// A message type could not be registered for crossing nodes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RegisterError {
+    /// Another message type is registered under this wire name (or one
+    /// whose number is the same).
+    NameTaken {
+        /// The wire name registered first.
+        name: String,
+    },
+    /// This message type is registered under another wire name already:
+    /// a type has one wire name on a node.
+    Renamed {
+        /// The message type.
+        type_name: &'static str,
+    },
+}
+
+impl std::fmt::Display for RegisterError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RegisterError::NameTaken { name } => {
+                write!(f, "the wire name {name:?} is another message type's")
+            }
+            RegisterError::Renamed { type_name } => {
+                write!(f, "{type_name} is registered under another wire name already")
+            }
+        }
+    }
+}
+
+impl std::error::Error for RegisterError {}

@@ -85,6 +85,7 @@
 //!   references stop too, with the reason.
 
 mod codec;
+pub use codec::RegisterError;
 mod dial;
 mod link;
 mod node;
@@ -263,6 +264,54 @@ pub enum NodeError {
     /// The cluster secret is empty: any peer that also had none could
     /// join, so a node refuses to start with it.
     EmptySecret,
+    /// The cluster secret is guessable: under [`MIN_SECRET_BITS`] bits by
+    /// [`secret_bits`]' estimate. Make one with [`new_secret`].
+    WeakSecret {
+        /// The estimate.
+        bits: u32,
+    },
+}
+
+/// The least strength a cluster secret must have, in bits: beyond any
+/// offline guessing (a peer that connects sees values it could test guesses
+/// against).
+pub const MIN_SECRET_BITS: u32 = 128;
+
+/// A conservative estimate of a secret's strength in bits, as if each byte
+/// were drawn at random from the character classes it uses (lower case,
+/// upper case, digits, other printable ASCII, anything else): a secret made
+/// of a repeated part counts that part once, and one of fewer than 8
+/// distinct bytes counts at most 3 bits a byte. A random 32-character hex
+/// string (as [`new_secret`] makes) rates about 165; a dictionary word far
+/// below [`MIN_SECRET_BITS`].
+pub fn secret_bits(secret: &[u8]) -> u32 {
+    // The shortest period: "abcabcabc" counts as "abc".
+    let n = secret.len();
+    let period = (1..=n / 2)
+        .find(|&p| n.is_multiple_of(p) && secret.chunks(p).all(|c| c == &secret[..p]))
+        .unwrap_or(n);
+    let part = &secret[..period];
+    let class = |f: fn(&u8) -> bool, size: u32| if part.iter().any(f) { size } else { 0 };
+    let alphabet = class(u8::is_ascii_lowercase, 26)
+        + class(u8::is_ascii_uppercase, 26)
+        + class(u8::is_ascii_digit, 10)
+        + class(|b| b.is_ascii_graphic() && !b.is_ascii_alphanumeric() || *b == b' ', 33)
+        + class(|b| !b.is_ascii_graphic() && *b != b' ', 128);
+    let distinct = part.iter().collect::<std::collections::HashSet<_>>().len();
+    let per_byte = if distinct < 8 {
+        3.0f64.min(f64::from(alphabet.max(1)).log2())
+    } else {
+        f64::from(alphabet.max(1)).log2()
+    };
+    (period as f64 * per_byte) as u32
+}
+
+/// A new random cluster secret: 32 hex digits (128 random bits), from the
+/// operating system's randomness.
+pub fn new_secret() -> Result<String, NodeError> {
+    let a = wire::handshake::random_u64().map_err(|e| NodeError::Random(e.to_string()))?;
+    let b = wire::handshake::random_u64().map_err(|e| NodeError::Random(e.to_string()))?;
+    Ok(format!("{a:016x}{b:016x}"))
 }
 
 impl std::fmt::Display for NodeError {
@@ -277,6 +326,12 @@ impl std::fmt::Display for NodeError {
                     "the cluster secret is empty (set the same non-empty secret on every node)"
                 )
             }
+            NodeError::WeakSecret { bits } => write!(
+                f,
+                "the cluster secret is too weak to resist guessing: about {bits} bits, at least \
+                 {MIN_SECRET_BITS} needed (32 random hex digits, as `ringmail::remote::new_secret` \
+                 makes, have 128)"
+            ),
         }
     }
 }
@@ -352,6 +407,9 @@ pub struct NodeStats {
     pub protocol_errors: u64,
     /// Messages for actors this node does not have (dead letters).
     pub unknown_target: u64,
+    /// Messages of a type this node has not registered for their target,
+    /// or whose bytes did not decode (dead letters; the link stays up).
+    pub undeliverable: u64,
     /// Inbound connections in handshake right now (at most
     /// [`NodeConfig::max_pending_handshakes`]).
     pub pending_handshakes: u64,
@@ -395,6 +453,7 @@ impl NodeStatsSource {
             handshakes_refused: r(&c.handshakes_refused),
             protocol_errors: r(&c.protocol_errors),
             unknown_target: r(&c.unknown_target),
+            undeliverable: r(&c.undeliverable),
             pending_handshakes: r(&c.pending_handshakes),
             dialling: r(&c.dialling),
         }
@@ -407,7 +466,7 @@ impl NodeStats {
     /// `_received_total`, `_in_doubt_total`,
     /// `ringmail_node_handshakes_failed_total`, `_refused_total`,
     /// `ringmail_node_protocol_errors_total`,
-    /// `ringmail_node_unknown_target_total`; gauges
+    /// `ringmail_node_unknown_target_total`, `ringmail_node_undeliverable_total`; gauges
     /// `ringmail_node_pending_handshakes` and `ringmail_node_dialling`.
     #[cfg(feature = "metrics")]
     pub fn publish(&self, node: &str) {
@@ -426,6 +485,8 @@ impl NodeStats {
             .absolute(self.protocol_errors);
         counter!("ringmail_node_unknown_target_total", "node" => n.clone())
             .absolute(self.unknown_target);
+        counter!("ringmail_node_undeliverable_total", "node" => n.clone())
+            .absolute(self.undeliverable);
         gauge!("ringmail_node_pending_handshakes", "node" => n.clone())
             .set(self.pending_handshakes as f64);
         gauge!("ringmail_node_dialling", "node" => n).set(self.dialling as f64);
@@ -441,6 +502,7 @@ pub(crate) struct Counters {
     pub(crate) handshakes_refused: AtomicU64,
     pub(crate) protocol_errors: AtomicU64,
     pub(crate) unknown_target: AtomicU64,
+    pub(crate) undeliverable: AtomicU64,
     pub(crate) pending_handshakes: AtomicU64,
     pub(crate) dialling: AtomicU64,
 }
@@ -506,6 +568,10 @@ impl Node {
         if cfg.secret.is_empty() {
             return Err(NodeError::EmptySecret);
         }
+        let bits = secret_bits(&cfg.secret);
+        if bits < MIN_SECRET_BITS {
+            return Err(NodeError::WeakSecret { bits });
+        }
         // A node restarted on the same address may find it still bound for
         // a moment: the kernel releases a dead process's io_uring (and the
         // listening socket its pending accept holds) asynchronously. Retry
@@ -563,14 +629,42 @@ impl Node {
     }
 
     /// Lets messages of type `M` cross nodes to actors of type `A` (call
-    /// it on every node, before the first such message).
+    /// it on every node, before the first such message), under the wire
+    /// name `std::any::type_name::<M>()`. That name changes when the type
+    /// moves to another module or crate (and may with the compiler), so
+    /// nodes built from different versions may not agree on it: for
+    /// clusters upgraded node by node use [`Node::register_as`].
+    ///
+    /// # Panics
+    ///
+    /// If `M` is registered under another wire name on this node already,
+    /// or another type is under this one (see [`Node::register_as`]).
     pub fn register<A, M>(&self)
     where
         A: Handler<M>,
         M: Message + Serialize + DeserializeOwned,
         M::Reply: Serialize + DeserializeOwned,
     {
-        self.shared.codecs.register::<A, M>();
+        if let Err(e) = self.register_as::<A, M>(std::any::type_name::<M>()) {
+            panic!("Node::register: {e}");
+        }
+    }
+
+    /// Lets messages of type `M` cross nodes to actors of type `A` under
+    /// the wire name `name`, chosen by you and kept across versions
+    /// (`"chat.Post"`): the type may move between modules and crates, and
+    /// nodes of different builds still understand each other. Every node
+    /// registers the same name. A message whose name the receiving node
+    /// has not registered for its target becomes a dead letter there
+    /// (counted in [`NodeStats::undeliverable`]; an ask gets no reply at
+    /// once); the link stays up.
+    pub fn register_as<A, M>(&self, name: &str) -> Result<(), RegisterError>
+    where
+        A: Handler<M>,
+        M: Message + Serialize + DeserializeOwned,
+        M::Reply: Serialize + DeserializeOwned,
+    {
+        self.shared.codecs.register::<A, M>(name)
     }
 
     /// Makes `actor` reachable from other nodes under `name` (replacing

@@ -155,6 +155,8 @@ pub(crate) struct NodeActor {
     proxies: Proxies,
     /// Asks and lookups waiting for a peer's answer.
     pending: Pending,
+    /// Message types already reported undeliverable (logged once each).
+    pub(super) warned_types: HashSet<u64>,
     /// Exported actor id -> links that looked it up.
     watchers: HashMap<u64, HashSet<u64>>,
     dials: HashMap<SocketAddr, Dial>,
@@ -199,6 +201,7 @@ impl NodeActor {
             proxies: Proxies::default(),
             pending: Pending::new(),
             watchers: HashMap::new(),
+            warned_types: HashSet::new(),
             dials,
             next_link: 1,
             flush_queued: false,

@@ -39,9 +39,13 @@ struct Args {
     /// What this node does.
     #[arg(long, value_enum, default_value_t = Role::Worker)]
     role: Role,
-    /// The cluster secret, the same on every node (not empty).
-    #[arg(long, env = "RINGMAIL_SECRET", hide_env_values = true, value_parser = non_empty)]
+    /// The cluster secret, the same on every node (at least 128 bits' worth: make one
+    /// with --gen-secret).
+    #[arg(long, env = "RINGMAIL_SECRET", hide_env_values = true, value_parser = strong)]
     secret: Option<String>,
+    /// Print a new random cluster secret and exit.
+    #[arg(long, exclusive = true)]
+    gen_secret: bool,
 }
 
 /// What a node does.
@@ -56,12 +60,19 @@ enum Role {
     Watch,
 }
 
-fn non_empty(s: &str) -> Result<String, String> {
+fn strong(s: &str) -> Result<String, String> {
+    use ringmail::remote::{secret_bits, MIN_SECRET_BITS};
     if s.is_empty() {
-        Err("the cluster secret must not be empty".into())
-    } else {
-        Ok(s.to_string())
+        return Err("the cluster secret must not be empty".into());
     }
+    let bits = secret_bits(s.as_bytes());
+    if bits < MIN_SECRET_BITS {
+        return Err(format!(
+            "the cluster secret is too weak: about {bits} bits, {MIN_SECRET_BITS} needed \
+             (make one with `cluster --gen-secret`)"
+        ));
+    }
+    Ok(s.to_string())
 }
 
 const TEXT: &str = "the ring passes the message and the message passes the ring \
@@ -70,6 +81,16 @@ const TEXT: &str = "the ring passes the message and the message passes the ring 
 
 fn main() {
     let args = Args::parse();
+    if args.gen_secret {
+        match ringmail::remote::new_secret() {
+            Ok(s) => println!("{s}"),
+            Err(e) => {
+                eprintln!("cluster: {e}");
+                std::process::exit(1);
+            }
+        }
+        return;
+    }
     ringmail_examples::server::init_logging();
     match args.name.clone() {
         Some(name) => run_node(&name, args),
@@ -79,10 +100,7 @@ fn main() {
 
 /// Starts the three nodes as child processes and waits for them.
 fn orchestrate(secret: Option<String>) {
-    let secret = secret.unwrap_or_else(|| {
-        let n = ringmail::remote::wire::handshake::random_u64().expect("randomness");
-        format!("demo-{n:016x}")
-    });
+    let secret = secret.unwrap_or_else(|| ringmail::remote::new_secret().expect("randomness"));
     let exe = std::env::current_exe().expect("own path");
     let mut ports = Vec::new();
     while ports.len() < 3 {
@@ -150,7 +168,7 @@ fn run_node(name: &str, args: Args) {
             eprintln!("{name}: cannot start: {e}");
             std::process::exit(1)
         });
-    cluster::register_all(&node);
+    cluster::register_all(&node).expect("distinct wire names");
     println!(
         "{name}: node up on {}, incarnation {:016x}, pid {}",
         node.local_addr(),

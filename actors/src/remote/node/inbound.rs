@@ -207,7 +207,9 @@ impl NodeActor {
             return Ok(());
         };
         let Some((decode, encode_reply)) = self.shared.codecs.decoder(export.actor_type, ty) else {
-            return Err(format!("message type {ty:#x} is not registered for {}", export.type_name));
+            let why = format!("message type {ty:#x} is not registered for {}", export.type_name);
+            self.undeliverable(link, ty, req, &why);
+            return Ok(());
         };
         if req.is_some() {
             if let Some(l) = self.links.get_mut(&link) {
@@ -221,9 +223,34 @@ impl NodeActor {
                 me.deliver_forced(SendReply { link, req, payload });
             }))
         });
-        let m = decode(payload, reply).map_err(|e| format!("message does not decode: {e}"))?;
+        let m = match decode(payload, reply) {
+            Ok(m) => m,
+            Err(e) => {
+                // The reply slot was dropped with the failed decode, which
+                // answers the asker (no reply) as a stopped actor would.
+                let why =
+                    format!("message type {ty:#x} for {} does not decode: {e}", export.type_name);
+                self.undeliverable(link, ty, None, &why);
+                return Ok(());
+            }
+        };
         (export.deliver)(m);
         Ok(())
+    }
+
+    /// A message this node cannot hand to its target: a dead letter,
+    /// counted; an ask is answered with no reply at once. Logged once per
+    /// message type, so a flood of them does not flood the log. The link
+    /// stays up: the rest of its stream is fine.
+    fn undeliverable(&mut self, link: u64, ty: u64, req: Option<u64>, why: &str) {
+        self.shared.counters.undeliverable.fetch_add(1, Ordering::Relaxed);
+        dead_letter();
+        if let Some(req) = req {
+            self.queue(link, &Frame::Reply { req, payload: None });
+        }
+        if self.warned_types.insert(ty) {
+            tracing::warn!(node = %self.shared.cfg.name, "{why}: a dead letter (logged once per type)");
+        }
     }
 }
 
