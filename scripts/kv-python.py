@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The KV server driven by Python's `redis` package at its default settings,
 as a Python user would: `redis.Redis(port=...)`, `decode_responses`, a
-transaction pipeline, `scan_iter`, pub-sub across workers, `INFO`.
+transaction pipeline, `scan_iter`, `BLPOP` woken by another client, pub-sub
+across workers, `INFO`.
 
 Usage: kv-python.py PORT   (a `kv` server with several workers listens there)
 Exits 1 with the failing check's message; prints one line per section.
@@ -58,6 +59,19 @@ def main():
     except redis.ResponseError as e:
         check(str(e).startswith("WRONGTYPE"), f"WRONGTYPE: {e}")
     print("hashes, lists, sets: ok")
+
+    # BLPOP woken by a push from another client
+    box = []
+    waiter = redis.Redis(port=port, decode_responses=True, socket_timeout=20)
+    th = threading.Thread(target=lambda: box.append(waiter.blpop(["{jobs}q"], timeout=10)))
+    th.start()
+    time.sleep(0.2)
+    check(not box, "BLPOP returned before a push")
+    r.rpush("{jobs}q", "job-1")
+    th.join(15)
+    check(box == [("{jobs}q", "job-1")], f"BLPOP got {box}")
+    check(r.blpop(["{jobs}q"], timeout=0.1) is None, "BLPOP timeout")
+    print("blpop: ok")
 
     # a transaction pipeline (redis-py's default pipeline is MULTI/EXEC);
     # its keys share a hash tag, so they live on one shard

@@ -763,3 +763,54 @@ fn subscribed_connections_speak_redis_subscribed_mode_in_resp2_and_pushes_in_res
     }
     system.shutdown();
 }
+
+#[test]
+fn blpop_waits_as_shard_state_and_is_woken_by_a_push_from_another_client() {
+    let (system, srv) = serve(3);
+    let mut pusher = client(&srv);
+    // Ready at once: no wait.
+    let _: () = pusher.rpush("{q}ready", "x").unwrap();
+    let mut c = client(&srv);
+    let got: Option<(String, String)> = c.blpop("{q}ready", 1.0).unwrap();
+    assert_eq!(got, Some(("{q}ready".into(), "x".into())));
+    // A timeout: a null reply after about the time asked.
+    let t0 = std::time::Instant::now();
+    let got: Option<(String, String)> = c.blpop("{q}empty", 0.2).unwrap();
+    assert_eq!(got, None);
+    assert!(t0.elapsed() >= Duration::from_millis(190), "{:?}", t0.elapsed());
+    // Two clients block on one key; pushes serve them first come first served.
+    let waiter = |first: bool| {
+        let mut w = client(&srv);
+        std::thread::spawn(move || {
+            let r: Option<(String, String)> =
+                if first { w.blpop("{q}jobs", 0.0) } else { w.brpop("{q}jobs", 0.0) }.unwrap();
+            r
+        })
+    };
+    let a = waiter(true);
+    std::thread::sleep(Duration::from_millis(100)); // a blocks first
+    let b = waiter(false);
+    std::thread::sleep(Duration::from_millis(100));
+    let _: () = pusher.rpush("{q}jobs", &["j1", "j2"]).unwrap();
+    assert_eq!(a.join().unwrap(), Some(("{q}jobs".into(), "j1".into())));
+    assert_eq!(b.join().unwrap(), Some(("{q}jobs".into(), "j2".into())));
+    assert_eq!(pusher.llen::<_, i64>("{q}jobs").unwrap(), 0, "each job popped once");
+    // A blocked client that goes away is never served: the push stays.
+    {
+        let mut gone = TcpStream::connect(srv.addr).unwrap();
+        gone.write_all(b"*3\r\n$5\r\nBLPOP\r\n$6\r\n{q}one\r\n$1\r\n0\r\n").unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+    } // closed while blocked
+    std::thread::sleep(Duration::from_millis(200));
+    let _: () = pusher.rpush("{q}one", "kept").unwrap();
+    assert_eq!(pusher.lrange::<_, Vec<String>>("{q}one", 0, -1).unwrap(), ["kept"]);
+    // Keys on two shards, a wrong type, a bad timeout: refused as Redis does.
+    let e = err_text(cmd("BLPOP").arg("a").arg("b").arg("c").arg("d").arg(0).query::<()>(&mut c));
+    assert!(e.contains("same slot"), "{e}");
+    let _: () = pusher.set("{q}str", "v").unwrap();
+    let e = err_text(cmd("BLPOP").arg("{q}str").arg(0).query::<()>(&mut c));
+    assert!(e.contains("WRONGTYPE"), "{e}");
+    let e = err_text(cmd("BLPOP").arg("{q}x").arg(-1).query::<()>(&mut c));
+    assert!(e.contains("timeout is negative"), "{e}");
+    system.shutdown();
+}

@@ -138,6 +138,8 @@ pub enum Reply {
     Bulk(Vec<u8>),
     /// `$-1`
     Nil,
+    /// `*-1`: a null array (a blocking pop that timed out); `_` in RESP3.
+    NullArray,
     /// `*n` followed by the elements.
     Array(Vec<Reply>),
     /// A map: RESP3 `%n` and its pairs; in RESP2 a flat array of them.
@@ -183,6 +185,8 @@ impl Reply {
             }
             Reply::Nil if resp3 => out.push(b'_'),
             Reply::Nil => out.extend_from_slice(b"$-1"),
+            Reply::NullArray if resp3 => out.push(b'_'),
+            Reply::NullArray => out.extend_from_slice(b"*-1"),
             Reply::Array(items) | Reply::Set(items) | Reply::Push(items) => {
                 out.push(match self {
                     Reply::Set(_) if resp3 => b'~',

@@ -463,6 +463,74 @@ pub struct KeyShard {
     /// Replies waiting for the log to hold what they acknowledge, in
     /// order (see [`super::aof`]).
     held: VecDeque<Held>,
+    /// Clients blocked in `BLPOP`/`BRPOP` here (see [`Waiter`]).
+    blocked: Blocked,
+}
+
+/// A client blocked in `BLPOP`/`BRPOP`: its request waits here, as state
+/// of the shard actor (no thread waits), until a push to one of its keys
+/// serves it, its timeout fires, or its connection closes.
+struct Waiter {
+    from: ActorRef<KvWorker>,
+    conn: ConnId,
+    seq: u64,
+    part: u32,
+    keys: Vec<Vec<u8>>,
+    /// `BLPOP` (else `BRPOP`).
+    left: bool,
+    timer: Option<ringmail::TimerId>,
+}
+
+/// The blocked clients of a shard: by id, and in arrival order per key
+/// (the first to block on a key is served first, as in Redis).
+#[derive(Default)]
+struct Blocked {
+    waiters: HashMap<u64, Waiter>,
+    by_key: HashMap<Vec<u8>, VecDeque<u64>>,
+    next: u64,
+}
+
+impl Blocked {
+    /// Takes waiter `id` out of every queue.
+    fn remove(&mut self, id: u64) -> Option<Waiter> {
+        let w = self.waiters.remove(&id)?;
+        for k in &w.keys {
+            if let Some(q) = self.by_key.get_mut(k) {
+                q.retain(|&x| x != id);
+                if q.is_empty() {
+                    self.by_key.remove(k);
+                }
+            }
+        }
+        Some(w)
+    }
+}
+
+/// A blocked client's timeout.
+struct BlockTimeout(u64);
+impl Message for BlockTimeout {
+    type Reply = ();
+}
+
+/// From a worker: this connection closed; its blocked requests here are
+/// dropped (nothing is popped for it any more).
+pub struct Unblock {
+    worker: u64,
+    conn: ConnId,
+}
+impl Message for Unblock {
+    type Reply = ();
+}
+
+/// What running one request on a shard gave.
+enum Ran {
+    Reply(Reply),
+    /// `BLPOP`/`BRPOP` found nothing: wait (0: for ever).
+    Block {
+        keys: Vec<Vec<u8>>,
+        left: bool,
+        timeout: std::time::Duration,
+    },
 }
 
 /// One batch's replies, held until the log reaches `mark`.
@@ -573,48 +641,187 @@ impl Message for Batch {
 impl Handler<Batch> for KeyShard {
     fn handle(&mut self, batch: Batch, ctx: &mut Context<Self>) {
         let now = Instant::now();
-        let Some(aof) = self.aof.as_mut() else {
-            let replies = batch
-                .reqs
-                .into_iter()
-                .map(|r| {
-                    let reply = if r.args[0].eq_ignore_ascii_case(b"info") {
-                        shard_info(&self.space, None, now)
-                    } else {
-                        self.space.execute(&r.args, now).unwrap_or(Reply::Nil)
-                    };
-                    (r.conn, r.seq, r.part, reply)
-                })
-                .collect();
-            // A stopped worker's replies are dead letters (its clients are gone).
-            let _ = batch.from.tell(Replies(replies));
-            return;
-        };
+        let mut replies = Vec::with_capacity(batch.reqs.len());
         let mut writes = Vec::with_capacity(batch.reqs.len());
-        let replies = batch
-            .reqs
-            .into_iter()
-            .map(|r| {
-                let before = aof.logged();
-                let reply = if r.args[0].eq_ignore_ascii_case(b"info") {
-                    shard_info(&self.space, Some(aof), now)
-                } else if aof.error().is_some() && is_write(&r.args[0]) {
-                    aof.misconf() // refused before it runs
+        for r in batch.reqs {
+            let before = self.logged();
+            match self.run(&r.args, now) {
+                Ran::Reply(reply) => {
+                    writes.push(self.logged() > before);
+                    replies.push((r.conn, r.seq, r.part, reply));
+                }
+                Ran::Block { keys, left, timeout } => {
+                    let id = self.blocked.next;
+                    self.blocked.next += 1;
+                    let timer = (!timeout.is_zero())
+                        .then(|| ctx.send_after(timeout, BlockTimeout(id)))
+                        .flatten();
+                    for k in &keys {
+                        self.blocked.by_key.entry(k.clone()).or_default().push_back(id);
+                    }
+                    let (from, conn, seq, part) = (batch.from.clone(), r.conn, r.seq, r.part);
+                    let w = Waiter { from, conn, seq, part, keys, left, timer };
+                    self.blocked.waiters.insert(id, w);
+                }
+            }
+            // A push may serve clients blocked on its key, before the next
+            // request runs (as Redis serves them after each command).
+            if !self.blocked.waiters.is_empty()
+                && matches!(Lower::of(&r.args[0]).as_bytes(), b"lpush" | b"rpush" | b"rename")
+            {
+                let key = if r.args[0].eq_ignore_ascii_case(b"rename") {
+                    r.args.get(2)
                 } else {
-                    let reply = self.space.execute(&r.args, now).unwrap_or(Reply::Nil);
-                    aof.record(&mut self.space, &r.args, &reply, now);
-                    reply
+                    r.args.get(1)
                 };
-                writes.push(aof.logged() > before);
-                (r.conn, r.seq, r.part, reply)
-            })
-            .collect();
-        aof.kick(ctx);
-        self.held.push_back(Held { mark: aof.logged(), from: batch.from, replies, writes });
-        self.release();
+                if let Some(key) = key.cloned() {
+                    self.serve_blocked(&key, now, ctx);
+                }
+            }
+        }
+        self.send(batch.from, replies, writes, ctx);
     }
 }
 // ANCHOR_END: shard
+
+impl KeyShard {
+    fn logged(&self) -> u64 {
+        self.aof.as_ref().map_or(0, Aof::logged)
+    }
+
+    /// Runs one request: executes it (and logs what it changed), or says
+    /// it blocks.
+    fn run(&mut self, args: &[Vec<u8>], now: Instant) -> Ran {
+        let cmd = Lower::of(&args[0]);
+        match cmd.as_bytes() {
+            b"info" => return Ran::Reply(shard_info(&self.space, self.aof.as_ref(), now)),
+            b"blpop" | b"brpop" => return self.blocking_pop(cmd.as_bytes() == b"blpop", args, now),
+            _ => {}
+        }
+        match self.aof.as_mut() {
+            Some(aof) if aof.error().is_some() && is_write(&args[0]) => Ran::Reply(aof.misconf()),
+            Some(aof) => {
+                let reply = self.space.execute(args, now).unwrap_or(Reply::Nil);
+                aof.record(&mut self.space, args, &reply, now);
+                Ran::Reply(reply)
+            }
+            None => Ran::Reply(self.space.execute(args, now).unwrap_or(Reply::Nil)),
+        }
+    }
+
+    /// `BLPOP key... timeout`: the first non-empty list's head now, or a
+    /// wait. The pop is logged as `LPOP`/`RPOP`.
+    fn blocking_pop(&mut self, left: bool, args: &[Vec<u8>], now: Instant) -> Ran {
+        let name = if left { "blpop" } else { "brpop" };
+        let [_, keys @ .., timeout] = args else { return Ran::Reply(wrong_arity(name)) };
+        if keys.is_empty() {
+            return Ran::Reply(wrong_arity(name));
+        }
+        let secs = std::str::from_utf8(timeout).ok().and_then(|t| t.parse::<f64>().ok());
+        let timeout = match secs {
+            Some(s) if s < 0.0 => {
+                return Ran::Reply(Reply::Error("ERR timeout is negative".into()))
+            }
+            Some(s) if s.is_finite() && s < 1e9 => std::time::Duration::from_secs_f64(s),
+            _ => {
+                return Ran::Reply(Reply::Error(
+                    "ERR timeout is not a float or out of range".into(),
+                ))
+            }
+        };
+        if let Some(aof) = self.aof.as_ref() {
+            if aof.error().is_some() {
+                return Ran::Reply(aof.misconf());
+            }
+        }
+        for k in keys {
+            match self.pop(k, left, now) {
+                Some(Reply::Bulk(v)) => {
+                    return Ran::Reply(Reply::Array(vec![Reply::Bulk(k.clone()), Reply::Bulk(v)]))
+                }
+                Some(e @ Reply::Error(_)) => return Ran::Reply(e), // WRONGTYPE
+                _ => {}
+            }
+        }
+        Ran::Block { keys: keys.to_vec(), left, timeout }
+    }
+
+    /// Pops the head (or tail) of the list at `k`, logging it: the value,
+    /// nil when there is none, or WRONGTYPE.
+    fn pop(&mut self, k: &[u8], left: bool, now: Instant) -> Option<Reply> {
+        let args = vec![if left { b"LPOP".to_vec() } else { b"RPOP".to_vec() }, k.to_vec()];
+        let reply = self.space.execute(&args, now)?;
+        if let Some(aof) = self.aof.as_mut() {
+            aof.record(&mut self.space, &args, &reply, now);
+        }
+        Some(reply)
+    }
+
+    /// Serves the clients blocked on `key`, first come first served, while
+    /// its list has elements.
+    fn serve_blocked(&mut self, key: &[u8], now: Instant, ctx: &Context<Self>) {
+        while let Some(&id) = self.blocked.by_key.get(key).and_then(|q| q.front()) {
+            let left = self.blocked.waiters.get(&id).is_none_or(|w| w.left);
+            let before = self.logged();
+            let Some(Reply::Bulk(v)) = self.pop(key, left, now) else { return };
+            let w = self.blocked.remove(id).expect("queued waiters exist");
+            if let Some(t) = w.timer {
+                ctx.cancel_timer(t);
+            }
+            let reply = Reply::Array(vec![Reply::Bulk(key.to_vec()), Reply::Bulk(v)]);
+            let wrote = self.logged() > before;
+            self.send(w.from, vec![(w.conn, w.seq, w.part, reply)], vec![wrote], ctx);
+        }
+    }
+
+    /// Sends replies to a worker: at once without a log, else once the log
+    /// holds what they acknowledge (see [`super::aof`]).
+    fn send(
+        &mut self,
+        to: ActorRef<KvWorker>,
+        replies: Vec<(ConnId, u64, u32, Reply)>,
+        writes: Vec<bool>,
+        ctx: &Context<Self>,
+    ) {
+        match self.aof.as_mut() {
+            None => {
+                // A stopped worker's replies are dead letters (its clients are gone).
+                let _ = to.tell(Replies(replies));
+            }
+            Some(aof) => {
+                aof.kick(ctx);
+                self.held.push_back(Held { mark: aof.logged(), from: to, replies, writes });
+                self.release();
+            }
+        }
+    }
+}
+
+impl Handler<BlockTimeout> for KeyShard {
+    fn handle(&mut self, BlockTimeout(id): BlockTimeout, ctx: &mut Context<Self>) {
+        if let Some(w) = self.blocked.remove(id) {
+            let replies = vec![(w.conn, w.seq, w.part, Reply::NullArray)];
+            self.send(w.from, replies, vec![false], ctx);
+        }
+    }
+}
+
+impl Handler<Unblock> for KeyShard {
+    fn handle(&mut self, u: Unblock, ctx: &mut Context<Self>) {
+        let gone: Vec<u64> = self
+            .blocked
+            .waiters
+            .iter()
+            .filter(|(_, w)| w.from.id() == u.worker && w.conn == u.conn)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in gone {
+            if let Some(t) = self.blocked.remove(id).and_then(|w| w.timer) {
+                ctx.cancel_timer(t);
+            }
+        }
+    }
+}
 
 /// A shard's part of `INFO`: its counts, in the order of [`ShardInfo`].
 fn shard_info(space: &Keyspace, aof: Option<&Aof>, now: Instant) -> Reply {
@@ -971,6 +1178,9 @@ pub struct KvWorker {
     subs: Subscriptions,
     /// The server's workers (see [`super::pubsub`]).
     group: Option<ringmail::Group<Publish>>,
+    /// Per connection, the shards it sent a blocking pop to: told when it
+    /// closes, so that nothing is popped for it afterwards.
+    blocking: HashMap<ConnId, Vec<usize>>,
 }
 
 impl Actor for KvWorker {
@@ -1027,6 +1237,11 @@ impl Handler<NetEvent> for KvWorker {
             Some(Input::Closed(conn)) if self.clients.remove(&conn).is_some() => {
                 WorkerStats::bump(&self.stats.connected, -1);
                 self.subs.drop_conn(conn);
+                let worker = self.me.as_ref().map_or(0, |m| m.id());
+                for s in self.blocking.remove(&conn).unwrap_or_default() {
+                    // A stopped shard has no waiter left to drop.
+                    let _ = self.shards[s].tell(Unblock { worker, conn });
+                }
             }
             Some(Input::Closed(_)) => {}
             None => {}
@@ -1094,6 +1309,7 @@ impl KvWorker {
             info,
             subs: Subscriptions::default(),
             group: None,
+            blocking: HashMap::new(),
         }
     }
 
@@ -1263,6 +1479,31 @@ impl KvWorker {
             }
             b"scan" if args.len() >= 2 => self.scan(conn, seq, args),
             b"publish" if args.len() == 3 => self.publish(conn, seq, args),
+            // Blocking pops: all keys on one shard (Redis Cluster's rule),
+            // which keeps the request until it can answer.
+            b"blpop" | b"brpop" if args.len() >= 3 => {
+                let mut shards: Vec<usize> =
+                    args[1..args.len() - 1].iter().map(|k| shard_of(k, n)).collect();
+                shards.dedup();
+                shards.sort_unstable();
+                shards.dedup();
+                if shards.len() > 1 {
+                    return Pending::ready(Reply::Error(CROSSSLOT.into()));
+                }
+                let s = shards[0];
+                let blocking = self.blocking.entry(conn).or_default();
+                if !blocking.contains(&s) {
+                    blocking.push(s);
+                }
+                self.outgoing[s].push(Req { conn, seq, part: 0, args });
+                Pending {
+                    left: 1,
+                    parts: vec![None],
+                    combine: Combine::Single,
+                    done: None,
+                    resp3: false,
+                }
+            }
             b"del" | b"unlink" | b"exists" | b"mget" if args.len() >= 2 => self.split(
                 conn,
                 seq,
@@ -1459,7 +1700,7 @@ impl KeyShard {
 
     /// A partition with this content, logging to `aof`.
     pub fn with(space: Keyspace, aof: Option<Aof>) -> Self {
-        KeyShard { space, aof, held: VecDeque::new() }
+        KeyShard { space, aof, held: VecDeque::new(), blocked: Blocked::default() }
     }
 }
 
