@@ -30,7 +30,7 @@ use ringmail_examples::cluster::{self, Seq, SeqCheck, SeqSeen};
 
 use crate::harness::{open_fds, rss_kib};
 
-const SECRET: &str = "7b3e91d04c6fa2858e1d3c5b9a0f47e2";
+const SECRET: &str = "cb3433c425b35a296be3b07da99b1580539a02b9508a6ff9f320a031f13840c6";
 
 /// A small deterministic generator (xorshift), seeded per thread.
 struct Rng(u64);

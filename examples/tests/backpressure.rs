@@ -12,7 +12,7 @@ use ringmail::remote::{Node, NodeConfig, NodeEvent};
 use ringmail::{ActorRef, System, SystemConfig, TellError};
 use ringmail_examples::cluster::{self, Line, Totals, WordCounter};
 
-const SECRET: &str = "7b3e91d04c6fa2858e1d3c5b9a0f47e2";
+const SECRET: &str = "cb3433c425b35a296be3b07da99b1580539a02b9508a6ff9f320a031f13840c6";
 const T: Duration = Duration::from_secs(20);
 
 mod common;

@@ -96,7 +96,7 @@ fn servers_refuse_bad_command_lines_with_one_clear_line() {
     assert!(err.contains("the cluster secret is too weak"), "{err}");
     assert!(err.contains("--gen-secret"), "says how to make one: {err}");
     let (status, made, _) = exec(cluster, &["--gen-secret"]);
-    assert!(status.success() && made.trim().len() == 32, "{made}");
+    assert!(status.success() && made.trim().len() == 64, "{made}");
     let err = refused(cluster, &["--name", "x", "--join", "10.0.0.1"]);
     assert!(err.contains("invalid value '10.0.0.1' for '--join <JOIN>'"), "{err}");
 }

@@ -12,7 +12,7 @@ use ringmail::remote::{Node, NodeConfig, NodeEvent};
 use ringmail::{Actor, Context, Down, Handler, StopReason, System, TellError};
 use ringmail_examples::cluster::{self, Ping, Pong, Seq, SeqCheck, SeqReport};
 
-const SECRET: &str = "7b3e91d04c6fa2858e1d3c5b9a0f47e2";
+const SECRET: &str = "cb3433c425b35a296be3b07da99b1580539a02b9508a6ff9f320a031f13840c6";
 const T: Duration = Duration::from_secs(20);
 
 /// The tests of this binary run one at a time: each starts node processes
@@ -175,7 +175,7 @@ fn kill_9_fires_monitors_in_bound_and_a_restart_is_a_new_incarnation() {
 fn a_wrong_secret_is_rejected() {
     let _serial = one_at_a_time();
     let addr = free_addr();
-    let _w = worker("w3", addr, "c82f05a9e14d7b36f0a2c9e5d18b4f73");
+    let _w = worker("w3", addr, "c5f3b47e0d6a0f74b71c82aedf5b9acf950e0f7c8980ecbb6296b771b2a206ea");
     let system = System::new();
     let node = me(&system, &[addr]);
     let deadline = Instant::now() + Duration::from_secs(5);

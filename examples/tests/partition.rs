@@ -73,7 +73,7 @@ fn node(ns: &str, args: &[&str]) -> (Proc, ChildStdout) {
     let mut child = Command::new("ip")
         .args(["netns", "exec", ns, env!("CARGO_BIN_EXE_cluster")])
         .args(args)
-        .env("RINGMAIL_SECRET", "7b3e91d04c6fa2858e1d3c5b9a0f47e2")
+        .env("RINGMAIL_SECRET", "cb3433c425b35a296be3b07da99b1580539a02b9508a6ff9f320a031f13840c6")
         .stdout(Stdio::piped())
         .spawn()
         .expect("start a node in a namespace");

@@ -9,9 +9,9 @@ use ringmail::remote::{Node, NodeConfig};
 use ringmail::System;
 
 /// The cluster secret of these tests (strong enough: see `remote::secret_bits`).
-const SECRET: &str = "7b3e91d04c6fa2858e1d3c5b9a0f47e2";
+const SECRET: &str = "cb3433c425b35a296be3b07da99b1580539a02b9508a6ff9f320a031f13840c6";
 /// Another strong secret, for a node that must not join.
-const OTHER_SECRET: &str = "c82f05a9e14d7b36f0a2c9e5d18b4f73";
+const OTHER_SECRET: &str = "c5f3b47e0d6a0f74b71c82aedf5b9acf950e0f7c8980ecbb6296b771b2a206ea";
 
 fn loopback() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 0))
@@ -75,6 +75,8 @@ fn a_node_with_a_guessable_secret_refuses_to_start_and_a_made_one_is_accepted() 
         "passwordpasswordpasswordpassword", // a repeated word counts once
         "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
         "0123456789",
+        "aaaaaaaaaaaaaaaaaaaaaaaaabcdefgh", // few distinct bytes
+        "Password1Password1Password1!",
     ] {
         match Node::start(&system, NodeConfig::new("weak", loopback(), weak)) {
             Err(e @ NodeError::WeakSecret { bits }) => {
@@ -87,7 +89,7 @@ fn a_node_with_a_guessable_secret_refuses_to_start_and_a_made_one_is_accepted() 
         }
     }
     let made = new_secret().unwrap();
-    assert_eq!(made.len(), 32);
+    assert_eq!(made.len(), 64);
     assert!(secret_bits(made.as_bytes()) >= MIN_SECRET_BITS, "{made}");
     assert_ne!(made, new_secret().unwrap(), "random each time");
     // A long passphrase of several classes is strong enough.

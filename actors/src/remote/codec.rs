@@ -94,6 +94,11 @@ impl Codecs {
         M::Reply: Serialize + DeserializeOwned,
     {
         let ty = type_number(name);
+        if let Some(old) = self.by_msg.get(&TypeId::of::<M>()).map(|c| c.ty) {
+            if old != ty {
+                return Err(RegisterError::Renamed { type_name: std::any::type_name::<M>() });
+            }
+        }
         match self.by_number.entry(ty) {
             dashmap::Entry::Occupied(e) if e.get().0 != TypeId::of::<M>() => {
                 return Err(RegisterError::NameTaken { name: e.get().1.clone() });
@@ -101,11 +106,6 @@ impl Codecs {
             dashmap::Entry::Occupied(_) => {}
             dashmap::Entry::Vacant(e) => {
                 e.insert((TypeId::of::<M>(), name.to_string()));
-            }
-        }
-        if let Some(old) = self.by_msg.get(&TypeId::of::<M>()).map(|c| c.ty) {
-            if old != ty {
-                return Err(RegisterError::Renamed { type_name: std::any::type_name::<M>() });
             }
         }
         self.by_msg.insert(

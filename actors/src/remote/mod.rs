@@ -279,11 +279,13 @@ pub const MIN_SECRET_BITS: u32 = 128;
 
 /// A conservative estimate of a secret's strength in bits, as if each byte
 /// were drawn at random from the character classes it uses (lower case,
-/// upper case, digits, other printable ASCII, anything else): a secret made
-/// of a repeated part counts that part once, and one of fewer than 8
-/// distinct bytes counts at most 3 bits a byte. A random 32-character hex
-/// string (as [`new_secret`] makes) rates about 165; a dictionary word far
-/// below [`MIN_SECRET_BITS`].
+/// upper case, digits, other printable ASCII, anything else), but no more
+/// than the variety of distinct bytes it shows allows (log2 of their
+/// count); a secret made of a repeated part counts that part once. A
+/// random 64-character hex string (as [`new_secret`] makes) rates about
+/// 256; a dictionary word, a repeated word or a long run of a few
+/// characters far below [`MIN_SECRET_BITS`]. It is an estimate, not a
+/// proof: a secret from a random generator is the safe choice.
 pub fn secret_bits(secret: &[u8]) -> u32 {
     // The shortest period: "abcabcabc" counts as "abc".
     let n = secret.len();
@@ -297,21 +299,22 @@ pub fn secret_bits(secret: &[u8]) -> u32 {
         + class(u8::is_ascii_digit, 10)
         + class(|b| b.is_ascii_graphic() && !b.is_ascii_alphanumeric() || *b == b' ', 33)
         + class(|b| !b.is_ascii_graphic() && *b != b' ', 128);
+    // A byte is worth at most what its class offers and what the variety
+    // actually used shows (a long string of few distinct bytes is weak).
     let distinct = part.iter().collect::<std::collections::HashSet<_>>().len();
-    let per_byte = if distinct < 8 {
-        3.0f64.min(f64::from(alphabet.max(1)).log2())
-    } else {
-        f64::from(alphabet.max(1)).log2()
-    };
+    let per_byte = f64::from(alphabet.max(1)).log2().min((distinct.max(1) as f64).log2());
     (period as f64 * per_byte) as u32
 }
 
-/// A new random cluster secret: 32 hex digits (128 random bits), from the
+/// A new random cluster secret: 64 hex digits (256 random bits), from the
 /// operating system's randomness.
 pub fn new_secret() -> Result<String, NodeError> {
-    let a = wire::handshake::random_u64().map_err(|e| NodeError::Random(e.to_string()))?;
-    let b = wire::handshake::random_u64().map_err(|e| NodeError::Random(e.to_string()))?;
-    Ok(format!("{a:016x}{b:016x}"))
+    let mut out = String::with_capacity(64);
+    for _ in 0..4 {
+        let n = wire::handshake::random_u64().map_err(|e| NodeError::Random(e.to_string()))?;
+        out.push_str(&format!("{n:016x}"));
+    }
+    Ok(out)
 }
 
 impl std::fmt::Display for NodeError {
@@ -329,8 +332,8 @@ impl std::fmt::Display for NodeError {
             NodeError::WeakSecret { bits } => write!(
                 f,
                 "the cluster secret is too weak to resist guessing: about {bits} bits, at least \
-                 {MIN_SECRET_BITS} needed (32 random hex digits, as `ringmail::remote::new_secret` \
-                 makes, have 128)"
+                 {MIN_SECRET_BITS} needed (64 random hex digits, as `ringmail::remote::new_secret` \
+                 makes, have 256)"
             ),
         }
     }

@@ -314,7 +314,16 @@ impl Aof {
                 }
                 self.deadline_of(ks, &args[1], now);
             }
-            b"rename" if ok => self.raw(args),
+            // Logged as its effect: at replay, `from` may already be gone
+            // (past a deadline it had), and a raw RENAME would then leave
+            // `to`'s old value in place.
+            b"rename" if ok && args[1] != args[2] => {
+                self.raw(&[b"DEL".to_vec(), args[1].clone()]);
+                for c in ks.rebuild(&args[2], now) {
+                    self.raw(&c);
+                }
+                self.deadline_of(ks, &args[2], now);
+            }
             // Hashes, lists and sets: the command itself (deterministic on
             // the same state), then the key's deadline, so that a replay
             // after the deadline does not bring back a key created anew.
@@ -733,6 +742,9 @@ mod tests {
             &["HSET", "gone", "f", "v"],
             &["PEXPIRE", "gone", "50"],
             &["HSET", "gone", "g", "w"], // logged with its deadline: past it at replay, gone
+            &["SET", "to", "old"],
+            &["SET", "from", "new", "PX", "50"],
+            &["RENAME", "from", "to"], // `to` takes `from`'s deadline: gone at replay
             &["RPUSH", "kept", "a"],
             &["EXPIRE", "kept", "100"],
             &["PERSIST", "kept"],
@@ -760,6 +772,7 @@ mod tests {
         assert_eq!(run(ks, &["LRANGE", "l", "0", "-1"]), Reply::Array(vec![b("y"), b("z")]));
         assert_eq!(run(ks, &["SMEMBERS", "s"]), Reply::Set(vec![b("m")]));
         assert_eq!(run(ks, &["EXISTS", "gone"]), Reply::Int(0), "expired, not reborn");
+        assert_eq!(run(ks, &["EXISTS", "to", "from"]), Reply::Int(0), "renamed, then expired");
         assert_eq!(run(ks, &["TTL", "kept"]), Reply::Int(-1), "persisted");
         std::fs::remove_dir_all(&d).unwrap();
     }

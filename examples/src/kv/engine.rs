@@ -163,6 +163,9 @@ pub(super) const NOT_INT: &str = "ERR value is not an integer or out of range";
 /// (it must fit in milliseconds, and in this clock).
 fn deadline(now: Instant, n: i64, unit_ms: i64) -> Option<Instant> {
     let ms = n.checked_mul(unit_ms)?;
+    // As Redis: the absolute time in Unix milliseconds must fit an i64
+    // (it is what the log records, as PEXPIREAT).
+    (unix_ms() as i64).checked_add(ms)?;
     now.checked_add(Duration::from_millis(u64::try_from(ms).ok()?))
 }
 
@@ -463,8 +466,9 @@ impl Keyspace {
                     None => Reply::Int(-2),
                     Some(Entry { expires: None, .. }) => Reply::Int(-1),
                     Some(Entry { expires: Some(t), .. }) => {
-                        let ms = t.saturating_duration_since(now).as_millis() as i64;
-                        Reply::Int(if cmd == "ttl" { (ms + 500) / 1000 } else { ms })
+                        let ms = i64::try_from(t.saturating_duration_since(now).as_millis())
+                            .unwrap_or(i64::MAX);
+                        Reply::Int(if cmd == "ttl" { ms.saturating_add(500) / 1000 } else { ms })
                     }
                 },
                 _ => arity(cmd),
@@ -579,7 +583,7 @@ impl Keyspace {
         if !next.is_finite() {
             return err("ERR increment would produce NaN or Infinity");
         }
-        let text = format!("{next}").into_bytes();
+        let text = float_text(next).into_bytes();
         let expires = self.map.get(k).and_then(|e| e.expires);
         self.map.insert(k.to_vec(), Entry::string(text.clone(), expires));
         Reply::Bulk(text)
@@ -635,10 +639,15 @@ impl Keyspace {
             Ok(None) => return Reply::Bulk(Vec::new()),
             Ok(Some(v)) => v,
         };
-        match range(start, end, v.len()) {
-            Some((s, e)) => Reply::Bulk(v[s..=e].to_vec()),
-            None => Reply::Bulk(Vec::new()),
+        // Redis' own clamp for GETRANGE (unlike LRANGE's, a negative end
+        // below the start of the string means its first byte).
+        let len = v.len() as i64;
+        let from_end = |i: i64| if i < 0 { (len + i).max(0) } else { i };
+        let (start, end) = (from_end(start), from_end(end).min(len - 1));
+        if len == 0 || start > end {
+            return Reply::Bulk(Vec::new());
         }
+        Reply::Bulk(v[start as usize..=end as usize].to_vec())
     }
 
     /// `SETRANGE key offset value`: overwrites from `offset`, padding
@@ -721,6 +730,31 @@ impl Keyspace {
         }
         Reply::Array(vec![Reply::Bulk(pos.to_string().into_bytes()), Reply::Array(keys)])
     }
+}
+
+/// A float as Redis prints an INCRBYFLOAT result: at most 17 significant
+/// digits of its long double, trailing zeros dropped. With a double, 15
+/// significant digits give what Redis gives for sums of decimal inputs
+/// (`0.1 + 0.2` is `0.3`, not `0.30000000000000004`).
+fn float_text(f: f64) -> String {
+    if f == 0.0 {
+        return "0".into();
+    }
+    let digits = 15 - 1 - f.abs().log10().floor() as i32;
+    let mut s = if (0..=340).contains(&digits) {
+        format!("{f:.*}", digits as usize)
+    } else {
+        format!("{f}")
+    };
+    if s.contains('.') {
+        while s.ends_with('0') {
+            s.pop();
+        }
+        if s.ends_with('.') {
+            s.pop();
+        }
+    }
+    s
 }
 
 /// Redis' inclusive range `start..=end` over `len` items (negative counts
@@ -996,6 +1030,25 @@ mod tests {
         assert_eq!(run(&mut ks, t, "EXPIREAT s2 1"), Reply::Int(1), "in the past: deleted");
         assert_eq!(run(&mut ks, t, "EXISTS s2"), Reply::Int(0));
         assert_eq!(run(&mut ks, t, "UNLINK f new"), Reply::Int(2));
+        // Redis' answers where a naive implementation differs.
+        run(&mut ks, t, "SET g 0.1");
+        assert_eq!(run(&mut ks, t, "INCRBYFLOAT g 0.2"), bulk("0.3"));
+        assert_eq!(run(&mut ks, t, "INCRBYFLOAT g 1e3"), bulk("1000.3"));
+        assert_eq!(run(&mut ks, t, "INCRBYFLOAT g -1000.3"), bulk("0"));
+        run(&mut ks, t, "SET h Hello");
+        assert_eq!(run(&mut ks, t, "GETRANGE h 0 -100"), bulk("H"), "Redis' own clamp");
+        assert_eq!(run(&mut ks, t, "GETRANGE h -3 -1"), bulk("llo"));
+        assert_eq!(run(&mut ks, t, "LPOP nolist 2"), Reply::NullArray);
+        // An expire time past what Unix milliseconds hold is refused, and a
+        // TTL never overflows.
+        let max = i64::MAX.to_string();
+        assert_eq!(
+            run(&mut ks, t, &format!("PEXPIRE h {max}")),
+            err("ERR invalid expire time in 'pexpire' command")
+        );
+        let near = (i64::MAX - unix_ms() as i64 - 10_000).to_string();
+        assert_eq!(run(&mut ks, t, &format!("PEXPIRE h {near}")), Reply::Int(1));
+        assert!(matches!(run(&mut ks, t, "TTL h"), Reply::Int(n) if n > 0));
     }
 
     #[test]

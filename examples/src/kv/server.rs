@@ -287,21 +287,26 @@ fn connection_command(
                     ))
                 }
             };
-            // Options: AUTH (as for the AUTH command) and SETNAME.
+            // Options: AUTH (as for the AUTH command) and SETNAME, all
+            // parsed before any takes effect (as Redis does).
+            let (mut credentials, mut setname) = (None, None);
             let mut i = 2;
             while i < args.len() {
                 match arg(i).as_deref() {
                     Some(b"auth") if i + 2 < args.len() => {
-                        if let Some(refused) = auth(c, &args[i + 1..i + 3], pass) {
-                            return Some(refused);
-                        }
+                        credentials = Some(&args[i + 1..i + 3]);
                         i += 3;
                     }
                     Some(b"setname") if i + 1 < args.len() => {
-                        c.name = Some(args[i + 1].clone());
+                        setname = Some(args[i + 1].clone());
                         i += 2;
                     }
                     _ => return Some(Reply::Error("ERR syntax error in HELLO option".into())),
+                }
+            }
+            if let Some(creds) = credentials {
+                if let Some(refused) = auth(c, creds, pass) {
+                    return Some(refused);
                 }
             }
             if !c.authed {
@@ -312,6 +317,9 @@ fn connection_command(
                      time"
                         .into(),
                 ));
+            }
+            if let Some(name) = setname {
+                c.name = Some(name);
             }
             if let Some(v) = proto {
                 c.resp3 = v == 3;
@@ -445,6 +453,10 @@ fn hash_tag(key: &[u8]) -> &[u8] {
     }
     key
 }
+
+/// Most replies and pushes one connection may have queued (pipelined
+/// requests not answered yet, publications behind them).
+const MAX_QUEUED: usize = 1 << 20;
 
 /// One request, or one shard's part of a multi-key request.
 #[derive(Debug)]
@@ -1200,6 +1212,15 @@ impl Handler<Publish> for KvWorker {
         let mut delivered = 0;
         for (conn, push) in self.subs.deliveries(&p.channel, &p.message) {
             let Some(c) = self.clients.get_mut(&conn) else { continue };
+            // A subscriber whose pushes pile up behind a reply it is still
+            // owed: cut off, as an output limit cuts off a slow reader
+            // (Redis' client-output-buffer-limit for pub-sub).
+            if c.pending.len() >= MAX_QUEUED {
+                c.pending.clear();
+                c.close_after = true;
+                self.conns.close(conn, ctx);
+                continue;
+            }
             let mut pending = Pending::ready(push);
             pending.resp3 = c.resp3;
             c.pending.push_back(pending);
@@ -1385,6 +1406,10 @@ impl KvWorker {
             b"psubscribe" | b"punsubscribe" => Some(pubsub::Kind::Pattern),
             _ => None,
         };
+        if cmd.as_bytes() == b"reset" {
+            self.subs.drop_conn(conn); // and on to the connection's own reset
+            return None;
+        }
         if c.multi.is_some() {
             return None; // refused by the transaction step, as not queueable
         }
@@ -1397,10 +1422,6 @@ impl KvWorker {
                 b"subscribe" | b"psubscribe" => self.subs.subscribe(conn, kind, names),
                 _ => self.subs.unsubscribe(conn, kind, names),
             }));
-        }
-        if cmd.as_bytes() == b"reset" {
-            self.subs.drop_conn(conn); // and on to the connection's own reset
-            return None;
         }
         if c.resp3 || self.subs.count(conn) == 0 {
             return None;
@@ -1479,6 +1500,7 @@ impl KvWorker {
             }
             b"scan" if args.len() >= 2 => self.scan(conn, seq, args),
             b"publish" if args.len() == 3 => self.publish(conn, seq, args),
+            b"publish" => Pending::ready(wrong_arity("publish")),
             // Blocking pops: all keys on one shard (Redis Cluster's rule),
             // which keeps the request until it can answer.
             b"blpop" | b"brpop" if args.len() >= 3 => {
@@ -1590,7 +1612,10 @@ impl KvWorker {
             return Pending::ready(Reply::Error("ERR invalid cursor".into()));
         };
         if shard >= n {
-            return Pending::ready(Reply::Error("ERR invalid cursor".into()));
+            // Past the last shard (a cursor of a server with more rings):
+            // nothing left, as Redis answers any numeric cursor.
+            let done = Reply::Array(vec![Reply::Bulk(b"0".to_vec()), Reply::Array(Vec::new())]);
+            return Pending::ready(done);
         }
         args[1] = local.to_string().into_bytes();
         self.outgoing[shard as usize].push(Req { conn, seq, part: 0, args });
@@ -1845,7 +1870,8 @@ pub fn start_with(
         started: Instant::now(),
         port: addr.port(),
         fsync: aof.map(|p| p.fsync),
-        requirepass: cfg.requirepass.clone(),
+        // An empty password is none, as in Redis.
+        requirepass: cfg.requirepass.clone().filter(|p| !p.is_empty()),
         workers: (0..n).map(|_| Arc::default()).collect(),
         acceptor: std::sync::OnceLock::new(),
         system: system.metrics_source(),

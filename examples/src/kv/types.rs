@@ -246,6 +246,8 @@ impl Keyspace {
             return match cmd {
                 "lrange" => Reply::Array(Vec::new()),
                 "llen" => Reply::Int(0),
+                // With a count, a missing list is a null array, as in Redis.
+                "lpop" | "rpop" if !nums.is_empty() => Reply::NullArray,
                 _ => Reply::Nil, // lpop, rpop, lindex
             };
         };

@@ -248,6 +248,11 @@ impl NodeActor {
         if let Some(req) = req {
             self.queue(link, &Frame::Reply { req, payload: None });
         }
+        // At most 1 024 types remembered: a peer sending random numbers
+        // cannot grow this set without bound (past it, each is logged).
+        if self.warned_types.len() >= 1024 {
+            self.warned_types.clear();
+        }
         if self.warned_types.insert(ty) {
             tracing::warn!(node = %self.shared.cfg.name, "{why}: a dead letter (logged once per type)");
         }
