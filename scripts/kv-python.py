@@ -87,7 +87,26 @@ def main():
         check(False, "keys on several shards in one transaction must be refused")
     except redis.ResponseError as e:
         check("same slot" in str(e), f"cross-shard refusal: {e}")
-    print("transactions: ok")
+    # WATCH contention from two clients: optimistic increments, none lost
+    r.set("{ctr}n", 0)
+
+    def incr(pipe):  # redis-py's pattern: read under WATCH, then MULTI
+        n = int(pipe.get("{ctr}n"))
+        pipe.multi()
+        pipe.set("{ctr}n", n + 1)
+
+    def bump(client):
+        for _ in range(100):
+            client.transaction(incr, "{ctr}n")
+
+    clients2 = [redis.Redis(port=port, decode_responses=True, socket_timeout=20) for _ in range(2)]
+    ths = [threading.Thread(target=bump, args=(c,)) for c in clients2]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join(60)
+    check(r.get("{ctr}n") == "200", f"WATCH contention lost increments: {r.get('{ctr}n')}")
+    print("transactions and WATCH: ok")
 
     # SCAN over many keys on several shards: each exactly once
     n = 100_000

@@ -852,3 +852,63 @@ fn reset_inside_multi_drops_subscriptions_and_hello_applies_nothing_before_auth(
     assert_eq!(raw_exchange(&srv, b"*1\r\n$4\r\nPING\r\n", b"\r\n"), b"+PONG\r\n");
     system.shutdown();
 }
+
+#[test]
+fn watch_aborts_a_transaction_whose_key_changed_and_two_clients_contend_without_loss() {
+    let (system, srv) = serve(3);
+    let mut a = client(&srv);
+    let mut b = client(&srv);
+    // The classic: WATCH, another client writes, EXEC does not run.
+    let _: () = a.set("{w}k", 1).unwrap();
+    let _: () = cmd("WATCH").arg("{w}k").query(&mut a).unwrap();
+    let _: () = b.set("{w}k", 2).unwrap();
+    let v: Value = redis::pipe().atomic().set("{w}k", 100).query(&mut a).unwrap();
+    assert_eq!(v, Value::Nil, "a changed watched key: EXEC answers a null");
+    assert_eq!(a.get::<_, i64>("{w}k").unwrap(), 2);
+    // Unchanged: it runs (and the watch is gone after it).
+    let _: () = cmd("WATCH").arg("{w}k").query(&mut a).unwrap();
+    let r: (i64,) = redis::pipe().atomic().incr("{w}k", 1).query(&mut a).unwrap();
+    assert_eq!(r, (3,));
+    let _: () = b.set("{w}k", 7).unwrap();
+    let r: (i64,) = redis::pipe().atomic().incr("{w}k", 1).query(&mut a).unwrap();
+    assert_eq!(r, (8,), "EXEC forgot the watch");
+    // UNWATCH, DISCARD forget it too; keys on two shards are refused.
+    let _: () = cmd("WATCH").arg("{w}k").query(&mut a).unwrap();
+    let _: () = cmd("UNWATCH").query(&mut a).unwrap();
+    let _: () = b.set("{w}k", 1).unwrap();
+    let r: (i64,) = redis::pipe().atomic().incr("{w}k", 1).query(&mut a).unwrap();
+    assert_eq!(r, (2,));
+    let e = err_text(cmd("WATCH").arg("a").arg("b").arg("c").arg("d").query::<()>(&mut a));
+    assert!(e.contains("same slot"), "{e}");
+    // Two clients increment one counter 200 times each with optimistic
+    // locking (WATCH, GET, MULTI, SET, EXEC, retried on a null): no
+    // increment is lost, and they did contend.
+    let _: () = a.set("{w}n", 0).unwrap();
+    let retries = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let workers: Vec<_> = (0..2)
+        .map(|_| {
+            let mut c = client(&srv);
+            let retries = retries.clone();
+            std::thread::spawn(move || {
+                for _ in 0..200 {
+                    let mut first = true;
+                    let _: () = redis::transaction(&mut c, &["{w}n"], |c, pipe| {
+                        if !first {
+                            retries.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                        first = false;
+                        let n: i64 = c.get("{w}n")?;
+                        pipe.set("{w}n", n + 1).ignore().query(c)
+                    })
+                    .unwrap();
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    assert_eq!(a.get::<_, i64>("{w}n").unwrap(), 400, "no increment lost");
+    eprintln!("optimistic retries: {}", retries.load(std::sync::atomic::Ordering::Relaxed));
+    system.shutdown();
+}

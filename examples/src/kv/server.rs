@@ -22,7 +22,7 @@
 //!   the requests before it, and closes that connection only.
 
 // ANCHOR: uses
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt::Write as _;
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -186,7 +186,8 @@ fn transaction_step(c: &mut Client, args: Vec<Vec<u8>>, n: usize) -> Step {
         (b"multi", false) => {
             c.multi = Some(Vec::new());
             c.multi_failed = false;
-            c.multi_shard = None;
+            // Watched keys and the transaction's live on one shard.
+            c.multi_shard = c.watch;
             Step::Answer(Reply::Simple("OK"))
         }
         (b"multi", true) => Step::Answer(Reply::Error("ERR MULTI calls can not be nested".into())),
@@ -216,9 +217,12 @@ fn transaction_step(c: &mut Client, args: Vec<Vec<u8>>, n: usize) -> Step {
                 String::from_utf8_lossy(&args[0]).to_uppercase()
             )))
         }
-        (b"watch", _) | (b"unwatch", _) => {
-            Step::Answer(Reply::Error("ERR WATCH is not supported by this server".into()))
+        (b"watch", true) => {
+            Step::Answer(Reply::Error("ERR WATCH inside MULTI is not allowed".into()))
         }
+        (b"watch", false) if args.len() < 2 => Step::Answer(wrong_arity("watch")),
+        // Run by the worker, which sends them to the watched keys' shard.
+        (b"watch", false) | (b"unwatch", _) => Step::Run(args),
         (_, true) => {
             if !QUEUEABLE.contains(&cmd.as_bytes()) {
                 c.multi_failed = true;
@@ -454,6 +458,11 @@ fn hash_tag(key: &[u8]) -> &[u8] {
     key
 }
 
+/// `WATCH` or `UNWATCH`.
+fn is_watch(cmd: &[u8]) -> bool {
+    cmd.eq_ignore_ascii_case(b"watch") || cmd.eq_ignore_ascii_case(b"unwatch")
+}
+
 /// Most replies and pushes one connection may have queued (pipelined
 /// requests not answered yet, publications behind them).
 const MAX_QUEUED: usize = 1 << 20;
@@ -477,6 +486,67 @@ pub struct KeyShard {
     held: VecDeque<Held>,
     /// Clients blocked in `BLPOP`/`BRPOP` here (see [`Waiter`]).
     blocked: Blocked,
+    /// Keys `WATCH`ed here (see [`Watches`]).
+    watches: Watches,
+}
+
+/// A watching connection: its worker's actor id and its id there.
+type Watcher = (u64, ConnId);
+
+/// `WATCH` on a shard: who watches which key, and who saw a watched key
+/// change since. A write to a watched key marks its watchers; their next
+/// `EXEC` (checked first in its batch, on this shard) then does not run.
+#[derive(Default)]
+struct Watches {
+    by_key: HashMap<Vec<u8>, HashSet<Watcher>>,
+    of: HashMap<Watcher, Vec<Vec<u8>>>,
+    dirty: HashSet<Watcher>,
+}
+
+impl Watches {
+    fn watch(&mut self, w: Watcher, keys: &[Vec<u8>]) {
+        for k in keys {
+            if self.by_key.entry(k.clone()).or_default().insert(w) {
+                self.of.entry(w).or_default().push(k.clone());
+            }
+        }
+    }
+
+    fn forget(&mut self, w: Watcher) {
+        for k in self.of.remove(&w).unwrap_or_default() {
+            if let Some(set) = self.by_key.get_mut(&k) {
+                set.remove(&w);
+                if set.is_empty() {
+                    self.by_key.remove(&k);
+                }
+            }
+        }
+        self.dirty.remove(&w);
+    }
+
+    /// A command ran: marks the watchers of the keys it wrote.
+    fn touch(&mut self, args: &[Vec<u8>]) {
+        if self.by_key.is_empty() {
+            return;
+        }
+        let cmd = Lower::of(&args[0]);
+        let keys: Vec<&Vec<u8>> = match cmd.as_bytes() {
+            b"flushall" | b"flushdb" => {
+                self.dirty.extend(self.of.keys().copied());
+                return;
+            }
+            b"del" | b"unlink" => args[1..].iter().collect(),
+            b"mset" => args[1..].iter().step_by(2).collect(),
+            b"rename" => args[1..].iter().take(2).collect(),
+            c if is_write(c) => args.get(1).into_iter().collect(),
+            _ => return,
+        };
+        for k in keys {
+            if let Some(ws) = self.by_key.get(k) {
+                self.dirty.extend(ws.iter().copied());
+            }
+        }
+    }
 }
 
 /// A client blocked in `BLPOP`/`BRPOP`: its request waits here, as state
@@ -655,9 +725,42 @@ impl Handler<Batch> for KeyShard {
         let now = Instant::now();
         let mut replies = Vec::with_capacity(batch.reqs.len());
         let mut writes = Vec::with_capacity(batch.reqs.len());
+        let worker = batch.from.id();
+        // A transaction whose watched keys changed: its commands do not run.
+        let mut aborted: Option<(ConnId, u64)> = None;
         for r in batch.reqs {
             let before = self.logged();
-            match self.run(&r.args, now) {
+            let w = (worker, r.conn);
+            let watch_step = match Lower::of(&r.args[0]).as_bytes() {
+                b"watch" => {
+                    self.watches.watch(w, &r.args[1..]);
+                    Some(Reply::Simple("OK"))
+                }
+                b"unwatch" => {
+                    self.watches.forget(w);
+                    Some(Reply::Simple("OK"))
+                }
+                b"exec-watched" => {
+                    let changed = self.watches.dirty.contains(&w);
+                    self.watches.forget(w);
+                    if changed {
+                        aborted = Some((r.conn, r.seq));
+                    }
+                    Some(if changed { Reply::NullArray } else { Reply::Simple("OK") })
+                }
+                _ if aborted == Some((r.conn, r.seq)) => Some(Reply::NullArray),
+                _ => None,
+            };
+            if let Some(reply) = watch_step {
+                writes.push(false);
+                replies.push((r.conn, r.seq, r.part, reply));
+                continue;
+            }
+            let ran = self.run(&r.args, now);
+            if matches!(&ran, Ran::Reply(reply) if !matches!(reply, Reply::Error(_))) {
+                self.watches.touch(&r.args);
+            }
+            match ran {
                 Ran::Reply(reply) => {
                     writes.push(self.logged() > before);
                     replies.push((r.conn, r.seq, r.part, reply));
@@ -776,6 +879,7 @@ impl KeyShard {
             let left = self.blocked.waiters.get(&id).is_none_or(|w| w.left);
             let before = self.logged();
             let Some(Reply::Bulk(v)) = self.pop(key, left, now) else { return };
+            self.watches.touch(&[b"LPOP".to_vec(), key.to_vec()]);
             let w = self.blocked.remove(id).expect("queued waiters exist");
             if let Some(t) = w.timer {
                 ctx.cancel_timer(t);
@@ -820,6 +924,7 @@ impl Handler<BlockTimeout> for KeyShard {
 
 impl Handler<Unblock> for KeyShard {
     fn handle(&mut self, u: Unblock, ctx: &mut Context<Self>) {
+        self.watches.forget((u.worker, u.conn));
         let gone: Vec<u64> = self
             .blocked
             .waiters
@@ -1037,8 +1142,10 @@ enum Combine {
     AllOk,
     /// Arrays of values; `positions[part]` are the original key indexes.
     Mget { positions: Vec<Vec<usize>>, keys: usize },
-    /// A transaction's replies, one per queued command, in order.
-    Exec,
+    /// A transaction's replies, one per queued command, in order; with
+    /// `watched`, the last part is the shard's check of the watched keys
+    /// (a null array: one changed, so the transaction did not run).
+    Exec { watched: bool },
     /// Arrays from every shard, joined (KEYS).
     Concat,
     /// Every shard's counts, then the text (`INFO`, with these sections).
@@ -1104,7 +1211,14 @@ impl Pending {
                 }
                 Reply::Array(out)
             }
-            Combine::Exec => Reply::Array(parts.collect()),
+            Combine::Exec { watched } => {
+                let mut all: Vec<Reply> = parts.collect();
+                if *watched && matches!(all.pop(), Some(Reply::NullArray)) {
+                    Reply::NullArray
+                } else {
+                    Reply::Array(all)
+                }
+            }
             Combine::Scan { shard, shards } => match parts.into_iter().next() {
                 Some(Reply::Array(mut v)) if v.len() == 2 => {
                     let local = match &v[0] {
@@ -1166,6 +1280,8 @@ struct Client {
     multi_failed: bool,
     /// The shard the queued commands' keys live on.
     multi_shard: Option<usize>,
+    /// The shard of the keys this connection `WATCH`es, if any.
+    watch: Option<usize>,
     /// Authenticated (always, when the server has no password).
     authed: bool,
 }
@@ -1255,11 +1371,16 @@ impl Handler<NetEvent> for KvWorker {
                 self.answer(conn, ctx);
             }
             // Late replies for it are ignored.
-            Some(Input::Closed(conn)) if self.clients.remove(&conn).is_some() => {
+            Some(Input::Closed(conn)) if self.clients.contains_key(&conn) => {
+                let closed_watch = self.clients.remove(&conn).and_then(|c| c.watch);
                 WorkerStats::bump(&self.stats.connected, -1);
                 self.subs.drop_conn(conn);
                 let worker = self.me.as_ref().map_or(0, |m| m.id());
-                for s in self.blocking.remove(&conn).unwrap_or_default() {
+                let mut told = self.blocking.remove(&conn).unwrap_or_default();
+                told.extend(closed_watch);
+                told.sort_unstable();
+                told.dedup();
+                for s in told {
                     // A stopped shard has no waiter left to drop.
                     let _ = self.shards[s].tell(Unblock { worker, conn });
                 }
@@ -1352,6 +1473,7 @@ impl KvWorker {
                     let seq = c.first_seq + c.pending.len() as u64;
                     WorkerStats::bump(&self.stats.commands, 1);
                     let quit = args[0].eq_ignore_ascii_case(b"quit");
+                    let cmd_name = args[0].clone();
                     if !c.authed && !allowed_before_auth(&args[0]) {
                         let mut p =
                             Pending::ready(Reply::Error("NOAUTH Authentication required.".into()));
@@ -1370,10 +1492,28 @@ impl KvWorker {
                         Some(reply) => Pending::ready(reply),
                         None => match transaction_step(&mut c, args, self.shards.len()) {
                             Step::Answer(reply) => Pending::ready(reply),
-                            Step::Exec(cmds) => self.exec(conn, seq, cmds),
+                            Step::Exec(cmds) => {
+                                let watch = c.watch.take();
+                                self.exec(conn, seq, cmds, watch)
+                            }
+                            Step::Run(args) if is_watch(&args[0]) => {
+                                self.watch(&mut c, conn, seq, args)
+                            }
                             Step::Run(args) => self.route(conn, seq, args),
                         },
                     };
+                    // DISCARD, RESET and an aborted EXEC forget the watches.
+                    if c.watch.is_some()
+                        && c.multi.is_none()
+                        && matches!(
+                            Lower::of(&cmd_name).as_bytes(),
+                            b"discard" | b"reset" | b"exec"
+                        )
+                    {
+                        let s = c.watch.take().expect("watching");
+                        let args = vec![b"UNWATCH".to_vec()];
+                        self.outgoing[s].push(Req { conn, seq, part: u32::MAX, args });
+                    }
                     p.resp3 = c.resp3;
                     c.pending.push_back(p);
                     if quit {
@@ -1574,17 +1714,32 @@ impl KvWorker {
     /// `CROSSSLOT`): they go to it in one batch, which it runs in one turn,
     /// so no other command comes between them (atomic and isolated).
     /// Keyless commands are answered here, in their place.
-    fn exec(&mut self, conn: ConnId, seq: u64, cmds: Vec<Vec<Vec<u8>>>) -> Pending {
+    fn exec(
+        &mut self,
+        conn: ConnId,
+        seq: u64,
+        cmds: Vec<Vec<Vec<u8>>>,
+        watch: Option<usize>,
+    ) -> Pending {
         let n = self.shards.len();
         let mut shards: Vec<usize> = cmds.iter().flat_map(|c| shards_of(c, n)).collect();
+        shards.extend(watch);
         shards.sort_unstable();
         shards.dedup();
         if shards.len() > 1 {
             return Pending::ready(Reply::Error(CROSSSLOT.into())); // refused when queued
         }
         let count = cmds.len();
-        let mut parts = vec![None; count];
+        let mut parts = vec![None; count + usize::from(watch.is_some())];
         let mut left = 0;
+        // First on the shard, in the same batch: the check of the watched
+        // keys, which also forgets them; the commands after it run only if
+        // none changed.
+        if let Some(s) = watch {
+            let args = vec![b"EXEC-WATCHED".to_vec()];
+            self.outgoing[s].push(Req { conn, seq, part: count as u32, args });
+            left += 1;
+        }
         for (i, args) in cmds.into_iter().enumerate() {
             match shards.first() {
                 Some(&s) if !shards_of(&args, n).is_empty() => {
@@ -1594,11 +1749,43 @@ impl KvWorker {
                 _ => parts[i] = self.scratch.execute(&args, Instant::now()),
             }
         }
-        let mut p = Pending { left, parts, combine: Combine::Exec, done: None, resp3: false };
+        let combine = Combine::Exec { watched: watch.is_some() };
+        let mut p = Pending { left, parts, combine, done: None, resp3: false };
         if left == 0 {
             p.finish();
         }
         p
+    }
+
+    /// `WATCH key...` (all on one shard, the one watched before if any)
+    /// and `UNWATCH`: registered on, or dropped from, that shard.
+    fn watch(&mut self, c: &mut Client, conn: ConnId, seq: u64, args: Vec<Vec<u8>>) -> Pending {
+        let n = self.shards.len();
+        let single = |out: &mut Vec<Vec<Req>>, s: usize, args: Vec<Vec<u8>>| {
+            out[s].push(Req { conn, seq, part: 0, args });
+            Pending {
+                left: 1,
+                parts: vec![None],
+                combine: Combine::Single,
+                done: None,
+                resp3: false,
+            }
+        };
+        if args[0].eq_ignore_ascii_case(b"unwatch") {
+            return match c.watch.take() {
+                Some(s) => single(&mut self.outgoing, s, vec![b"UNWATCH".to_vec()]),
+                None => Pending::ready(Reply::Simple("OK")),
+            };
+        }
+        let mut shards: Vec<usize> = args[1..].iter().map(|k| shard_of(k, n)).collect();
+        shards.extend(c.watch);
+        shards.sort_unstable();
+        shards.dedup();
+        if shards.len() > 1 {
+            return Pending::ready(Reply::Error(CROSSSLOT.into()));
+        }
+        c.watch = Some(shards[0]);
+        single(&mut self.outgoing, shards[0], args)
     }
 
     /// `SCAN`: one shard at a time, in order. The cursor a client sees is
@@ -1725,7 +1912,13 @@ impl KeyShard {
 
     /// A partition with this content, logging to `aof`.
     pub fn with(space: Keyspace, aof: Option<Aof>) -> Self {
-        KeyShard { space, aof, held: VecDeque::new(), blocked: Blocked::default() }
+        KeyShard {
+            space,
+            aof,
+            held: VecDeque::new(),
+            blocked: Blocked::default(),
+            watches: Watches::default(),
+        }
     }
 }
 
