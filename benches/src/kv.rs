@@ -1,6 +1,7 @@
 //! `kv`: the real `redis-benchmark` against the Ringmail KV server and a
 //! real `redis-server`, both on loopback, same client settings (`-t
-//! set,get`, 50 clients), without and with pipelining (`-P 16`). Both
+//! set,get,incr,lpush,lpop,hset,mset`, then `PUBLISH` as a custom command;
+//! 50 clients, random keys), without and with pipelining (`-P 16`). Both
 //! servers get one core's worth of serving threads (Redis executes commands
 //! on one thread; Ringmail gets one ring); redis-benchmark runs on the
 //! other core. Needs `redis-benchmark` and `redis-server` (Debian:
@@ -36,23 +37,35 @@ impl Drop for Redis {
     }
 }
 
-/// Runs redis-benchmark; returns (SET req/s, GET req/s).
-fn bench(port: u16, n: usize, pipeline: usize, cpu: usize) -> (f64, f64) {
-    let out = Command::new("taskset")
-        .args(["-c", &cpu.to_string(), "redis-benchmark", "-h", "127.0.0.1"])
-        .args(["-p", &port.to_string(), "-t", "set,get", "-c", "50", "-n", &n.to_string()])
-        .args(["-P", &pipeline.to_string(), "-r", "100000", "--csv"])
-        .output()
-        .expect("redis-benchmark runs");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let rate = |name: &str| -> f64 {
-        text.lines()
-            .find(|l| l.starts_with(&format!("\"{name}\"")))
-            .and_then(|l| l.split(',').nth(1))
-            .and_then(|v| v.trim_matches('"').parse().ok())
-            .unwrap_or_else(|| panic!("no {name} figure in redis-benchmark output: {text}"))
+/// The commands measured, as redis-benchmark's CSV names them.
+const TESTS: [&str; 8] =
+    ["SET", "GET", "INCR", "LPUSH", "LPOP", "HSET", "MSET (10 keys)", "PUBLISH"];
+
+/// Runs redis-benchmark's built-in tests, then `PUBLISH` (a custom
+/// command: one channel, no subscriber); returns req/s in `TESTS` order.
+fn bench(port: u16, n: usize, pipeline: usize, cpu: usize) -> Vec<f64> {
+    let run = |extra: &[&str]| {
+        let out = Command::new("taskset")
+            .args(["-c", &cpu.to_string(), "redis-benchmark", "-h", "127.0.0.1"])
+            .args(["-p", &port.to_string(), "-c", "50", "-n", &n.to_string()])
+            .args(["-P", &pipeline.to_string(), "-r", "100000", "--csv"])
+            .args(extra)
+            .output()
+            .expect("redis-benchmark runs");
+        String::from_utf8_lossy(&out.stdout).into_owned()
     };
-    (rate("SET"), rate("GET"))
+    let text =
+        run(&["-t", "set,get,incr,lpush,lpop,hset,mset"]) + &run(&["PUBLISH", "news", "hello"]);
+    TESTS
+        .iter()
+        .map(|name| {
+            text.lines()
+                .find(|l| l.starts_with(&format!("\"{name}")))
+                .and_then(|l| l.split("\",\"").nth(1))
+                .and_then(|v| v.trim_matches('"').parse().ok())
+                .unwrap_or_else(|| panic!("no {name} figure in redis-benchmark output: {text}"))
+        })
+        .collect()
 }
 
 /// Runs the case.
@@ -68,7 +81,8 @@ pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
     let server_cpus = if cores > 1 { format!("0-{}", cores - 2) } else { "0".into() };
     let n = if quick { 50_000 } else { 200_000 };
     println!(
-        "kv: redis-benchmark -t set,get -c 50 -n {n} -r 100000, -P 1 and -P 16, {rounds} rounds; \
+        "kv: redis-benchmark -t set,get,incr,lpush,lpop,hset,mset and PUBLISH, -c 50 -n {n} \
+         -r 100000, -P 1 and -P 16, {rounds} rounds; \
          servers on cpus {server_cpus}, redis-benchmark on cpu {client_cpu}"
     );
     // Ringmail: one ring (worker + keyspace shard) plus the acceptor.
@@ -97,37 +111,46 @@ pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
     let mut out = Vec::new();
     for pipeline in [1usize, 16] {
         for (name, p) in names.iter().zip(ports) {
-            let (s, g) = bench(p, n / 4, pipeline, client_cpu);
-            eprintln!("  [kv -P {pipeline}] warm-up {name:<12} SET {s:>10.0} GET {g:>10.0} req/s");
+            let r = bench(p, n / 4, pipeline, client_cpu);
+            eprintln!(
+                "  [kv -P {pipeline}] warm-up {name:<12} SET {:>10.0} GET {:>10.0} req/s",
+                r[0], r[1]
+            );
         }
-        let mut set = vec![Vec::new(); 2];
-        let mut get = vec![Vec::new(); 2];
+        // figures[test][system] = per-round req/s
+        let mut figures = vec![vec![Vec::new(); 2]; TESTS.len()];
         for round in 0..rounds {
             for (i, p) in ports.iter().enumerate() {
-                let (s, g) = bench(*p, n * if pipeline > 1 { 4 } else { 1 }, pipeline, client_cpu);
+                let r = bench(*p, n * if pipeline > 1 { 4 } else { 1 }, pipeline, client_cpu);
+                let line: Vec<String> =
+                    TESTS.iter().zip(&r).map(|(t, v)| format!("{t} {v:.0}")).collect();
                 eprintln!(
-                    "  [kv -P {pipeline}] round {}/{rounds} {:<12} SET {s:>10.0} GET {g:>10.0} req/s",
+                    "  [kv -P {pipeline}] round {}/{rounds} {:<12} {}",
                     round + 1,
-                    names[i]
+                    names[i],
+                    line.join(", ")
                 );
-                set[i].push(s);
-                get[i].push(g);
+                for (t, v) in r.into_iter().enumerate() {
+                    figures[t][i].push(v);
+                }
             }
         }
-        out.push(
-            from_figures(format!("kv SET -P {pipeline}"), "req/s", Better::Higher, &names, set)
+        for (test, f) in TESTS.iter().zip(figures) {
+            let short = test.split(' ').next().unwrap_or(test);
+            out.push(
+                from_figures(
+                    format!("kv {short} -P {pipeline}"),
+                    "req/s",
+                    Better::Higher,
+                    &names,
+                    f,
+                )
                 .tagged(
-                    "set_requests_per_s",
-                    serde_json::json!({"pipeline": pipeline, "clients": 50}),
+                    "requests_per_s",
+                    serde_json::json!({"command": short, "pipeline": pipeline, "clients": 50}),
                 ),
-        );
-        out.push(
-            from_figures(format!("kv GET -P {pipeline}"), "req/s", Better::Higher, &names, get)
-                .tagged(
-                    "get_requests_per_s",
-                    serde_json::json!({"pipeline": pipeline, "clients": 50}),
-                ),
-        );
+            );
+        }
     }
     // SAFETY: plain kill(2) on our own child.
     unsafe { libc::kill(ringmail.id() as i32, libc::SIGTERM) };
