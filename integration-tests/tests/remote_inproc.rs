@@ -898,3 +898,51 @@ fn wire_names_are_one_per_type_and_per_name() {
     a.register_as::<Counter, Get>("x.Add2").unwrap(); // the refusal left nothing behind
     system.shutdown();
 }
+
+#[test]
+fn nodes_bound_to_every_interface_advertise_a_dialable_address_and_form_a_full_mesh() {
+    use std::net::{IpAddr, Ipv4Addr};
+    let system = System::new();
+    let any = |port: u16| SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port);
+    let lo = |port: u16| SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port);
+    let (pa, pb, pc) = loop {
+        let p = [0; 3].map(|_| ringmail_examples::unused_port());
+        if p[0] != p[1] && p[1] != p[2] && p[0] != p[2] {
+            break (p[0], p[1], p[2]);
+        }
+    };
+    let a =
+        Node::start(&system, NodeConfig::new("adv-a", any(pa), SECRET).advertise(lo(pa))).unwrap();
+    // b and c know only a (one seed); they learn each other from membership.
+    let b = Node::start(
+        &system,
+        NodeConfig::new("adv-b", any(pb), SECRET).advertise(lo(pb)).seeds([lo(pa)]),
+    )
+    .unwrap();
+    let c = Node::start(
+        &system,
+        NodeConfig::new("adv-c", any(pc), SECRET).advertise(lo(pc)).seeds([lo(pa)]),
+    )
+    .unwrap();
+    for n in [&a, &b, &c] {
+        assert!(n.wait_for_peers(2, T), "{} sees {:?}", n.name(), n.peers());
+        assert_eq!(n.local_addr().ip(), IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+    }
+    assert_eq!(b.advertised_addr(), lo(pb));
+    // What every node was told to dial: the advertised addresses.
+    let deadline = std::time::Instant::now() + T;
+    loop {
+        let seen: Vec<(String, SocketAddr)> =
+            c.members().into_iter().map(|m| (m.name, m.addr)).collect();
+        if seen == [("adv-a".to_string(), lo(pa)), ("adv-b".to_string(), lo(pb))] {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "c's members: {seen:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Without an advertised address a node bound to every interface would
+    // tell its peers 0.0.0.0: what advertise is for.
+    let d = Node::start(&system, NodeConfig::new("adv-d", any(0), SECRET).seeds([lo(pa)])).unwrap();
+    assert!(d.advertised_addr().ip().is_unspecified());
+    system.shutdown();
+}

@@ -123,6 +123,10 @@ pub struct NodeConfig {
     pub name: String,
     /// Where to listen (`127.0.0.1:0`: a free port on loopback).
     pub listen: SocketAddr,
+    /// The address other nodes are told to dial (default: the bound listen
+    /// address). Set it when the node listens on `0.0.0.0` or behind a
+    /// NAT: peers cannot dial `0.0.0.0`.
+    pub advertise: Option<SocketAddr>,
     /// Addresses of nodes to join through.
     pub seeds: Vec<SocketAddr>,
     /// The shared cluster secret.
@@ -166,6 +170,7 @@ impl NodeConfig {
             name: name.into(),
             listen,
             seeds: Vec::new(),
+            advertise: None,
             secret: secret.into(),
             max_frame: ringmail_wire::frame::DEFAULT_MAX_FRAME,
             handshake_timeout: Duration::from_secs(2),
@@ -181,6 +186,13 @@ impl NodeConfig {
     /// Adds seed addresses.
     pub fn seeds(mut self, seeds: impl IntoIterator<Item = SocketAddr>) -> Self {
         self.seeds.extend(seeds);
+        self
+    }
+
+    /// The address other nodes are told to dial (see
+    /// [`NodeConfig::advertise`](struct.NodeConfig.html#structfield.advertise)).
+    pub fn advertise(mut self, addr: SocketAddr) -> Self {
+        self.advertise = Some(addr);
         self
     }
 
@@ -249,6 +261,19 @@ impl NodeConfig {
             suspect_to_down: self.suspect_to_down,
         }
     }
+}
+
+/// A member of the cluster as membership (SWIM) knows it: see
+/// [`Node::members`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct MemberInfo {
+    /// Its name.
+    pub name: String,
+    /// The address it advertises (what others dial).
+    pub addr: SocketAddr,
+    /// Its incarnation.
+    pub incarnation: u64,
 }
 
 /// A node could not start.
@@ -530,6 +555,10 @@ pub(crate) struct NodeShared {
     pub(crate) cfg: NodeConfig,
     pub(crate) incarnation: u64,
     pub(crate) listen: SocketAddr,
+    /// What peers are told to dial: `cfg.advertise`, else `listen`.
+    pub(crate) advertised: SocketAddr,
+    /// The active members as membership last reported them.
+    pub(crate) members: Mutex<Vec<MemberInfo>>,
     pub(crate) codecs: codec::Codecs,
     pub(crate) exports: DashMap<String, Arc<Export>>,
     pub(crate) exports_by_id: DashMap<u64, Arc<Export>>,
@@ -599,10 +628,19 @@ impl Node {
             .map_err(NodeError::Listen)?;
         let incarnation =
             ringmail_wire::handshake::random_u64().map_err(|e| NodeError::Random(e.to_string()))?;
+        let advertised = cfg.advertise.unwrap_or(listen);
+        if advertised.ip().is_unspecified() {
+            tracing::warn!(
+                node = %cfg.name, %advertised,
+                "peers will be told to dial an unspecified address: set NodeConfig::advertise"
+            );
+        }
         let shared = Arc::new(NodeShared {
             cfg,
             incarnation,
             listen,
+            advertised,
+            members: Mutex::new(Vec::new()),
             codecs: codec::Codecs::default(),
             exports: DashMap::new(),
             exports_by_id: DashMap::new(),
@@ -820,7 +858,21 @@ impl Node {
         ActorRef { cell, shard: gateway, _a: std::marker::PhantomData }
     }
 
-    /// The peers connected now: (name, incarnation).
+    /// The cluster's members other than this node, as membership (SWIM)
+    /// reports them: alive or suspected, with the address each advertises,
+    /// by name. Eventually consistent: a member that joined elsewhere shows
+    /// once gossip brings it here.
+    pub fn members(&self) -> Vec<MemberInfo> {
+        lock(&self.shared.members).clone()
+    }
+
+    /// The address peers are told to dial ([`NodeConfig::advertise`], else
+    /// [`Node::local_addr`]).
+    pub fn advertised_addr(&self) -> SocketAddr {
+        self.shared.advertised
+    }
+
+    /// The peers connected now: (name, incarnation), by name.
     pub fn peers(&self) -> Vec<(String, u64)> {
         let mut v: Vec<_> = lock(&self.shared.peers).iter().map(|(n, i)| (n.clone(), *i)).collect();
         v.sort();

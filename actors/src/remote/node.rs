@@ -171,7 +171,7 @@ impl NodeActor {
     pub(crate) fn new(shared: Arc<NodeShared>, listener: TcpListener) -> Self {
         let mut dials = HashMap::new();
         for s in &shared.cfg.seeds {
-            if *s != shared.listen {
+            if *s != shared.listen && *s != shared.advertised {
                 dials.insert(*s, Dial::new(shared.cfg.redial.0, true));
             }
         }
@@ -180,7 +180,7 @@ impl NodeActor {
             .map_or(0, |d| d.as_millis() as u64);
         let me = Member {
             name: shared.cfg.name.clone(),
-            listen: shared.listen,
+            listen: shared.advertised,
             incarnation: shared.incarnation,
             started_ms,
             bump: 0,
@@ -439,7 +439,7 @@ impl NodeActor {
     }
 
     fn send_members(&mut self, link: u64) {
-        let f = Frame::Listening { addr: self.shared.listen.to_string() };
+        let f = Frame::Listening { addr: self.shared.advertised.to_string() };
         self.queue(link, &f);
     }
 }

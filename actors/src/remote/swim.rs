@@ -174,6 +174,21 @@ impl Swim {
         self.foca.iter_members().any(|m| m.id().name == name)
     }
 
+    /// The active members (alive or suspected), by name.
+    pub(crate) fn members(&self) -> Vec<super::MemberInfo> {
+        let mut v: Vec<super::MemberInfo> = self
+            .foca
+            .iter_members()
+            .map(|m| super::MemberInfo {
+                name: m.id().name.clone(),
+                addr: m.id().listen,
+                incarnation: m.id().incarnation,
+            })
+            .collect();
+        v.sort_by(|a, b| a.name.cmp(&b.name));
+        v
+    }
+
     /// Where the active members listen.
     pub(crate) fn active_listens(&self) -> Vec<SocketAddr> {
         self.foca.iter_members().map(|m| m.id().listen).collect()

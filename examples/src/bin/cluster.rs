@@ -33,6 +33,10 @@ struct Args {
     /// Where this node listens, e.g. 127.0.0.1:7100 (0.0.0.0:7100 for every interface).
     #[arg(long, default_value = "127.0.0.1:0")]
     listen: SocketAddr,
+    /// The address other nodes are told to dial (default: --listen); needed with
+    /// 0.0.0.0 or behind a NAT.
+    #[arg(long)]
+    advertise: Option<SocketAddr>,
     /// Seed nodes to join through, comma-separated.
     #[arg(long, value_delimiter = ',')]
     join: Vec<SocketAddr>,
@@ -163,11 +167,14 @@ fn run_node(name: &str, args: Args) {
     };
     let (listen, seeds, role) = (args.listen, args.join, args.role);
     let system = System::new();
-    let node = Node::start(&system, NodeConfig::new(name, listen, secret).seeds(seeds))
-        .unwrap_or_else(|e| {
-            eprintln!("{name}: cannot start: {e}");
-            std::process::exit(1)
-        });
+    let mut cfg = NodeConfig::new(name, listen, secret).seeds(seeds);
+    if let Some(a) = args.advertise {
+        cfg = cfg.advertise(a);
+    }
+    let node = Node::start(&system, cfg).unwrap_or_else(|e| {
+        eprintln!("{name}: cannot start: {e}");
+        std::process::exit(1)
+    });
     cluster::register_all(&node).expect("distinct wire names");
     println!(
         "{name}: node up on {}, incarnation {:016x}, pid {}",

@@ -32,6 +32,7 @@ use super::{Dialed, NodeActor, SwimTimer, Tick, TICK};
 use crate::actor::Context;
 use crate::remote::dial::{self, Dial};
 use crate::remote::swim::{Effect, OwnedNotification};
+use crate::runtime::lock;
 
 /// A retired duplicate connection closes after this long without input.
 const RETIRE_AFTER: Duration = Duration::from_secs(1);
@@ -127,7 +128,7 @@ impl NodeActor {
 
     /// Dials `addr` (with backoff) unless it is ours or already known.
     pub(super) fn want_dial(&mut self, addr: SocketAddr) {
-        if addr == self.shared.listen {
+        if addr == self.shared.listen || addr == self.shared.advertised {
             return;
         }
         let min = self.shared.cfg.redial.0;
@@ -142,6 +143,17 @@ impl NodeActor {
             let effects = self.swim.effects();
             if effects.is_empty() {
                 return;
+            }
+            let changed = effects.iter().any(|e| {
+                matches!(
+                    e,
+                    Effect::Notify(
+                        OwnedNotification::MemberUp(_) | OwnedNotification::MemberDown(_)
+                    )
+                )
+            });
+            if changed {
+                *lock(&self.shared.members) = self.swim.members();
             }
             for e in effects {
                 match e {
