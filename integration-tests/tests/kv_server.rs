@@ -880,6 +880,34 @@ fn watch_aborts_a_transaction_whose_key_changed_and_two_clients_contend_without_
     assert_eq!(r, (2,));
     let e = err_text(cmd("WATCH").arg("a").arg("b").arg("c").arg("d").query::<()>(&mut a));
     assert!(e.contains("same slot"), "{e}");
+    // A BLPOP that pops at once is a write to a watched key.
+    let _: () = a.rpush("{w}q", "x").unwrap();
+    let _: () = cmd("WATCH").arg("{w}q").query(&mut a).unwrap();
+    let _: Option<(String, String)> = b.blpop("{w}q", 1.0).unwrap();
+    let v: Value = redis::pipe().atomic().rpush("{w}q", "y").query(&mut a).unwrap();
+    assert_eq!(v, Value::Nil, "the watched list was popped");
+    // EXEC without MULTI keeps the watch; UNWATCH inside MULTI is queued.
+    let _: () = cmd("WATCH").arg("{w}k").query(&mut a).unwrap();
+    assert!(err_text(cmd("EXEC").query::<()>(&mut a)).contains("EXEC without MULTI"));
+    let _: () = b.set("{w}k", 50).unwrap();
+    let v: Value = redis::pipe().atomic().incr("{w}k", 1).query(&mut a).unwrap();
+    assert_eq!(v, Value::Nil, "the watch outlived the EXEC without MULTI");
+    let _: () = cmd("WATCH").arg("{w}k").query(&mut a).unwrap();
+    let (ok, n): (String, i64) =
+        redis::pipe().atomic().cmd("UNWATCH").incr("{w}k", 1).query(&mut a).unwrap();
+    assert_eq!((ok.as_str(), n), ("OK", 51), "UNWATCH queued, answered at EXEC");
+    // A push inside a transaction serves a blocked client after EXEC, so the
+    // transaction sees its own push.
+    let mut waiter = client(&srv);
+    let w = std::thread::spawn(move || {
+        let r: Option<(String, String)> = waiter.blpop("{w}tq", 10.0).unwrap();
+        r
+    });
+    std::thread::sleep(Duration::from_millis(150));
+    let (pushed, len): (i64, i64) =
+        redis::pipe().atomic().rpush("{w}tq", "job").llen("{w}tq").query(&mut a).unwrap();
+    assert_eq!((pushed, len), (1, 1), "isolated from the blocked client until EXEC ends");
+    assert_eq!(w.join().unwrap(), Some(("{w}tq".into(), "job".into())));
     // Two clients increment one counter 200 times each with optimistic
     // locking (WATCH, GET, MULTI, SET, EXEC, retried on a null): no
     // increment is lost, and they did contend.

@@ -88,6 +88,11 @@ fn a_node_with_a_guessable_secret_refuses_to_start_and_a_made_one_is_accepted() 
             Ok(_) => panic!("a node started with the secret {weak:?}"),
         }
     }
+    // 32 random hex digits (what new_secret made before) are 128 bits.
+    for _ in 0..200 {
+        let s = new_secret().unwrap();
+        assert!(secret_bits(&s.as_bytes()[..32]) >= MIN_SECRET_BITS, "{}", &s[..32]);
+    }
     let made = new_secret().unwrap();
     assert_eq!(made.len(), 64);
     assert!(secret_bits(made.as_bytes()) >= MIN_SECRET_BITS, "{made}");

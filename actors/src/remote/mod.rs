@@ -306,9 +306,9 @@ pub const MIN_SECRET_BITS: u32 = 128;
 /// were drawn at random from the character classes it uses (lower case,
 /// upper case, digits, other printable ASCII, anything else), but no more
 /// than the variety of distinct bytes it shows allows (log2 of their
-/// count); a secret made of a repeated part counts that part once. A
-/// random 64-character hex string (as [`new_secret`] makes) rates about
-/// 256; a dictionary word, a repeated word or a long run of a few
+/// count); a secret made of a repeated part counts that part once. Hex
+/// digits spread as a generator spreads them count 4 bits each: 32 random
+/// hex digits rate 128, the 64 that [`new_secret`] makes 256; a dictionary word, a repeated word or a long run of a few
 /// characters far below [`MIN_SECRET_BITS`]. It is an estimate, not a
 /// proof: a secret from a random generator is the safe choice.
 pub fn secret_bits(secret: &[u8]) -> u32 {
@@ -324,9 +324,24 @@ pub fn secret_bits(secret: &[u8]) -> u32 {
         + class(u8::is_ascii_digit, 10)
         + class(|b| b.is_ascii_graphic() && !b.is_ascii_alphanumeric() || *b == b' ', 33)
         + class(|b| !b.is_ascii_graphic() && *b != b' ', 128);
-    // A byte is worth at most what its class offers and what the variety
-    // actually used shows (a long string of few distinct bytes is weak).
-    let distinct = part.iter().collect::<std::collections::HashSet<_>>().len();
+    // Hex digits that look random (as generators make them: an even spread
+    // over the 16 digits) are worth 4 bits each; 32 of them are 128 bits.
+    let mut counts = [0u32; 256];
+    part.iter().for_each(|&b| counts[b as usize] += 1);
+    let shannon: f64 = counts
+        .iter()
+        .filter(|&&c| c > 0)
+        .map(|&c| {
+            let p = f64::from(c) / period as f64;
+            -p * p.log2()
+        })
+        .sum();
+    if part.iter().all(u8::is_ascii_hexdigit) && shannon >= 3.0 {
+        return (period * 4) as u32;
+    }
+    // Otherwise a byte is worth at most what its class offers and what the
+    // variety actually used shows (a long run of few distinct bytes is weak).
+    let distinct = counts.iter().filter(|&&c| c > 0).count();
     let per_byte = f64::from(alphabet.max(1)).log2().min((distinct.max(1) as f64).log2());
     (period as f64 * per_byte) as u32
 }
@@ -628,7 +643,12 @@ impl Node {
             .map_err(NodeError::Listen)?;
         let incarnation =
             ringmail_wire::handshake::random_u64().map_err(|e| NodeError::Random(e.to_string()))?;
-        let advertised = cfg.advertise.unwrap_or(listen);
+        // An advertised port 0 means the port bound.
+        let advertised = match cfg.advertise {
+            Some(a) if a.port() == 0 => SocketAddr::new(a.ip(), listen.port()),
+            Some(a) => a,
+            None => listen,
+        };
         if advertised.ip().is_unspecified() {
             tracing::warn!(
                 node = %cfg.name, %advertised,

@@ -222,7 +222,12 @@ fn transaction_step(c: &mut Client, args: Vec<Vec<u8>>, n: usize) -> Step {
         }
         (b"watch", false) if args.len() < 2 => Step::Answer(wrong_arity("watch")),
         // Run by the worker, which sends them to the watched keys' shard.
-        (b"watch", false) | (b"unwatch", _) => Step::Run(args),
+        (b"watch", false) | (b"unwatch", false) => Step::Run(args),
+        // Queued, as in Redis: answered OK at EXEC, the watch still checked.
+        (b"unwatch", true) => {
+            c.multi.as_mut().expect("in MULTI").push(args);
+            Step::Answer(Reply::Simple("QUEUED"))
+        }
         (_, true) => {
             if !QUEUEABLE.contains(&cmd.as_bytes()) {
                 c.multi_failed = true;
@@ -728,7 +733,9 @@ impl Handler<Batch> for KeyShard {
         let worker = batch.from.id();
         // A transaction whose watched keys changed: its commands do not run.
         let mut aborted: Option<(ConnId, u64)> = None;
-        for r in batch.reqs {
+        let mut pushed: Vec<Vec<u8>> = Vec::new();
+        let mut reqs = batch.reqs.into_iter().peekable();
+        while let Some(r) = reqs.next() {
             let before = self.logged();
             let w = (worker, r.conn);
             let watch_step = match Lower::of(&r.args[0]).as_bytes() {
@@ -779,8 +786,10 @@ impl Handler<Batch> for KeyShard {
                     self.blocked.waiters.insert(id, w);
                 }
             }
-            // A push may serve clients blocked on its key, before the next
-            // request runs (as Redis serves them after each command).
+            // A push may serve clients blocked on its key: after the
+            // request it belongs to (a transaction's commands share its
+            // connection and number), before the next one runs, as Redis
+            // serves them after each command (and after EXEC).
             if !self.blocked.waiters.is_empty()
                 && matches!(Lower::of(&r.args[0]).as_bytes(), b"lpush" | b"rpush" | b"rename")
             {
@@ -789,10 +798,16 @@ impl Handler<Batch> for KeyShard {
                 } else {
                     r.args.get(1)
                 };
-                if let Some(key) = key.cloned() {
+                pushed.extend(key.cloned());
+            }
+            if reqs.peek().map(|n| (n.conn, n.seq)) != Some((r.conn, r.seq)) {
+                for key in std::mem::take(&mut pushed) {
                     self.serve_blocked(&key, now, ctx);
                 }
             }
+        }
+        for key in pushed {
+            self.serve_blocked(&key, now, ctx);
         }
         self.send(batch.from, replies, writes, ctx);
     }
@@ -869,6 +884,9 @@ impl KeyShard {
         if let Some(aof) = self.aof.as_mut() {
             aof.record(&mut self.space, &args, &reply, now);
         }
+        if matches!(reply, Reply::Bulk(_)) {
+            self.watches.touch(&args);
+        }
         Some(reply)
     }
 
@@ -879,7 +897,6 @@ impl KeyShard {
             let left = self.blocked.waiters.get(&id).is_none_or(|w| w.left);
             let before = self.logged();
             let Some(Reply::Bulk(v)) = self.pop(key, left, now) else { return };
-            self.watches.touch(&[b"LPOP".to_vec(), key.to_vec()]);
             let w = self.blocked.remove(id).expect("queued waiters exist");
             if let Some(t) = w.timer {
                 ctx.cancel_timer(t);
@@ -1474,6 +1491,7 @@ impl KvWorker {
                     WorkerStats::bump(&self.stats.commands, 1);
                     let quit = args[0].eq_ignore_ascii_case(b"quit");
                     let cmd_name = args[0].clone();
+                    let was_multi = c.multi.is_some();
                     if !c.authed && !allowed_before_auth(&args[0]) {
                         let mut p =
                             Pending::ready(Reply::Error("NOAUTH Authentication required.".into()));
@@ -1502,14 +1520,14 @@ impl KvWorker {
                             Step::Run(args) => self.route(conn, seq, args),
                         },
                     };
-                    // DISCARD, RESET and an aborted EXEC forget the watches.
-                    if c.watch.is_some()
-                        && c.multi.is_none()
-                        && matches!(
-                            Lower::of(&cmd_name).as_bytes(),
-                            b"discard" | b"reset" | b"exec"
-                        )
-                    {
+                    // DISCARD, RESET and an aborted EXEC forget the watches
+                    // (EXEC or DISCARD without MULTI do not, as in Redis).
+                    let forgets = match Lower::of(&cmd_name).as_bytes() {
+                        b"reset" => true,
+                        b"discard" | b"exec" => was_multi,
+                        _ => false,
+                    };
+                    if c.watch.is_some() && c.multi.is_none() && forgets {
                         let s = c.watch.take().expect("watching");
                         let args = vec![b"UNWATCH".to_vec()];
                         self.outgoing[s].push(Req { conn, seq, part: u32::MAX, args });
@@ -1643,7 +1661,8 @@ impl KvWorker {
             b"publish" => Pending::ready(wrong_arity("publish")),
             // Blocking pops: all keys on one shard (Redis Cluster's rule),
             // which keeps the request until it can answer.
-            b"blpop" | b"brpop" if args.len() >= 3 => {
+            b"blpop" | b"brpop" if args.len() < 3 => Pending::ready(wrong_arity(cmd.as_str())),
+            b"blpop" | b"brpop" => {
                 let mut shards: Vec<usize> =
                     args[1..args.len() - 1].iter().map(|k| shard_of(k, n)).collect();
                 shards.dedup();
@@ -1745,6 +1764,9 @@ impl KvWorker {
                 Some(&s) if !shards_of(&args, n).is_empty() => {
                     self.outgoing[s].push(Req { conn, seq, part: i as u32, args });
                     left += 1;
+                }
+                _ if args[0].eq_ignore_ascii_case(b"unwatch") => {
+                    parts[i] = Some(Reply::Simple("OK"))
                 }
                 _ => parts[i] = self.scratch.execute(&args, Instant::now()),
             }
@@ -1865,7 +1887,7 @@ impl KvWorker {
             let batch = Batch { from: me.clone(), reqs: std::mem::take(reqs) };
             if let Err(e) = self.shards[s].tell(batch) {
                 // The shard is gone (shutdown): answer with an error.
-                for r in e.into_inner().reqs {
+                for r in e.into_inner().reqs.into_iter().filter(|r| r.part != u32::MAX) {
                     if let Some(c) = self.clients.get_mut(&r.conn) {
                         if let Some(p) = r
                             .seq

@@ -144,15 +144,9 @@ impl NodeActor {
             if effects.is_empty() {
                 return;
             }
-            let changed = effects.iter().any(|e| {
-                matches!(
-                    e,
-                    Effect::Notify(
-                        OwnedNotification::MemberUp(_) | OwnedNotification::MemberDown(_)
-                    )
-                )
-            });
-            if changed {
+            // Every change of membership (up, down, a rename to a new
+            // incarnation) shows in `Node::members`.
+            if effects.iter().any(|e| matches!(e, Effect::Notify(_))) {
                 *lock(&self.shared.members) = self.swim.members();
             }
             for e in effects {
