@@ -1186,6 +1186,11 @@ struct Pending {
 }
 
 impl Pending {
+    /// Waiting for `parts` replies, combined by `combine`.
+    fn awaiting(parts: usize, combine: Combine) -> Pending {
+        Pending { left: parts as u32, parts: vec![None; parts], combine, done: None, resp3: false }
+    }
+
     fn ready(r: Reply) -> Pending {
         Pending {
             left: 0,
@@ -1604,13 +1609,7 @@ impl KvWorker {
         let members = self.group.as_ref().map_or_else(Vec::new, |g| g.members());
         let me = self.me.clone().expect("started");
         let n = members.len();
-        let mut p = Pending {
-            left: n as u32,
-            parts: vec![None; n],
-            combine: Combine::Sum,
-            done: None,
-            resp3: false,
-        };
+        let mut p = Pending::awaiting(n, Combine::Sum);
         let [_, channel, message] = <[Vec<u8>; 3]>::try_from(args).expect("3 arguments");
         for (i, m) in members.into_iter().enumerate() {
             let publish = Publish {
@@ -1639,13 +1638,7 @@ impl KvWorker {
         let single = |args: Vec<Vec<u8>>, out: &mut Vec<Vec<Req>>| {
             let s = shard_of(&args[1], n);
             out[s].push(Req { conn, seq, part: 0, args });
-            Pending {
-                left: 1,
-                parts: vec![None],
-                combine: Combine::Single,
-                done: None,
-                resp3: false,
-            }
+            Pending::awaiting(1, Combine::Single)
         };
         match cmd.as_bytes() {
             c if args.len() >= 2 && single_key(c) => single(args, &mut self.outgoing),
@@ -1665,7 +1658,6 @@ impl KvWorker {
             b"blpop" | b"brpop" => {
                 let mut shards: Vec<usize> =
                     args[1..args.len() - 1].iter().map(|k| shard_of(k, n)).collect();
-                shards.dedup();
                 shards.sort_unstable();
                 shards.dedup();
                 if shards.len() > 1 {
@@ -1677,13 +1669,7 @@ impl KvWorker {
                     blocking.push(s);
                 }
                 self.outgoing[s].push(Req { conn, seq, part: 0, args });
-                Pending {
-                    left: 1,
-                    parts: vec![None],
-                    combine: Combine::Single,
-                    done: None,
-                    resp3: false,
-                }
+                Pending::awaiting(1, Combine::Single)
             }
             b"del" | b"unlink" | b"exists" | b"mget" if args.len() >= 2 => self.split(
                 conn,
@@ -1705,7 +1691,7 @@ impl KvWorker {
                     b"keys" => Combine::Concat,
                     _ => Combine::AllOk,
                 };
-                Pending { left: n as u32, parts: vec![None; n], combine, done: None, resp3: false }
+                Pending::awaiting(n, combine)
             }
             b"quit" => Pending::ready(Reply::Simple("OK")),
             b"info" => {
@@ -1714,7 +1700,7 @@ impl KvWorker {
                 }
                 let sections = args[1..].to_vec();
                 let combine = Combine::Info(self.info.clone(), sections);
-                Pending { left: n as u32, parts: vec![None; n], combine, done: None, resp3: false }
+                Pending::awaiting(n, combine)
             }
             b"config" => Pending::ready(match args.get(1).map(|a| a.to_ascii_lowercase()) {
                 Some(sub) if sub == b"get" && args.len() == 3 => self.info.config_get(&args[2]),
@@ -1785,13 +1771,7 @@ impl KvWorker {
         let n = self.shards.len();
         let single = |out: &mut Vec<Vec<Req>>, s: usize, args: Vec<Vec<u8>>| {
             out[s].push(Req { conn, seq, part: 0, args });
-            Pending {
-                left: 1,
-                parts: vec![None],
-                combine: Combine::Single,
-                done: None,
-                resp3: false,
-            }
+            Pending::awaiting(1, Combine::Single)
         };
         if args[0].eq_ignore_ascii_case(b"unwatch") {
             return match c.watch.take() {
@@ -1828,13 +1808,7 @@ impl KvWorker {
         }
         args[1] = local.to_string().into_bytes();
         self.outgoing[shard as usize].push(Req { conn, seq, part: 0, args });
-        Pending {
-            left: 1,
-            parts: vec![None],
-            combine: Combine::Scan { shard, shards: n },
-            done: None,
-            resp3: false,
-        }
+        Pending::awaiting(1, Combine::Scan { shard, shards: n })
     }
 
     /// Splits a multi-key command by shard. `step`: arguments per key (1,
@@ -1874,7 +1848,7 @@ impl KvWorker {
             2 => Combine::Mget { positions, keys: rest.len() },
             _ => Combine::AllOk,
         };
-        Pending { left: part, parts: vec![None; part as usize], combine, done: None, resp3: false }
+        Pending::awaiting(part as usize, combine)
     }
 
     /// Sends what this event gathered: one batch per shard.
