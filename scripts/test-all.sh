@@ -22,6 +22,6 @@ python3 scripts/check_layers.py
 echo "== the book's links and includes"
 python3 scripts/check_book.py
 
-echo "== loom models of the mailbox core and the actors' park/wake handshake (LOOM_MAX_PREEMPTIONS=${LOOM_MAX_PREEMPTIONS:-2})"
+echo "== loom models of the mailbox core, the actors' park/wake handshake and the wire's credit drain (LOOM_MAX_PREEMPTIONS=${LOOM_MAX_PREEMPTIONS:-2})"
 LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-2}" RUSTFLAGS="--cfg loom" \
   cargo test -p ringmail-transport -p ringmail --release --lib --target-dir target/loom -- loom

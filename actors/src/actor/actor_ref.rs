@@ -338,6 +338,39 @@ impl<A: Actor> ActorRef<A> {
         }
     }
 
+    /// Delivers an already type-erased message (from another node, within
+    /// its credit window: see `remote::window`) past the mailbox bound,
+    /// without ever waiting: when the transport mailbox to the actor's
+    /// shard is full, the message comes back for a later try. A stopped
+    /// actor makes it a dead letter (an ask's reply then goes back as "no
+    /// reply").
+    pub(crate) fn try_deliver_erased(&self, m: Box<dyn Erased>) -> Result<(), Box<dyn Erased>> {
+        if !self.cell.is_alive() {
+            dead_letter_in(Some(&self.shard.stats));
+            return Ok(());
+        }
+        self.cell.reserve_forced();
+        let env = Envelope { to: self.cell.id, body: Body::Msg(m) };
+        match self.send_reserved(env) {
+            Ok(()) => Ok(()),
+            Err((env, TellFail::Full)) => match env.body {
+                Body::Msg(m) => Err(m),
+                _ => unreachable!("the envelope came back as it went"),
+            },
+            // Stopped (counted by `send_reserved`) or no ring: dropped here,
+            // so its asker hears "no reply".
+            Err((env, TellFail::Stopped)) => {
+                drop(env);
+                Ok(())
+            }
+            Err((env, _)) => {
+                dead_letter_in(Some(&self.shard.stats));
+                drop(env);
+                Ok(())
+            }
+        }
+    }
+
     /// Delivers an already type-erased message (from another node) without
     /// the capacity check; a stopped actor makes it a dead letter (an ask's
     /// reply then goes back as "no reply").
@@ -399,6 +432,29 @@ impl<A: Actor> ActorRef<A> {
                 })
             }
         }
+    }
+
+    /// Sends `msg` with `fd` past the mailbox bound (a control hand-off:
+    /// to an actor's own shard, e.g. an acceptor keeping a connection no
+    /// worker could take yet). A full transport queue or a stopped actor
+    /// hands both back.
+    pub(crate) fn tell_fd_forced<M>(&self, msg: M, fd: FixedFd) -> Result<(), (M, FixedFd)>
+    where
+        A: FdHandler<M>,
+        M: Send + 'static,
+    {
+        if !self.cell.is_alive() {
+            return Err((msg, fd));
+        }
+        self.cell.reserve_forced();
+        let typed: TypedFd<A, M> = TypedFd { msg, _a: PhantomData };
+        let env = Envelope { to: self.cell.id, body: Body::FdMsg { key: 0, msg: Box::new(typed) } };
+        route::send_fd_to_shard(self.shard.id, &self.shard.addr, env, fd).map_err(|(env, fd, _)| {
+            self.cell.unreserve();
+            let Body::FdMsg { msg, .. } = env.body else { unreachable!("sent an FdMsg") };
+            let typed = msg.into_any().downcast::<TypedFd<A, M>>().expect("same type");
+            (typed.msg, fd)
+        })
     }
 
     fn send_typed<M>(&self, msg: M, reply: Option<ReplyTo>) -> Result<(), (M, TellFail)>

@@ -18,9 +18,13 @@
 //! * **Hand-off.** Each connection goes to the next worker, round-robin,
 //!   with [`ActorRef::tell_fd`] (`IORING_MSG_SEND_FD`, linked to a `CLOSE`
 //!   of the acceptor's slot). A worker whose mailbox is full or that has
-//!   stopped is skipped; when no worker takes it the connection is closed
-//!   and counted ([`AcceptorStats::rejected`]). A hand-off the kernel
-//!   refuses later comes back to the acceptor's ring, which closes it.
+//!   stopped is skipped. When no worker can take it now (every mailbox is
+//!   full: a burst of connections against busy workers), the acceptor
+//!   keeps it, in order, and tries again every millisecond
+//!   ([`AcceptorStats::waiting`]); only past [`MAX_WAITING`] kept
+//!   connections, or when every worker has stopped, is one closed and
+//!   counted ([`AcceptorStats::rejected`]). A hand-off the kernel refuses
+//!   later comes back to the acceptor's ring, which closes it.
 //! * **Serve.** The worker adds the connection to its [`Connections`]:
 //!   one multishot receive per connection over the shard's provided
 //!   buffers, and at most one send in flight per connection, carrying all
@@ -95,8 +99,11 @@ pub struct AcceptorStats {
     /// hand-off the kernel refuses later is closed by the acceptor's ring
     /// and counted as a dead letter).
     pub handed_off: AtomicU64,
-    /// Connections closed because no worker could take them.
+    /// Connections closed because no worker could take them: every worker
+    /// stopped, or [`MAX_WAITING`] connections were waiting already.
     pub rejected: AtomicU64,
+    /// Connections the acceptor keeps until a worker has room (now).
+    pub waiting: AtomicU64,
     /// Times the multishot accept ended and was armed again.
     pub rearmed: AtomicU64,
 }
@@ -109,7 +116,15 @@ pub struct Acceptor<W: Actor> {
     listener: TcpListener,
     workers: Vec<ActorRef<W>>,
     stats: Arc<AcceptorStats>,
+    /// Connections no worker could take yet, oldest first.
+    waiting: std::collections::VecDeque<(u64, ShardFd)>,
+    /// A `RetryHandOff` is on its way.
+    retry_armed: bool,
 }
+
+/// The most connections an [`Acceptor`] keeps while every worker is full;
+/// past it, new ones are closed (and counted as rejected).
+pub const MAX_WAITING: u64 = 1024;
 
 impl<W: Actor> std::fmt::Debug for Acceptor<W> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -133,7 +148,13 @@ impl<W: FdHandler<NewConnection>> Acceptor<W> {
         assert!(!workers.is_empty(), "an acceptor needs at least one worker");
         // Best effort: a listener that refuses it still serves.
         let _ = socket2::SockRef::from(&listener).set_tcp_nodelay(true);
-        Acceptor { listener, workers, stats: Arc::new(AcceptorStats::default()) }
+        Acceptor {
+            listener,
+            workers,
+            stats: Arc::new(AcceptorStats::default()),
+            waiting: std::collections::VecDeque::new(),
+            retry_armed: false,
+        }
     }
 
     /// The acceptor's counters (shared: read them while it runs).
@@ -149,7 +170,10 @@ impl<W: FdHandler<NewConnection>> Acceptor<W> {
         let on = move |ev: Accept| match ev {
             Accept::Conn(fd) => {
                 stats.accepted.fetch_add(1, Ordering::Relaxed);
-                hand_off(&workers, &mut next, fd, &stats);
+                let id = NEXT_CONN.fetch_add(1, Ordering::Relaxed);
+                if let Err(fd) = hand_off(&workers, &mut next, id, fd, &stats) {
+                    keep_waiting(&me, id, fd, &stats);
+                }
             }
             Accept::Ended(e) => me.deliver_forced(Rearm(errno(e.as_ref()))),
         };
@@ -162,13 +186,16 @@ impl<W: FdHandler<NewConnection>> Acceptor<W> {
 
 static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
 
+/// Hands connection `id` to the next worker that takes it; the fd comes
+/// back when none can now (and is closed, counted, when every worker has
+/// stopped: then none ever will).
 fn hand_off<W: FdHandler<NewConnection>>(
     workers: &[ActorRef<W>],
     next: &mut usize,
+    id: u64,
     mut fd: FixedFd,
     stats: &AcceptorStats,
-) {
-    let id = NEXT_CONN.fetch_add(1, Ordering::Relaxed);
+) -> Result<(), FixedFd> {
     let n = workers.len();
     for i in 0..n {
         let w = &workers[(*next + i) % n];
@@ -176,13 +203,96 @@ fn hand_off<W: FdHandler<NewConnection>>(
             Ok(()) => {
                 *next = (*next + i + 1) % n;
                 stats.handed_off.fetch_add(1, Ordering::Relaxed);
-                return;
+                return Ok(());
             }
             Err(e) => fd = e.into_inner().1,
         }
     }
-    stats.rejected.fetch_add(1, Ordering::Relaxed);
-    drop(fd); // closes the connection: no worker could take it
+    if workers.iter().all(|w| !w.is_alive()) {
+        stats.rejected.fetch_add(1, Ordering::Relaxed);
+        drop(fd); // closes the connection: no worker will ever take it
+        return Ok(());
+    }
+    Err(fd)
+}
+
+/// Gives a connection no worker could take now to the acceptor itself
+/// (past its mailbox bound: it is the acceptor's own ring), to wait for
+/// room; past [`MAX_WAITING`] waiting, it is closed and counted.
+fn keep_waiting<W: FdHandler<NewConnection>>(
+    me: &ActorRef<Acceptor<W>>,
+    id: u64,
+    fd: FixedFd,
+    stats: &AcceptorStats,
+) {
+    if stats.waiting.load(Ordering::Relaxed) >= MAX_WAITING {
+        stats.rejected.fetch_add(1, Ordering::Relaxed);
+        return; // dropping `fd` closes the connection
+    }
+    stats.waiting.fetch_add(1, Ordering::Relaxed);
+    if me.tell_fd_forced(Waiting(id), fd).is_err() {
+        // The acceptor is stopping: nothing will take it.
+        stats.waiting.fetch_sub(1, Ordering::Relaxed);
+        stats.rejected.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// A connection no worker could take yet, kept by the acceptor.
+struct Waiting(u64);
+
+/// Try the waiting connections again.
+#[derive(Debug)]
+struct RetryHandOff;
+impl Message for RetryHandOff {
+    type Reply = ();
+}
+
+impl<W: FdHandler<NewConnection>> FdHandler<Waiting> for Acceptor<W> {
+    fn handle_fd(&mut self, Waiting(id): Waiting, fd: FixedFd, ctx: &mut Context<Self>) {
+        self.waiting.push_back((id, ctx.keep_fd(fd)));
+        self.arm_retry(ctx);
+    }
+}
+
+impl<W: FdHandler<NewConnection>> Handler<RetryHandOff> for Acceptor<W> {
+    fn handle(&mut self, _: RetryHandOff, ctx: &mut Context<Self>) {
+        self.retry_armed = false;
+        let mut next = 0;
+        while let Some((id, kept)) = self.waiting.pop_front() {
+            let Ok(fd) = kept.into_fixed() else {
+                // Kept on this shard and taken back on it: cannot fail; if
+                // it ever did, the connection is closed and counted.
+                self.stats.waiting.fetch_sub(1, Ordering::Relaxed);
+                self.stats.rejected.fetch_add(1, Ordering::Relaxed);
+                continue;
+            };
+            match hand_off(&self.workers, &mut next, id, fd, &self.stats) {
+                Ok(()) => {
+                    self.stats.waiting.fetch_sub(1, Ordering::Relaxed);
+                }
+                Err(fd) => {
+                    // Still no room: it stays first in line.
+                    self.waiting.push_front((id, ctx.keep_fd(fd)));
+                    break;
+                }
+            }
+        }
+        self.arm_retry(ctx);
+    }
+}
+
+impl<W: FdHandler<NewConnection>> Acceptor<W> {
+    fn arm_retry(&mut self, ctx: &mut Context<Self>) {
+        if self.waiting.is_empty() || self.retry_armed {
+            return;
+        }
+        self.retry_armed = true;
+        if ctx.send_after(Duration::from_millis(1), RetryHandOff).is_none() {
+            // No timer now (the ring's I/O budget is full): a message to
+            // self, behind whatever else the acceptor has to do.
+            ctx.myself().deliver_forced(RetryHandOff);
+        }
+    }
 }
 
 /// The errno of an error (0 for none or one without an errno).
@@ -200,6 +310,14 @@ impl Message for Rearm {
 impl<W: FdHandler<NewConnection>> Actor for Acceptor<W> {
     fn started(&mut self, ctx: &mut Context<Self>) {
         self.arm(ctx);
+    }
+
+    fn stopped(&mut self, _ctx: &mut Context<Self>) {
+        // Connections still waiting close with the acceptor: counted.
+        let n = self.waiting.len() as u64;
+        self.waiting.clear();
+        self.stats.waiting.fetch_sub(n, Ordering::Relaxed);
+        self.stats.rejected.fetch_add(n, Ordering::Relaxed);
     }
 }
 

@@ -40,6 +40,10 @@
 //! * `peer` is set exactly when the handshake completed.
 //! * What is *in doubt* is what was sent and not acknowledged:
 //!   `sent - acked` (acknowledgements only ever grow).
+//! * The credit windows (`remote::window`) live and die with the link: a
+//!   new link starts with full windows on both sides, and what waits for
+//!   credit when the link is lost was never sent (a dead letter, see
+//!   [`Held`]).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -50,6 +54,7 @@ use ringmail_wire::frame::{self, Frame, Sealer, Unsealer};
 use ringmail_wire::handshake::{Identity, Initiator, Peer, Responder, SessionKeys};
 use ringmail_wire::WireError;
 
+use super::window::{RecvWindows, SendWindows};
 use crate::net::ConnId;
 use crate::runtime::cell::ActorCell;
 
@@ -152,12 +157,63 @@ pub(crate) struct Link {
     /// released once the link's unsent bytes are under the node's high
     /// water mark.
     owed: HashMap<u64, (Arc<ActorCell>, usize)>,
+    /// Messages to the peer's actors, by credit window: what waits for
+    /// credit (`remote::window`).
+    pub(crate) out: SendWindows<Held>,
+    /// Messages from the peer, by credit window: what its actors owe it.
+    pub(crate) inw: RecvWindows,
+}
+
+/// A framed message for a peer's actor, waiting for credit (or about to
+/// leave). It holds its stand-in's capacity slot; dropped unsent (its link
+/// was lost), it gives the slot back and counts as a dead letter.
+pub(crate) struct Held {
+    pub(crate) frame: Frame,
+    /// The stand-in it came from.
+    pub(crate) proxy: u64,
+    /// The ask's request id, if it is one.
+    pub(crate) req: Option<u64>,
+    stand_in: Option<Arc<ActorCell>>,
+}
+
+impl Held {
+    pub(crate) fn new(
+        frame: Frame,
+        proxy: u64,
+        req: Option<u64>,
+        stand_in: Arc<ActorCell>,
+    ) -> Held {
+        Held { frame, proxy, req, stand_in: Some(stand_in) }
+    }
+
+    /// The stand-in's capacity slot, now the caller's to release.
+    pub(crate) fn take_slot(&mut self) -> Arc<ActorCell> {
+        self.stand_in.take().expect("a held message leaves once")
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Some(s) = self.stand_in.take() {
+            s.unreserve();
+            crate::runtime::dead_letter();
+        }
+    }
 }
 
 impl Link {
     /// A new link, waiting for a `Hello` (inbound, `dialled` is `None`) or
     /// about to send one ([`Link::start_dialling`]).
-    pub(crate) fn new(id: u64, conn: ConnId, dialled: Option<SocketAddr>, now: Instant) -> Link {
+    /// Its credit windows are `window` bytes per target actor; `wake` is
+    /// called from any thread when credit is owed to the peer.
+    pub(crate) fn new(
+        id: u64,
+        conn: ConnId,
+        dialled: Option<SocketAddr>,
+        now: Instant,
+        window: u64,
+        wake: Arc<dyn Fn() + Send + Sync>,
+    ) -> Link {
         Link {
             id,
             conn,
@@ -177,6 +233,8 @@ impl Link {
             acked_out: 0,
             owed_replies: 0,
             owed: HashMap::new(),
+            out: SendWindows::new(window),
+            inw: RecvWindows::new(window, wake),
         }
     }
 
@@ -446,7 +504,7 @@ mod tests {
 
     fn link(id: u64, dialled: bool) -> Link {
         let addr: Option<SocketAddr> = dialled.then(|| "127.0.0.1:9".parse().unwrap());
-        Link::new(id, ConnId(id), addr, Instant::now())
+        Link::new(id, ConnId(id), addr, Instant::now(), 1 << 20, Arc::new(|| {}))
     }
 
     /// Feeds `bytes` to `to` and hands every unit to the handshake (as the

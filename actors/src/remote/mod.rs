@@ -69,11 +69,17 @@
 //!
 //! * FIFO per sender and receiver over one connection, as locally (not
 //!   across the short window in which a duplicate connection is retired).
-//! * Backpressure: a stand-in keeps a message's mailbox slot until the
-//!   bytes have left (at most 4 MiB unsent per connection), so `tell`
-//!   waits and `try_tell` is refused when a peer is slow. The receiving
-//!   side delivers without a capacity check (the wire cannot hand a
-//!   message back).
+//! * Flow control: each connection has a credit window per target actor
+//!   ([`NodeConfig::window`], see `remote::window`). A message beyond it
+//!   waits on the sending node, in order, keeping its stand-in's mailbox
+//!   slot, so `tell` waits (a handler's actor pauses) and `try_tell` is
+//!   refused while the remote actor is behind; other actors on the same
+//!   connection are not held up, and replies, lookups, acknowledgements,
+//!   membership and credit are never windowed. The receiving side
+//!   delivers past the target's mailbox bound (the wire cannot hand a
+//!   message back), at most a window's worth per connection and target,
+//!   and never waits on a full transport queue (it retries). A stand-in
+//!   also keeps its slots while its connection has more than 4 MiB unsent.
 //! * At most once: nothing is retried.
 //! * A message to an actor whose node is down fails like one to a stopped
 //!   actor (`TellError::Stopped`, a dead letter); an ask gets `NoReply`.
@@ -92,6 +98,7 @@ mod node;
 mod pending;
 mod stand_in;
 mod swim;
+mod window;
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener};
@@ -150,6 +157,9 @@ pub struct NodeConfig {
     /// Sends to peers of at least this many bytes use zero-copy send
     /// (`SEND_ZC`; default `None`: off, see [`NodeConfig::zero_copy_above`]).
     pub zero_copy_above: Option<usize>,
+    /// The credit window per connection and target actor, in bytes
+    /// (default 1 MiB; see [`NodeConfig::window`]).
+    pub window: u64,
 }
 
 impl std::fmt::Debug for NodeConfig {
@@ -180,6 +190,7 @@ impl NodeConfig {
             suspect_to_down: Duration::from_millis(1500),
             redial: (Duration::from_millis(50), Duration::from_secs(2)),
             zero_copy_above: None,
+            window: window::DEFAULT_WINDOW,
         }
     }
 
@@ -219,6 +230,20 @@ impl NodeConfig {
     /// network card and measure there.
     pub fn zero_copy_above(mut self, bytes: Option<usize>) -> Self {
         self.zero_copy_above = bytes;
+        self
+    }
+
+    /// Sets the credit window per connection and target actor: another
+    /// node may have at most this many bytes of messages to one actor of
+    /// this node that it has not handled yet (each message counts its
+    /// encoded size plus 64 bytes; a larger one is taken alone). Senders
+    /// beyond it are held back as for a full mailbox; other actors on the
+    /// same connection are not. Every node of a cluster must use the same
+    /// window: a peer that sends beyond it is disconnected. Larger windows
+    /// carry more over links with a long round trip, at the cost of the
+    /// memory a slow actor may have queued (see the module docs).
+    pub fn window(mut self, bytes: u64) -> Self {
+        self.window = bytes.max(1);
         self
     }
 
@@ -460,6 +485,12 @@ pub struct NodeStats {
     /// the active members, and for a while (10 failed dials) a member that
     /// went away.
     pub dialling: u64,
+    /// Messages to peers that had to wait for credit (their target's window
+    /// was full: see [`NodeConfig::window`]).
+    pub credit_waits: u64,
+    /// Messages to peers waiting for credit right now (as of the node's
+    /// last tick, every 50 ms).
+    pub waiting_for_credit: u64,
 }
 
 /// Reads a node's counters ([`Node::stats_source`]). It holds the counters
@@ -499,6 +530,8 @@ impl NodeStatsSource {
             undeliverable: r(&c.undeliverable),
             pending_handshakes: r(&c.pending_handshakes),
             dialling: r(&c.dialling),
+            credit_waits: r(&c.credit_waits),
+            waiting_for_credit: r(&c.waiting_for_credit),
         }
     }
 }
@@ -509,8 +542,10 @@ impl NodeStats {
     /// `_received_total`, `_in_doubt_total`,
     /// `ringmail_node_handshakes_failed_total`, `_refused_total`,
     /// `ringmail_node_protocol_errors_total`,
-    /// `ringmail_node_unknown_target_total`, `ringmail_node_undeliverable_total`; gauges
-    /// `ringmail_node_pending_handshakes` and `ringmail_node_dialling`.
+    /// `ringmail_node_unknown_target_total`, `ringmail_node_undeliverable_total`,
+    /// `ringmail_node_credit_waits_total`; gauges
+    /// `ringmail_node_pending_handshakes`, `ringmail_node_dialling` and
+    /// `ringmail_node_waiting_for_credit`.
     #[cfg(feature = "metrics")]
     pub fn publish(&self, node: &str) {
         use ::metrics::{counter, gauge};
@@ -532,6 +567,10 @@ impl NodeStats {
             .absolute(self.undeliverable);
         gauge!("ringmail_node_pending_handshakes", "node" => n.clone())
             .set(self.pending_handshakes as f64);
+        counter!("ringmail_node_credit_waits_total", "node" => n.clone())
+            .absolute(self.credit_waits);
+        gauge!("ringmail_node_waiting_for_credit", "node" => n.clone())
+            .set(self.waiting_for_credit as f64);
         gauge!("ringmail_node_dialling", "node" => n).set(self.dialling as f64);
     }
 }
@@ -548,17 +587,25 @@ pub(crate) struct Counters {
     pub(crate) undeliverable: AtomicU64,
     pub(crate) pending_handshakes: AtomicU64,
     pub(crate) dialling: AtomicU64,
+    pub(crate) credit_waits: AtomicU64,
+    pub(crate) waiting_for_credit: AtomicU64,
 }
 
 /// Installs a stop watcher on an exported actor.
 pub(crate) type WatchFn = Box<dyn Fn(Box<dyn FnOnce(&StopReason) + Send>) + Send + Sync>;
+
+/// Hands a message from a peer to an exported actor without waiting; a full
+/// transport queue hands it back.
+pub(crate) type DeliverFn =
+    Box<dyn Fn(Box<dyn Erased>) -> Result<(), Box<dyn Erased>> + Send + Sync>;
 
 /// An actor made reachable from other nodes.
 pub(crate) struct Export {
     pub(crate) id: u64,
     pub(crate) type_name: &'static str,
     pub(crate) actor_type: std::any::TypeId,
-    pub(crate) deliver: Box<dyn Fn(Box<dyn Erased>) + Send + Sync>,
+    /// Delivers without waiting; a full transport mailbox hands it back.
+    pub(crate) deliver: DeliverFn,
     /// The `ActorRef<A>` itself (for [`Node::find`] on this node).
     pub(crate) local: Box<dyn std::any::Any + Send + Sync>,
     pub(crate) watch: WatchFn,
@@ -637,10 +684,14 @@ impl Node {
             }
         };
         let listen = listener.local_addr().map_err(NodeError::Listen)?;
-        // Accepted connections inherit it.
-        socket2::SockRef::from(&listener)
-            .set_tcp_user_timeout(Some(cfg.link_timeout()))
-            .map_err(NodeError::Listen)?;
+        // Accepted connections inherit both: the kernel's limit on
+        // unacknowledged data, and Nagle's algorithm off (as the dialling
+        // side has it), so a reply or an acknowledgement written after an
+        // earlier small segment leaves at once instead of waiting up to
+        // 40 ms for the peer's delayed ACK.
+        let sock = socket2::SockRef::from(&listener);
+        sock.set_tcp_user_timeout(Some(cfg.link_timeout())).map_err(NodeError::Listen)?;
+        sock.set_tcp_nodelay(true).map_err(NodeError::Listen)?;
         let incarnation =
             ringmail_wire::handshake::random_u64().map_err(|e| NodeError::Random(e.to_string()))?;
         // An advertised port 0 means the port bound.
@@ -737,7 +788,7 @@ impl Node {
             id: actor.id(),
             type_name: std::any::type_name::<A>(),
             actor_type: std::any::TypeId::of::<A>(),
-            deliver: Box::new(move |m| deliver_to.deliver_erased(m)),
+            deliver: Box::new(move |m| deliver_to.try_deliver_erased(m)),
             local: Box::new(actor.clone()),
             watch: Box::new(move |w| watch_on.cell.watch(w)),
             watched: AtomicBool::new(false),

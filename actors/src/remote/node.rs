@@ -35,10 +35,14 @@
 //! * everything written in one turn of the shard's loop leaves as one
 //!   sealed segment per link (one `Flush` message queued behind the turn's
 //!   work), unless it outgrows `max_frame`;
-//! * a stand-in's capacity slot is held while its link has more than
-//!   [`HIGH_WATER`] bytes unsent, so senders wait for a slow peer.
+//! * a stand-in's capacity slot is held while its message waits for
+//!   credit (`remote::window`) and while its link has more than
+//!   [`HIGH_WATER`] bytes unsent, so senders wait for a slow actor or peer;
+//! * every message admitted from a peer gives its cost back exactly once
+//!   (handled, or dropped as a dead letter), and the node never waits to
+//!   deliver: a full transport queue makes it retry (`stalled`).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
@@ -50,16 +54,18 @@ use ringmail_wire::frame::Frame;
 use ringmail_wire::handshake::Identity;
 
 use super::dial::{self, Dial, Duplicate};
-use super::link::{Link, QueueError};
+use super::link::{Held, Link, QueueError};
 use super::pending::{Found, Pending};
 use super::stand_in::{self, Outbound, Proxies, ProxyEntry, RegisterProxy};
 use super::swim::{Member, Swim, Timer};
-use super::{LookupError, NodeEvent, NodeShared};
+use super::window::{self, Offer};
+use super::{Export, LookupError, NodeEvent, NodeShared};
 use crate::actor::{Actor, Context, FdHandler, Handler, Message};
 use crate::error::StopReason;
 use crate::io::Accept;
 use crate::net::{Connections, Input, NetEvent};
 use crate::runtime::dead_letter;
+use crate::runtime::envelope::Erased;
 
 mod inbound;
 mod upkeep;
@@ -137,11 +143,26 @@ impl Message for Flush {
     type Reply = ();
 }
 
+/// Credit is owed to the peer of a link (a target handled messages).
+struct Drained(u64);
+impl Message for Drained {
+    type Reply = ();
+}
+
+/// Try again the deliveries a full transport mailbox handed back.
+struct RetryStalled;
+impl Message for RetryStalled {
+    type Reply = ();
+}
+
 /// The multishot accept ended (errno).
 struct Rearm(i32);
 impl Message for Rearm {
     type Reply = ();
 }
+
+/// Deliveries to one exported actor that wait for room, in order.
+type Stalled = (Arc<Export>, VecDeque<Box<dyn Erased>>);
 
 /// The node's actor (one per [`super::Node`], on its own shard).
 pub(crate) struct NodeActor {
@@ -165,6 +186,11 @@ pub(crate) struct NodeActor {
     me: Option<crate::ActorRef<NodeActor>>,
     /// Membership (SWIM).
     swim: Swim,
+    /// Messages from peers that a full transport mailbox handed back, per
+    /// target actor, in order (bounded by the credit windows).
+    stalled: HashMap<u64, Stalled>,
+    /// A `RetryStalled` is on its way.
+    retry_armed: bool,
 }
 
 impl NodeActor {
@@ -207,6 +233,8 @@ impl NodeActor {
             flush_queued: false,
             me: None,
             swim,
+            stalled: HashMap::new(),
+            retry_armed: false,
         }
     }
 
@@ -244,7 +272,10 @@ impl NodeActor {
         let conn = self.conns.add(fd, ctx).ok()?;
         let id = self.next_link;
         self.next_link += 1;
-        self.links.insert(id, Link::new(id, conn, dialled, Instant::now()));
+        let me = self.me();
+        let wake: Arc<dyn Fn() + Send + Sync> = Arc::new(move || me.deliver_forced(Drained(id)));
+        let window = self.shared.cfg.window;
+        self.links.insert(id, Link::new(id, conn, dialled, Instant::now(), window, wake));
         self.by_conn.insert(conn, id);
         Some(id)
     }
@@ -335,6 +366,9 @@ impl NodeActor {
     /// unacknowledged is in doubt, and if it was a peer's link, the peer is
     /// down.
     fn peer_down(&mut self, link: u64, reason: &str) {
+        let Some(l) = self.links.get_mut(&link) else { return };
+        // Never sent: dead letters (each gives its stand-in's slot back).
+        drop(l.out.take_held());
         let Some(l) = self.links.get(&link) else { return };
         let in_doubt = l.in_doubt();
         self.shared.counters.in_doubt.fetch_add(in_doubt, Ordering::Relaxed);
@@ -464,6 +498,13 @@ impl Actor for NodeActor {
             self.stop_proxy(id, StopReason::NodeDown(self.shared.cfg.name.clone()));
         }
         self.pending.drop_asks();
+        // Deliveries still waiting for room: the node is going, so are they.
+        for (_, (_, q)) in self.stalled.drain() {
+            for m in q {
+                dead_letter();
+                drop(m);
+            }
+        }
     }
 }
 
@@ -596,26 +637,44 @@ impl Handler<Outbound> for NodeActor {
                 return;
             }
         };
-        let f = match reply {
+        let cost = window::cost(payload.len());
+        let (f, req) = match reply {
             Some(r) => {
                 let req = self.pending.ask(link, r, codec);
-                Frame::Ask { to: remote_id, ty: codec.ty, req, payload }
+                (Frame::Ask { to: remote_id, ty: codec.ty, req, payload }, Some(req))
             }
-            None => Frame::Tell { to: remote_id, ty: codec.ty, payload },
+            None => (Frame::Tell { to: remote_id, ty: codec.ty, payload }, None),
         };
-        let req = match &f {
-            Frame::Ask { req, .. } => Some(*req),
-            _ => None,
-        };
+        let held = Held::new(f, o.proxy, req, shared);
+        let l = self.links.get_mut(&link).expect("the peer's link");
+        // Within the target's credit window it leaves now; else it waits
+        // for credit, holding its stand-in's slot (so senders wait too).
+        match l.out.offer(remote_id, cost, held) {
+            Offer::Send(h) => self.send_now(link, h),
+            Offer::Held(ask) => {
+                self.shared.counters.credit_waits.fetch_add(1, Ordering::Relaxed);
+                if ask {
+                    self.queue(link, &Frame::Blocked { to: remote_id });
+                }
+            }
+        }
+        let _ = ctx;
+    }
+}
+
+impl NodeActor {
+    /// Queues a message its credit window admitted; its stand-in's slot is
+    /// held until the link's backlog drains.
+    fn send_now(&mut self, link: u64, mut h: Held) {
         #[cfg(feature = "fault-injection")]
-        if req.is_none() {
+        if h.req.is_none() {
             match crate::fault::next() {
                 crate::fault::Fault::Lose => {
-                    shared.unreserve(); // silently: no count anywhere
+                    h.take_slot().unreserve(); // silently: no count anywhere
                     return;
                 }
                 crate::fault::Fault::Duplicate => {
-                    if self.queue(link, &f) {
+                    if self.queue(link, &h.frame) {
                         if let Some(l) = self.links.get_mut(&link) {
                             l.sent_copy(); // the copy is acknowledged like any frame
                         }
@@ -624,21 +683,80 @@ impl Handler<Outbound> for NodeActor {
                 crate::fault::Fault::None => {}
             }
         }
-        if self.queue(link, &f) {
+        if self.queue(link, &h.frame) {
+            let slot = h.take_slot();
             if let Some(l) = self.links.get_mut(&link) {
-                l.sent_for(o.proxy, shared);
+                l.sent_for(h.proxy, slot);
             }
             self.shared.counters.sent.fetch_add(1, Ordering::Relaxed);
-        } else {
-            // Not sent (too large to frame): a dead letter; an ask's
-            // ReplyTo drops here and answers "no reply" at once.
-            if let Some(req) = req {
-                self.pending.forget_ask(req);
-            }
-            shared.unreserve();
-            dead_letter();
+        } else if let Some(req) = h.req {
+            // Not sent (too large to frame): a dead letter when `h` drops;
+            // an ask's ReplyTo drops here and answers "no reply" at once.
+            self.pending.forget_ask(req);
         }
-        let _ = ctx;
+    }
+
+    /// Hands a message from a peer to its target without waiting: behind
+    /// the target's stalled ones, if any; a full transport mailbox hands it
+    /// back, and it waits for `RetryStalled`.
+    fn deliver_to(&mut self, export: Arc<Export>, m: Box<dyn Erased>, ctx: &Context<Self>) {
+        if let Some((_, q)) = self.stalled.get_mut(&export.id) {
+            q.push_back(m);
+            return;
+        }
+        if let Err(m) = (export.deliver)(m) {
+            let id = export.id;
+            self.stalled.insert(id, (export, VecDeque::from([m])));
+            self.arm_retry(ctx);
+        }
+    }
+
+    fn arm_retry(&mut self, ctx: &Context<Self>) {
+        if self.retry_armed {
+            return;
+        }
+        self.retry_armed = true;
+        // A short pause lets the target's shard take in its ring; a timer
+        // the ring cannot take (its I/O budget full) becomes a message to
+        // self, which other work still runs between.
+        if ctx.send_after(Duration::from_micros(200), RetryStalled).is_none() {
+            self.me().deliver_forced(RetryStalled);
+        }
+    }
+
+    /// Sends the credit a link's targets owe its peer.
+    fn grant(&mut self, link: u64) {
+        let Some(l) = self.links.get_mut(&link) else { return };
+        if !l.is_up() {
+            return;
+        }
+        for (to, bytes) in l.inw.grants() {
+            self.queue(link, &Frame::Credit { to, bytes });
+        }
+    }
+}
+
+impl Handler<Drained> for NodeActor {
+    fn handle(&mut self, Drained(link): Drained, _ctx: &mut Context<Self>) {
+        self.grant(link);
+    }
+}
+
+impl Handler<RetryStalled> for NodeActor {
+    fn handle(&mut self, _: RetryStalled, ctx: &mut Context<Self>) {
+        self.retry_armed = false;
+        self.stalled.retain(|_, (export, q)| {
+            while let Some(m) = q.pop_front() {
+                if let Err(m) = (export.deliver)(m) {
+                    q.push_front(m);
+                    return true;
+                }
+            }
+            false
+        });
+        if !self.stalled.is_empty() {
+            self.arm_retry(ctx);
+        }
     }
 }
 

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use super::WireError;
 
 /// The protocol version this build speaks.
-pub const PROTOCOL_VERSION: u16 = 2;
+pub const PROTOCOL_VERSION: u16 = 3;
 
 /// Default largest frame (16 MiB).
 pub const DEFAULT_MAX_FRAME: usize = 16 << 20;
@@ -103,6 +103,23 @@ pub enum Frame {
     Pong(u64),
     /// A membership (SWIM) packet, opaque to the wire layer.
     Swim(Vec<u8>),
+    /// Flow control: actor `to` of the sending node has handled (or
+    /// dropped) messages from this connection worth `bytes` of its credit
+    /// window, so the receiver may send that much more to it.
+    Credit {
+        /// The target actor's id on the node that sends this frame.
+        to: u64,
+        /// The credit given back, in window bytes.
+        bytes: u64,
+    },
+    /// Flow control: the sender holds messages for actor `to` of the
+    /// receiving node that need the credit it owes, with too little in
+    /// flight for the half-window rule to free: give back everything owed
+    /// as soon as `to` has caught up.
+    Blocked {
+        /// The target actor's id on the node that receives this frame.
+        to: u64,
+    },
 }
 
 /// Seals batches of frames after the handshake: each *segment* is a 4-byte
@@ -395,6 +412,8 @@ mod tests {
                 Frame::Lookup { req, name: name.clone() },
                 Frame::Found { req, actor: Some((to, name.clone())) },
                 Frame::Stopped { id: to, reason: name.clone() },
+                Frame::Credit { to, bytes: ty },
+                Frame::Blocked { to },
             ] {
                 let mut buf = Vec::new();
                 encode(&f, &mut buf, DEFAULT_MAX_FRAME).unwrap();

@@ -23,6 +23,7 @@ use crate::actor::Context;
 use crate::error::StopReason;
 use crate::remote::link::{Step, Unit};
 use crate::remote::pending::Found;
+use crate::remote::window::{self, Tracked};
 use crate::remote::LookupError;
 use crate::runtime::dead_letter;
 use crate::runtime::envelope::ReplyTo;
@@ -102,8 +103,28 @@ impl NodeActor {
 
     fn frame(&mut self, link: u64, f: Frame, ctx: &Context<Self>) -> Result<(), String> {
         match f {
-            Frame::Tell { to, ty, payload } => self.deliver(link, to, ty, &payload, None),
-            Frame::Ask { to, ty, req, payload } => self.deliver(link, to, ty, &payload, Some(req)),
+            Frame::Tell { to, ty, payload } => self.deliver(link, to, ty, &payload, None, ctx),
+            Frame::Ask { to, ty, req, payload } => {
+                self.deliver(link, to, ty, &payload, Some(req), ctx)
+            }
+            Frame::Credit { to, bytes } => {
+                let Some(l) = self.links.get_mut(&link) else { return Ok(()) };
+                let (admitted, ask) = l.out.credit(to, bytes)?;
+                for h in admitted {
+                    self.send_now(link, h);
+                }
+                if ask {
+                    self.queue(link, &Frame::Blocked { to });
+                }
+                Ok(())
+            }
+            Frame::Blocked { to } => {
+                let Some(l) = self.links.get_mut(&link) else { return Ok(()) };
+                if l.inw.blocked(to) {
+                    self.grant(link);
+                }
+                Ok(())
+            }
             Frame::Reply { req, payload } => {
                 // Only the peer that was asked may answer.
                 if let Some((reply, codec)) = self.pending.reply(link, req)? {
@@ -184,7 +205,10 @@ impl NodeActor {
         }
     }
 
-    /// A message from a peer for local actor `to`.
+    /// A message from a peer for local actor `to`, admitted against its
+    /// credit window (one beyond it closes the link). Whatever becomes of
+    /// it gives its cost back: at once when it cannot be delivered, else
+    /// once its target has handled it (`Tracked`).
     fn deliver(
         &mut self,
         link: u64,
@@ -192,13 +216,16 @@ impl NodeActor {
         ty: u64,
         payload: &[u8],
         req: Option<u64>,
+        ctx: &Context<Self>,
     ) -> Result<(), String> {
-        if let Some(l) = self.links.get_mut(&link) {
-            l.count_received();
-        }
+        let cost = window::cost(payload.len());
+        let Some(l) = self.links.get_mut(&link) else { return Ok(()) };
+        let drain = l.inw.admit(to, cost)?;
+        l.count_received();
         self.shared.counters.received.fetch_add(1, Ordering::Relaxed);
         let Some(export) = self.shared.exports_by_id.get(&to).map(|e| e.clone()) else {
             // Not (or no longer) here: a dead letter; an ask is told at once.
+            drain.consumed(cost);
             self.shared.counters.unknown_target.fetch_add(1, Ordering::Relaxed);
             dead_letter();
             if let Some(req) = req {
@@ -207,6 +234,7 @@ impl NodeActor {
             return Ok(());
         };
         let Some((decode, encode_reply)) = self.shared.codecs.decoder(export.actor_type, ty) else {
+            drain.consumed(cost);
             let why = format!("message type {ty:#x} is not registered for {}", export.type_name);
             self.undeliverable(link, ty, req, &why);
             return Ok(());
@@ -228,13 +256,14 @@ impl NodeActor {
             Err(e) => {
                 // The reply slot was dropped with the failed decode, which
                 // answers the asker (no reply) as a stopped actor would.
+                drain.consumed(cost);
                 let why =
                     format!("message type {ty:#x} for {} does not decode: {e}", export.type_name);
                 self.undeliverable(link, ty, None, &why);
                 return Ok(());
             }
         };
-        (export.deliver)(m);
+        self.deliver_to(export, Tracked::wrap(m, drain, cost), ctx);
         Ok(())
     }
 

@@ -75,6 +75,8 @@ impl NodeActor {
             }
         }
         self.shared.counters.pending_handshakes.store(pending_in, Ordering::Relaxed);
+        let waiting: usize = self.links.values().map(|l| l.out.held()).sum();
+        self.shared.counters.waiting_for_credit.store(waiting as u64, Ordering::Relaxed);
         for (id, why) in to_close {
             let authenticated = self.links.get(&id).is_some_and(|l| l.peer.is_some());
             if !authenticated {
@@ -87,6 +89,12 @@ impl NodeActor {
                 let r = l.take_ack();
                 self.queue(id, &Frame::Ping(r));
             }
+        }
+        // Credit owed and not yet sent (a wake-up is normally sent when it
+        // is due; this is the safety net).
+        let ids: Vec<u64> = self.links.keys().copied().collect();
+        for id in ids {
+            self.grant(id);
         }
         // Dial addresses with nobody up or connecting there.
         let listening: HashSet<SocketAddr> = self
