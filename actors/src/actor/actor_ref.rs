@@ -338,6 +338,28 @@ impl<A: Actor> ActorRef<A> {
         }
     }
 
+    /// Sends a control message past the mailbox bound without ever waiting
+    /// and without counting a dead letter: for a wake-up whose loss is
+    /// covered otherwise (a timer looks again). False when it was not sent.
+    pub(crate) fn nudge<M>(&self, msg: M) -> bool
+    where
+        A: Handler<M>,
+        M: Message,
+    {
+        if !self.cell.is_alive() {
+            return false;
+        }
+        self.cell.reserve_forced();
+        let env = Typed::<A, M>::envelope(self.cell.id, msg, None);
+        match route::send_to_shard(self.shard.id, &self.shard.addr, env) {
+            Ok(()) => true,
+            Err(_) => {
+                self.cell.unreserve();
+                false
+            }
+        }
+    }
+
     /// Delivers an already type-erased message (from another node, within
     /// its credit window: see `remote::window`) past the mailbox bound,
     /// without ever waiting: when the transport mailbox to the actor's

@@ -120,6 +120,8 @@ pub struct Acceptor<W: Actor> {
     waiting: std::collections::VecDeque<(u64, ShardFd)>,
     /// A `RetryHandOff` is on its way.
     retry_armed: bool,
+    /// The worker a retried hand-off tries first (round-robin).
+    next: usize,
 }
 
 /// The most connections an [`Acceptor`] keeps while every worker is full;
@@ -154,6 +156,7 @@ impl<W: FdHandler<NewConnection>> Acceptor<W> {
             stats: Arc::new(AcceptorStats::default()),
             waiting: std::collections::VecDeque::new(),
             retry_armed: false,
+            next: 0,
         }
     }
 
@@ -171,7 +174,13 @@ impl<W: FdHandler<NewConnection>> Acceptor<W> {
             Accept::Conn(fd) => {
                 stats.accepted.fetch_add(1, Ordering::Relaxed);
                 let id = NEXT_CONN.fetch_add(1, Ordering::Relaxed);
-                if let Err(fd) = hand_off(&workers, &mut next, id, fd, &stats) {
+                // Behind those already waiting, in order.
+                let r = if stats.waiting.load(Ordering::Relaxed) > 0 {
+                    Err(fd)
+                } else {
+                    hand_off(&workers, &mut next, id, fd, &stats)
+                };
+                if let Err(fd) = r {
                     keep_waiting(&me, id, fd, &stats);
                 }
             }
@@ -223,22 +232,30 @@ fn keep_waiting<W: FdHandler<NewConnection>>(
     me: &ActorRef<Acceptor<W>>,
     id: u64,
     fd: FixedFd,
-    stats: &AcceptorStats,
+    stats: &Arc<AcceptorStats>,
 ) {
     if stats.waiting.load(Ordering::Relaxed) >= MAX_WAITING {
         stats.rejected.fetch_add(1, Ordering::Relaxed);
         return; // dropping `fd` closes the connection
     }
     stats.waiting.fetch_add(1, Ordering::Relaxed);
-    if me.tell_fd_forced(Waiting(id), fd).is_err() {
-        // The acceptor is stopping: nothing will take it.
-        stats.waiting.fetch_sub(1, Ordering::Relaxed);
-        stats.rejected.fetch_add(1, Ordering::Relaxed);
-    }
+    // If it never reaches the acceptor (stopping), its drop counts it.
+    let _ = me.tell_fd_forced(Waiting(id, Some(stats.clone())), fd);
 }
 
-/// A connection no worker could take yet, kept by the acceptor.
-struct Waiting(u64);
+/// A connection no worker could take yet, on its way to the acceptor's
+/// list. Dropped on the way (the acceptor stopped), it counts itself out
+/// of `waiting` and into `rejected` (its fd is closed with it).
+struct Waiting(u64, Option<Arc<AcceptorStats>>);
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        if let Some(stats) = self.1.take() {
+            stats.waiting.fetch_sub(1, Ordering::Relaxed);
+            stats.rejected.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
 
 /// Try the waiting connections again.
 #[derive(Debug)]
@@ -248,8 +265,9 @@ impl Message for RetryHandOff {
 }
 
 impl<W: FdHandler<NewConnection>> FdHandler<Waiting> for Acceptor<W> {
-    fn handle_fd(&mut self, Waiting(id): Waiting, fd: FixedFd, ctx: &mut Context<Self>) {
-        self.waiting.push_back((id, ctx.keep_fd(fd)));
+    fn handle_fd(&mut self, mut w: Waiting, fd: FixedFd, ctx: &mut Context<Self>) {
+        w.1 = None; // counted in `waiting` from here on by the list
+        self.waiting.push_back((w.0, ctx.keep_fd(fd)));
         self.arm_retry(ctx);
     }
 }
@@ -257,7 +275,6 @@ impl<W: FdHandler<NewConnection>> FdHandler<Waiting> for Acceptor<W> {
 impl<W: FdHandler<NewConnection>> Handler<RetryHandOff> for Acceptor<W> {
     fn handle(&mut self, _: RetryHandOff, ctx: &mut Context<Self>) {
         self.retry_armed = false;
-        let mut next = 0;
         while let Some((id, kept)) = self.waiting.pop_front() {
             let Ok(fd) = kept.into_fixed() else {
                 // Kept on this shard and taken back on it: cannot fail; if
@@ -266,7 +283,7 @@ impl<W: FdHandler<NewConnection>> Handler<RetryHandOff> for Acceptor<W> {
                 self.stats.rejected.fetch_add(1, Ordering::Relaxed);
                 continue;
             };
-            match hand_off(&self.workers, &mut next, id, fd, &self.stats) {
+            match hand_off(&self.workers, &mut self.next, id, fd, &self.stats) {
                 Ok(()) => {
                     self.stats.waiting.fetch_sub(1, Ordering::Relaxed);
                 }

@@ -169,6 +169,9 @@ pub(crate) struct Link {
 /// was lost), it gives the slot back and counts as a dead letter.
 pub(crate) struct Held {
     pub(crate) frame: Frame,
+    /// Its target (on the peer) and its cost against the target's window.
+    pub(crate) to: u64,
+    pub(crate) cost: u64,
     /// The stand-in it came from.
     pub(crate) proxy: u64,
     /// The ask's request id, if it is one.
@@ -179,11 +182,12 @@ pub(crate) struct Held {
 impl Held {
     pub(crate) fn new(
         frame: Frame,
+        (to, cost): (u64, u64),
         proxy: u64,
         req: Option<u64>,
         stand_in: Arc<ActorCell>,
     ) -> Held {
-        Held { frame, proxy, req, stand_in: Some(stand_in) }
+        Held { frame, to, cost, proxy, req, stand_in: Some(stand_in) }
     }
 
     /// The stand-in's capacity slot, now the caller's to release.

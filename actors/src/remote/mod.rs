@@ -68,7 +68,8 @@
 //! # Delivery
 //!
 //! * FIFO per sender and receiver over one connection, as locally (not
-//!   across the short window in which a duplicate connection is retired).
+//!   across the short window in which a duplicate connection is retired,
+//!   nor while messages wait for credit on the retired one).
 //! * Flow control: each connection has a credit window per target actor
 //!   ([`NodeConfig::window`], see `remote::window`). A message beyond it
 //!   waits on the sending node, in order, keeping its stand-in's mailbox
@@ -491,6 +492,10 @@ pub struct NodeStats {
     /// Messages to peers waiting for credit right now (as of the node's
     /// last tick, every 50 ms).
     pub waiting_for_credit: u64,
+    /// Messages from peers that the transport queue to their target's shard
+    /// could not take at once (delivered later, in order: the node never
+    /// waits for room).
+    pub delivery_retries: u64,
 }
 
 /// Reads a node's counters ([`Node::stats_source`]). It holds the counters
@@ -532,6 +537,7 @@ impl NodeStatsSource {
             dialling: r(&c.dialling),
             credit_waits: r(&c.credit_waits),
             waiting_for_credit: r(&c.waiting_for_credit),
+            delivery_retries: r(&c.delivery_retries),
         }
     }
 }
@@ -543,7 +549,7 @@ impl NodeStats {
     /// `ringmail_node_handshakes_failed_total`, `_refused_total`,
     /// `ringmail_node_protocol_errors_total`,
     /// `ringmail_node_unknown_target_total`, `ringmail_node_undeliverable_total`,
-    /// `ringmail_node_credit_waits_total`; gauges
+    /// `ringmail_node_credit_waits_total`, `ringmail_node_delivery_retries_total`; gauges
     /// `ringmail_node_pending_handshakes`, `ringmail_node_dialling` and
     /// `ringmail_node_waiting_for_credit`.
     #[cfg(feature = "metrics")]
@@ -569,6 +575,8 @@ impl NodeStats {
             .set(self.pending_handshakes as f64);
         counter!("ringmail_node_credit_waits_total", "node" => n.clone())
             .absolute(self.credit_waits);
+        counter!("ringmail_node_delivery_retries_total", "node" => n.clone())
+            .absolute(self.delivery_retries);
         gauge!("ringmail_node_waiting_for_credit", "node" => n.clone())
             .set(self.waiting_for_credit as f64);
         gauge!("ringmail_node_dialling", "node" => n).set(self.dialling as f64);
@@ -589,6 +597,7 @@ pub(crate) struct Counters {
     pub(crate) dialling: AtomicU64,
     pub(crate) credit_waits: AtomicU64,
     pub(crate) waiting_for_credit: AtomicU64,
+    pub(crate) delivery_retries: AtomicU64,
 }
 
 /// Installs a stop watcher on an exported actor.

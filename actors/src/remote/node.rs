@@ -273,7 +273,11 @@ impl NodeActor {
         let id = self.next_link;
         self.next_link += 1;
         let me = self.me();
-        let wake: Arc<dyn Fn() + Send + Sync> = Arc::new(move || me.deliver_forced(Drained(id)));
+        // Called on the target's shard: never waits (a wake-up that cannot
+        // be sent now is made up for by the tick, which grants too).
+        let wake: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
+            me.nudge(Drained(id));
+        });
         let window = self.shared.cfg.window;
         self.links.insert(id, Link::new(id, conn, dialled, Instant::now(), window, wake));
         self.by_conn.insert(conn, id);
@@ -460,8 +464,10 @@ impl NodeActor {
     }
 
     /// Retires a duplicate link: nothing new is sent on it (replies to asks
-    /// that came on it still are), it is still read, and the tick closes it
-    /// once nothing has arrived on it for a while (`upkeep::RETIRE_AFTER`).
+    /// that came on it still are, and messages that wait there for credit
+    /// leave on it in order), it is still read, and the tick closes it once
+    /// nothing waits on it and nothing has arrived on it for a while
+    /// (`upkeep::RETIRE_AFTER`).
     fn close_duplicate(&mut self, link: u64, _ctx: &Context<Self>) {
         if let Some(l) = self.links.get_mut(&link) {
             if let Some(addr) = l.dialled {
@@ -645,7 +651,7 @@ impl Handler<Outbound> for NodeActor {
             }
             None => (Frame::Tell { to: remote_id, ty: codec.ty, payload }, None),
         };
-        let held = Held::new(f, o.proxy, req, shared);
+        let held = Held::new(f, (remote_id, cost), o.proxy, req, shared);
         let l = self.links.get_mut(&link).expect("the peer's link");
         // Within the target's credit window it leaves now; else it waits
         // for credit, holding its stand-in's slot (so senders wait too).
@@ -664,19 +670,35 @@ impl Handler<Outbound> for NodeActor {
 
 impl NodeActor {
     /// Queues a message its credit window admitted; its stand-in's slot is
-    /// held until the link's backlog drains.
-    fn send_now(&mut self, link: u64, mut h: Held) {
+    /// held until the link's backlog drains. One that is not sent after all
+    /// gives its cost back to the window (the peer never sees it), which
+    /// may let the messages behind it go, in order.
+    fn send_now(&mut self, link: u64, h: Held) {
+        let mut next = std::collections::VecDeque::from([h]);
+        while let Some(h) = next.pop_front() {
+            if let Some(refund) = self.send_one(link, h) {
+                if let Some(l) = self.links.get_mut(&link) {
+                    next.extend(l.out.refund(refund.0, refund.1));
+                }
+            }
+        }
+    }
+
+    /// Queues one admitted message; `Some((to, cost))` when it was not
+    /// sent (its cost goes back to the window).
+    fn send_one(&mut self, link: u64, mut h: Held) -> Option<(u64, u64)> {
         #[cfg(feature = "fault-injection")]
         if h.req.is_none() {
             match crate::fault::next() {
                 crate::fault::Fault::Lose => {
                     h.take_slot().unreserve(); // silently: no count anywhere
-                    return;
+                    return Some((h.to, h.cost));
                 }
                 crate::fault::Fault::Duplicate => {
                     if self.queue(link, &h.frame) {
                         if let Some(l) = self.links.get_mut(&link) {
                             l.sent_copy(); // the copy is acknowledged like any frame
+                            l.out.charge(h.to, h.cost); // and admitted like one
                         }
                     }
                 }
@@ -689,10 +711,14 @@ impl NodeActor {
                 l.sent_for(h.proxy, slot);
             }
             self.shared.counters.sent.fetch_add(1, Ordering::Relaxed);
-        } else if let Some(req) = h.req {
+            None
+        } else {
             // Not sent (too large to frame): a dead letter when `h` drops;
             // an ask's ReplyTo drops here and answers "no reply" at once.
-            self.pending.forget_ask(req);
+            if let Some(req) = h.req {
+                self.pending.forget_ask(req);
+            }
+            Some((h.to, h.cost))
         }
     }
 
@@ -701,10 +727,12 @@ impl NodeActor {
     /// back, and it waits for `RetryStalled`.
     fn deliver_to(&mut self, export: Arc<Export>, m: Box<dyn Erased>, ctx: &Context<Self>) {
         if let Some((_, q)) = self.stalled.get_mut(&export.id) {
+            self.shared.counters.delivery_retries.fetch_add(1, Ordering::Relaxed);
             q.push_back(m);
             return;
         }
         if let Err(m) = (export.deliver)(m) {
+            self.shared.counters.delivery_retries.fetch_add(1, Ordering::Relaxed);
             let id = export.id;
             self.stalled.insert(id, (export, VecDeque::from([m])));
             self.arm_retry(ctx);

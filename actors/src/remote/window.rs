@@ -186,6 +186,20 @@ impl<T> SendWindows<T> {
         Ok((out, ask))
     }
 
+    /// A message admitted for `to` was not sent after all (it could not be
+    /// framed): its cost comes back as if credited, and what waited
+    /// behind it may go now.
+    pub(crate) fn refund(&mut self, to: u64, cost: u64) -> Vec<T> {
+        self.credit(to, cost).map(|(out, _)| out).unwrap_or_default()
+    }
+
+    /// A copy of an admitted message went out too (fault injection): the
+    /// receiver admits both.
+    #[cfg(feature = "fault-injection")]
+    pub(crate) fn charge(&mut self, to: u64, cost: u64) {
+        self.by_target.entry(to).or_default().in_flight += cost;
+    }
+
     /// Messages waiting for credit on this link.
     pub(crate) fn held(&self) -> usize {
         self.held
@@ -241,7 +255,9 @@ impl Drain {
         // one reads the earlier's write and is ordered after it (and
         // `blocked` sets `eager` before its own).
         let consumed = self.consumed.fetch_add(cost, Ordering::AcqRel) + cost;
-        let owed = consumed - self.granted.load(Ordering::Acquire);
+        // `granted` may have moved past the `consumed` read here (the node
+        // granted another consumption meanwhile): then nothing is owed.
+        let owed = consumed.saturating_sub(self.granted.load(Ordering::Acquire));
         let due = owed >= self.window / 2
             || (self.eager.load(Ordering::Acquire)
                 && consumed == self.admitted.load(Ordering::Acquire));
@@ -499,6 +515,16 @@ mod tests {
         // little in flight, it asks again.
         assert_eq!(s.credit(1, 50).unwrap(), (vec![], true));
         assert_eq!(s.credit(1, 250).unwrap(), (vec!["big", "c"], false));
+    }
+
+    #[test]
+    fn a_message_that_was_not_sent_gives_its_cost_back() {
+        let mut s = SendWindows::new(100);
+        assert_eq!(sent(s.offer(1, 90, "unframable")), "unframable");
+        assert_eq!(s.offer(1, 50, "next"), Offer::Held(false));
+        assert_eq!(s.refund(1, 90), vec!["next"], "as if credited");
+        assert_eq!(s.credit(1, 50).unwrap(), (vec![], false));
+        assert!(s.by_target.is_empty());
     }
 
     #[test]

@@ -220,19 +220,22 @@ impl NodeActor {
     ) -> Result<(), String> {
         let cost = window::cost(payload.len());
         let Some(l) = self.links.get_mut(&link) else { return Ok(()) };
-        let drain = l.inw.admit(to, cost)?;
         l.count_received();
         self.shared.counters.received.fetch_add(1, Ordering::Relaxed);
         let Some(export) = self.shared.exports_by_id.get(&to).map(|e| e.clone()) else {
-            // Not (or no longer) here: a dead letter; an ask is told at once.
-            drain.consumed(cost);
+            // Not (or no longer) here: a dead letter; an ask is told at
+            // once. Its cost goes straight back, and no window is kept for
+            // an actor that is not here (a peer cannot grow them by naming
+            // actors at random).
             self.shared.counters.unknown_target.fetch_add(1, Ordering::Relaxed);
             dead_letter();
             if let Some(req) = req {
                 self.queue(link, &Frame::Reply { req, payload: None });
             }
+            self.queue(link, &Frame::Credit { to, bytes: cost });
             return Ok(());
         };
+        let drain = self.links.get_mut(&link).expect("link").inw.admit(to, cost)?;
         let Some((decode, encode_reply)) = self.shared.codecs.decoder(export.actor_type, ty) else {
             drain.consumed(cost);
             let why = format!("message type {ty:#x} is not registered for {}", export.type_name);

@@ -57,8 +57,12 @@ impl NodeActor {
                 // was asked on it (both ways): it closes once those are
                 // in and it has been quiet; meanwhile an acknowledgement
                 // every tick keeps the peer from closing it first.
+                // Messages waiting there for credit wait on its peer too.
                 let waiting = !current
-                    && awaited.get_or_insert_with(|| self.pending.awaited_links()).contains(&l.id);
+                    && (l.out.held() > 0
+                        || awaited
+                            .get_or_insert_with(|| self.pending.awaited_links())
+                            .contains(&l.id));
                 let busy = waiting || l.owes_replies();
                 if !current && !busy && now.duration_since(l.last_rx) > RETIRE_AFTER {
                     to_close.push((l.id, "duplicate connection retired".to_string()));
