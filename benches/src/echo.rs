@@ -2,10 +2,15 @@
 //! connection sending its next message when the previous one came back)
 //! against the Ringmail echo server (acceptor -> workers, multishot
 //! receive, batched sends) and a tokio echo server with the same number of
-//! worker threads. One load generator drives both: a single thread with
-//! plain epoll and non-blocking sockets on its own core (the servers are
-//! pinned to the other cores).
-//! Figures: requests per second and latency percentiles.
+//! worker threads. One load generator drives both: a single thread on its
+//! own core (the servers are pinned to the other cores) driving an
+//! io_uring, so that many connections' sends and receives share one
+//! syscall. Each round line says how busy the generator was: near 100%,
+//! req/s measures it as much as the server, and the CPU figure is the one
+//! to read.
+//! Figures: requests per second, latency percentiles, and the server's own
+//! CPU time per request (its threads' time on a CPU over the run, from
+//! `/proc/self/task/*/schedstat`, divided by the requests answered).
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -34,91 +39,194 @@ fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
+/// What one run of the load generator saw.
+struct Run {
+    rps: f64,
+    p50: f64,
+    p99: f64,
+    /// CPU time the server's threads spent per request, in ns.
+    cpu_ns: f64,
+    /// Share of its core the load generator used (1.0: it set the pace).
+    load_busy: f64,
+}
+
+/// This thread's CPU time so far, in ns.
+fn own_cpu_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// CPU time so far of this process's threads whose name starts with
+/// `prefix`, in ns (`/proc/self/task/*/schedstat`: time on a CPU, exact to
+/// the nanosecond, where `stat`'s ticks are 10 ms).
+fn threads_cpu_ns(prefix: &str) -> u64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return 0 };
+    tasks
+        .flatten()
+        .filter(|t| {
+            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.starts_with(prefix))
+        })
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
 /// The load generator: `CONNS` connections, closed loop, for `dur`, on
-/// one thread with plain `epoll` and non-blocking sockets (lean, so the
-/// servers, not the generator, set the pace). Returns (requests/s, p50 µs,
-/// p99 µs).
-fn load(addr: SocketAddr, dur: Duration) -> (f64, f64, f64) {
-    std::thread::spawn(move || {
-        if cores() > 1 {
-            pin(&[cores() - 1]);
-        }
-        use std::io::{Read, Write};
-        use std::os::fd::AsRawFd;
-        let mut conns: Vec<std::net::TcpStream> = (0..CONNS)
-            .map(|_| {
-                let s = std::net::TcpStream::connect(addr).expect("connect");
-                s.set_nodelay(true).unwrap();
-                s.set_nonblocking(true).unwrap();
-                s
-            })
-            .collect();
-        // SAFETY: plain epoll_create1; the result is checked.
-        let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-        assert!(ep >= 0, "epoll_create1");
-        for (i, c) in conns.iter().enumerate() {
-            let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: i as u64 };
-            // SAFETY: `ep` and the socket are open fds; `ev` is valid for the call.
-            let r = unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, c.as_raw_fd(), &mut ev) };
-            assert_eq!(r, 0, "epoll_ctl");
-        }
-        let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).unwrap();
-        let mut sent_at = vec![Instant::now(); CONNS];
-        let mut seq = vec![0u64; CONNS];
-        let mut got = vec![0usize; CONNS];
-        let mut back = vec![[0u8; MSG]; CONNS];
-        let msg = |i: usize, n: u64| {
-            let mut m = [0u8; MSG];
-            m[..8].copy_from_slice(&(i as u64).to_le_bytes());
-            m[8..].copy_from_slice(&n.to_le_bytes());
-            m
-        };
-        let start = Instant::now();
-        let end = start + dur;
-        for (i, c) in conns.iter_mut().enumerate() {
-            c.write_all(&msg(i, 0)).expect("write");
-            sent_at[i] = Instant::now();
-        }
-        let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 256];
-        let mut done = 0u64;
-        while Instant::now() < end {
-            // SAFETY: `events` has room for 256 entries; `ep` is open.
-            let n = unsafe { libc::epoll_wait(ep, events.as_mut_ptr(), 256, 10) };
-            for ev in &events[..n.max(0) as usize] {
-                let i = ev.u64 as usize;
-                loop {
-                    match conns[i].read(&mut back[i][got[i]..]) {
-                        Ok(0) => panic!("the server closed connection {i}"),
-                        Ok(k) => got[i] += k,
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                        Err(e) => panic!("read: {e}"),
-                    }
-                    if got[i] == MSG {
-                        assert_eq!(back[i], msg(i, seq[i]), "echo must return the same bytes");
-                        h.record(sent_at[i].elapsed().as_micros().max(1) as u64).unwrap();
-                        done += 1;
-                        got[i] = 0;
-                        seq[i] += 1;
-                        // 16 bytes always fit an empty socket buffer.
-                        conns[i].write_all(&msg(i, seq[i])).expect("write");
-                        sent_at[i] = Instant::now();
-                    }
-                }
+/// one thread driving an io_uring: each connection has its receive and,
+/// after each echo, its next send in flight, and one `io_uring_enter`
+/// submits and reaps hundreds of them at once (the epoll generator before
+/// it made three syscalls per request). On two cores it still shares the
+/// machine with the server, so each run also reports how busy it was and
+/// the server's own CPU time per request, which does not depend on who
+/// set the pace. Returns the run's figures, with the CPU time of the
+/// threads named `server` per request.
+fn load(addr: SocketAddr, dur: Duration, server: &'static str) -> Run {
+    std::thread::Builder::new()
+        .name("echo-load".into())
+        .spawn(move || {
+            if cores() > 1 {
+                pin(&[cores() - 1]);
             }
+            generate(addr, dur, server)
+        })
+        .expect("a thread for the load generator")
+        .join()
+        .expect("load generator")
+}
+
+fn msg(i: usize, n: u64) -> [u8; MSG] {
+    let mut m = [0u8; MSG];
+    m[..8].copy_from_slice(&(i as u64).to_le_bytes());
+    m[8..].copy_from_slice(&n.to_le_bytes());
+    m
+}
+
+const SEND: u64 = 0;
+const RECV: u64 = 1;
+
+fn generate(addr: SocketAddr, dur: Duration, server: &str) -> Run {
+    use io_uring::{opcode, types, IoUring};
+    use std::os::fd::AsRawFd;
+    let conns: Vec<std::net::TcpStream> = (0..CONNS)
+        .map(|_| {
+            let s = std::net::TcpStream::connect(addr).expect("connect");
+            s.set_nodelay(true).unwrap();
+            s
+        })
+        .collect();
+    let mut ring = IoUring::new(4096).expect("an io_uring for the load generator");
+    // Buffers the kernel reads (`out`) and writes (`back`): allocated once,
+    // never moved or freed while an operation on them may be in flight
+    // (see the drain at the end).
+    let mut out = vec![[0u8; MSG]; CONNS];
+    let mut back = vec![[0u8; MSG]; CONNS];
+    let mut got = vec![0usize; CONNS];
+    let mut seq = vec![0u64; CONNS];
+    let mut sent_at = vec![Instant::now(); CONNS];
+    let mut in_flight = 0usize;
+    let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).unwrap();
+    let fds: Vec<i32> = conns.iter().map(|c| c.as_raw_fd()).collect();
+    // Queues one operation, submitting what is queued when the SQ is full.
+    let push = |ring: &mut IoUring, e: io_uring::squeue::Entry| {
+        // SAFETY: every entry points into `out` or `back`, which stay
+        // allocated and unmoved until no operation is in flight (the
+        // drain below waits for that, or leaks them).
+        while unsafe { ring.submission().push(&e) }.is_err() {
+            ring.submit().expect("io_uring_enter");
         }
-        let secs = start.elapsed().as_secs_f64();
-        // SAFETY: closing the epoll fd we created.
-        unsafe { libc::close(ep) };
-        (done as f64 / secs, h.value_at_quantile(0.5) as f64, h.value_at_quantile(0.99) as f64)
-    })
-    .join()
-    .expect("load generator")
+    };
+    let send = |i: usize, out: &[[u8; MSG]]| {
+        opcode::Send::new(types::Fd(fds[i]), out[i].as_ptr(), MSG as u32)
+            .build()
+            .user_data((i as u64) << 1 | SEND)
+    };
+    let recv = |i: usize, back: &mut [[u8; MSG]], got: usize| {
+        let b = &mut back[i][got..];
+        opcode::Recv::new(types::Fd(fds[i]), b.as_mut_ptr(), b.len() as u32)
+            .build()
+            .user_data((i as u64) << 1 | RECV)
+    };
+    let cpu0 = threads_cpu_ns(server);
+    let own0 = own_cpu_ns();
+    let start = Instant::now();
+    let end = start + dur;
+    for i in 0..CONNS {
+        out[i] = msg(i, 0);
+        sent_at[i] = Instant::now();
+        push(&mut ring, send(i, &out));
+        push(&mut ring, recv(i, &mut back, 0));
+        in_flight += 2;
+    }
+    let mut done = 0u64;
+    let mut stopping = false;
+    let mut cpu1 = None;
+    let mut secs = 0.0;
+    let drain_deadline = end + Duration::from_secs(5);
+    while in_flight > 0 {
+        if !stopping && Instant::now() >= end {
+            // The run ends here: what is still in flight is drained, not
+            // counted.
+            stopping = true;
+            secs = start.elapsed().as_secs_f64();
+            cpu1 = Some((threads_cpu_ns(server), own_cpu_ns()));
+        }
+        if stopping && Instant::now() >= drain_deadline {
+            // Never free a buffer the kernel may still write.
+            std::mem::forget(back);
+            std::mem::forget(out);
+            panic!("the server stopped echoing: {in_flight} operations still in flight");
+        }
+        ring.submit_and_wait(1).expect("io_uring_enter");
+        let cqes: Vec<(u64, i32)> =
+            ring.completion().map(|c| (c.user_data(), c.result())).collect();
+        for (ud, res) in cqes {
+            in_flight -= 1;
+            let i = (ud >> 1) as usize;
+            if ud & 1 == SEND {
+                assert_eq!(res, MSG as i32, "send on connection {i}: {res}");
+                continue;
+            }
+            assert!(res > 0, "receive on connection {i}: {res} (0: the server closed it)");
+            got[i] += res as usize;
+            if got[i] < MSG {
+                push(&mut ring, recv(i, &mut back, got[i]));
+                in_flight += 1;
+                continue;
+            }
+            assert_eq!(back[i], msg(i, seq[i]), "echo must return the same bytes");
+            got[i] = 0;
+            if stopping {
+                continue;
+            }
+            h.record(sent_at[i].elapsed().as_micros().max(1) as u64).unwrap();
+            done += 1;
+            seq[i] += 1;
+            out[i] = msg(i, seq[i]);
+            sent_at[i] = Instant::now();
+            push(&mut ring, send(i, &out));
+            push(&mut ring, recv(i, &mut back, 0));
+            in_flight += 2;
+        }
+    }
+    drop(conns);
+    let (cpu1, own1) = cpu1.expect("the run ended before the drain");
+    let cpu = cpu1.saturating_sub(cpu0);
+    Run {
+        rps: done as f64 / secs,
+        p50: h.value_at_quantile(0.5) as f64,
+        p99: h.value_at_quantile(0.99) as f64,
+        cpu_ns: cpu as f64 / done.max(1) as f64,
+        load_busy: own1.saturating_sub(own0) as f64 / 1e9 / secs,
+    }
 }
 
 /// A tokio echo server with `workers` worker threads.
 fn tokio_server(workers: usize) -> (SocketAddr, tokio::runtime::Runtime) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers)
+        .thread_name("tokio-echo")
         .enable_all()
         .build()
         .unwrap();
@@ -169,24 +277,35 @@ pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
 
     let names = ["ringmail", "tokio"];
     let addrs = [raddr, taddr];
-    for (name, a) in names.iter().zip(addrs) {
-        let (rps, ..) = load(a, dur / 2);
-        eprintln!("  [echo] warm-up    {name:<10} {rps:>12.0} req/s");
+    // The server's threads, by name (the acceptor's shard is one of them).
+    let threads = ["ringmail-shard", "tokio-echo"];
+    for i in 0..2 {
+        let r = load(addrs[i], dur / 2, threads[i]);
+        eprintln!("  [echo] warm-up    {:<10} {:>12.0} req/s", names[i], r.rps);
     }
     let mut rps = vec![Vec::new(); 2];
     let mut p50 = vec![Vec::new(); 2];
     let mut p99 = vec![Vec::new(); 2];
+    let mut cpu = vec![Vec::new(); 2];
     for round in 0..rounds {
-        for (i, a) in addrs.iter().enumerate() {
-            let (r, l50, l99) = load(*a, dur);
+        for i in 0..2 {
+            let r = load(addrs[i], dur, threads[i]);
             eprintln!(
-                "  [echo] round {}/{rounds} {:<10} {r:>12.0} req/s  p50 {l50} us  p99 {l99} us",
+                "  [echo] round {}/{rounds} {:<10} {:>12.0} req/s  p50 {} us  p99 {} us  \
+                 server cpu {:.0} ns/req ({:.0}% of a core); load generator busy {:.0}%",
                 round + 1,
-                names[i]
+                names[i],
+                r.rps,
+                r.p50,
+                r.p99,
+                r.cpu_ns,
+                r.cpu_ns * r.rps / 1e7,
+                r.load_busy * 100.0
             );
-            rps[i].push(r);
-            p50[i].push(l50);
-            p99[i].push(l99);
+            rps[i].push(r.rps);
+            p50[i].push(r.p50);
+            p99[i].push(r.p99);
+            cpu[i].push(r.cpu_ns);
         }
     }
     drop(srv);
@@ -199,6 +318,10 @@ pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
             .tagged("latency_p50_us", serde_json::json!({"connections": 1000, "size": 16})),
         from_figures("echo latency p99", "us", Better::Lower, &names, p99)
             .tagged("latency_p99_us", serde_json::json!({"connections": 1000, "size": 16})),
+        from_figures("echo server cpu per request", "ns", Better::Lower, &names, cpu).tagged(
+            "server_cpu_ns_per_request",
+            serde_json::json!({"connections": 1000, "size": 16}),
+        ),
     ];
     out.iter().for_each(Comparison::print);
     out

@@ -6,6 +6,9 @@
 //! on one thread; Ringmail gets one ring); redis-benchmark runs on the
 //! other core. Needs `redis-benchmark` and `redis-server` (Debian:
 //! redis-tools, redis-server); without them the case fails loudly.
+//! Beside req/s, each server's own CPU time per request: its threads' time
+//! on a CPU over a round (`/proc/<pid>/task/*/schedstat`) divided by the
+//! requests of the round (all eight tests).
 
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
@@ -35,6 +38,16 @@ impl Drop for Redis {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// CPU time so far of every thread of process `pid`, in ns.
+fn process_cpu_ns(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0 };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
 }
 
 /// The commands measured, as redis-benchmark's CSV names them.
@@ -108,6 +121,7 @@ pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
     wait_port(tport);
     let names = ["ringmail", "redis-server"];
     let ports = [rport, tport];
+    let pids = [ringmail.id(), redis.0.id()];
     let mut out = Vec::new();
     for pipeline in [1usize, 16] {
         for (name, p) in names.iter().zip(ports) {
@@ -119,13 +133,19 @@ pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
         }
         // figures[test][system] = per-round req/s
         let mut figures = vec![vec![Vec::new(); 2]; TESTS.len()];
+        let mut cpu = vec![Vec::new(); 2];
         for round in 0..rounds {
             for (i, p) in ports.iter().enumerate() {
-                let r = bench(*p, n * if pipeline > 1 { 4 } else { 1 }, pipeline, client_cpu);
+                let requests = n * if pipeline > 1 { 4 } else { 1 };
+                let cpu0 = process_cpu_ns(pids[i]);
+                let r = bench(*p, requests, pipeline, client_cpu);
+                let per_req = process_cpu_ns(pids[i]).saturating_sub(cpu0) as f64
+                    / (requests * TESTS.len()) as f64;
+                cpu[i].push(per_req);
                 let line: Vec<String> =
                     TESTS.iter().zip(&r).map(|(t, v)| format!("{t} {v:.0}")).collect();
                 eprintln!(
-                    "  [kv -P {pipeline}] round {}/{rounds} {:<12} {}",
+                    "  [kv -P {pipeline}] round {}/{rounds} {:<12} {}; server cpu {per_req:.0} ns/req",
                     round + 1,
                     names[i],
                     line.join(", ")
@@ -151,6 +171,19 @@ pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
                 ),
             );
         }
+        out.push(
+            from_figures(
+                format!("kv server cpu per request -P {pipeline} (all commands)"),
+                "ns",
+                Better::Lower,
+                &names,
+                cpu,
+            )
+            .tagged(
+                "server_cpu_ns_per_request",
+                serde_json::json!({"pipeline": pipeline, "clients": 50}),
+            ),
+        );
     }
     // SAFETY: plain kill(2) on our own child.
     unsafe { libc::kill(ringmail.id() as i32, libc::SIGTERM) };

@@ -60,6 +60,14 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Under the leak check (`scripts/leak-check.sh` preloads ASan's runtime),
+/// malloc is ASan's: freed memory sits in its quarantine (hundreds of MiB)
+/// and every allocation is slower, so memory and latency bounds say
+/// nothing there. The accounting is checked all the same.
+fn under_sanitizer() -> bool {
+    std::env::var("LD_PRELOAD").is_ok_and(|v| v.contains("asan"))
+}
+
 /// The process's resident set, in bytes.
 fn rss() -> u64 {
     let s = std::fs::read_to_string("/proc/self/statm").unwrap();
@@ -195,14 +203,14 @@ fn a_flood_to_a_slow_remote_actor_holds_the_sender_back_and_starves_nobody() {
         sorted.last().unwrap()
     );
     assert!(lat.len() >= 10, "asks ran through the flood");
-    assert!(p99 < Duration::from_millis(100), "ask p99 {p99:?}");
+    assert!(p99 < Duration::from_millis(100) || under_sanitizer(), "ask p99 {p99:?}");
 
     // Bounded memory: the receiver queues at most a window (256 KiB) for
     // the slow actor, the sender at most the stand-in's mailbox; 64 MiB
     // leaves room for allocator slack, where an unbounded receiver took
     // in ~90 000 messages (over 100 MiB of 1 KiB payloads) within 2 s.
     let grew = max_rss.saturating_sub(rss_before);
-    assert!(grew < 64 << 20, "RSS grew by {} MiB", grew >> 20);
+    assert!(grew < 64 << 20 || under_sanitizer(), "RSS grew by {} MiB", grew >> 20);
 
     // Nobody was declared down.
     for ev in a_events.try_iter().chain(b_events.try_iter()) {
@@ -264,7 +272,7 @@ fn large_messages_and_blocked_senders_flow_without_waiting_for_the_tick() {
     eprintln!("{} messages of 2.5-20 KiB through an 8 KiB window: {took:?}", want.len());
     assert_eq!(got, want, "every message, in order");
     assert!(b.stats().credit_waits >= 100, "the window held most of them");
-    assert!(took < Duration::from_millis(2500), "waited for ticks: {took:?}");
+    assert!(took < Duration::from_millis(2500) || under_sanitizer(), "waited for ticks: {took:?}");
     drop((a, b));
     sys.shutdown();
 }
@@ -484,7 +492,7 @@ fn kv_clients_pipelining_into_8_slot_mailboxes(aof: bool) {
     }
     let took = start.elapsed();
     eprintln!("64 clients x 200 pipelined commands into 8-slot mailboxes: {took:?}");
-    assert!(took < T, "took {took:?}");
+    assert!(took < T || under_sanitizer(), "took {took:?}");
     drop(srv);
     system.shutdown();
     let _ = std::fs::remove_dir_all(&dir);
