@@ -304,11 +304,8 @@ impl<W: FdHandler<NewConnection>> Acceptor<W> {
             return;
         }
         self.retry_armed = true;
-        if ctx.send_after(Duration::from_millis(1), RetryHandOff).is_none() {
-            // No timer now (the ring's I/O budget is full): a message to
-            // self, behind whatever else the acceptor has to do.
-            ctx.myself().deliver_forced(RetryHandOff);
-        }
+        // Never refused (see `Context::send_after`).
+        ctx.send_after(Duration::from_millis(1), RetryHandOff);
     }
 }
 

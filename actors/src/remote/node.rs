@@ -744,12 +744,9 @@ impl NodeActor {
             return;
         }
         self.retry_armed = true;
-        // A short pause lets the target's shard take in its ring; a timer
-        // the ring cannot take (its I/O budget full) becomes a message to
-        // self, which other work still runs between.
-        if ctx.send_after(Duration::from_micros(200), RetryStalled).is_none() {
-            self.me().deliver_forced(RetryStalled);
-        }
+        // A short pause lets the target's shard take in its ring (a timer
+        // is never refused: see `Context::send_after`).
+        ctx.send_after(Duration::from_micros(200), RetryStalled);
     }
 
     /// Sends the credit a link's targets owe its peer.

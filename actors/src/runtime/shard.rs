@@ -241,6 +241,11 @@ impl ShardLoop {
     pub(crate) fn run(mut self) {
         let mut batch: VecDeque<Envelope> = VecDeque::new();
         let mut events = Vec::new();
+        // The completions list is swapped with this one each pass and
+        // handed back emptied, so its capacity is kept: a list taken
+        // afresh grew by reallocation every pass (malloc_consolidate and
+        // realloc were ~10% of a busy KV shard's samples).
+        let mut spare_done: Vec<Done> = Vec::new();
         let mut passes: u32 = 0;
         'run: loop {
             // Under the borrow: only move things out. Handling happens after.
@@ -284,7 +289,8 @@ impl ShardLoop {
                 }
                 batch.append(&mut t.queue);
                 let due = t.io.take_due(std::time::Instant::now());
-                (r, std::mem::take(&mut t.completions), rest, due)
+                let done = std::mem::replace(&mut t.completions, std::mem::take(&mut spare_done));
+                (r, done, rest, due)
             });
             let done = match polled {
                 Ok((Ok(_), done, rest, due)) => {
@@ -298,7 +304,9 @@ impl ShardLoop {
                 }
                 Err(_) => break 'run,
             };
-            complete(done, &mut batch);
+            let mut done = done;
+            complete(&mut done, &mut batch);
+            spare_done = done;
             // Co-located traffic (handlers telling actors of this shard) is
             // taken from the local queue for a few rounds before the ring
             // is looked at again: a poll is cheap but not free, and a bound
@@ -881,8 +889,8 @@ fn run_due(due: Vec<super::io_table::Due>, out: &mut VecDeque<Envelope>) {
 /// Handles completions of timers and I/O (on a shard thread): runs their
 /// closures outside the borrow and under `catch_unwind`, re-arms intervals,
 /// and returns the envelopes to dispatch.
-fn complete(list: Vec<Done>, out: &mut VecDeque<Envelope>) {
-    for done in list {
+fn complete(list: &mut Vec<Done>, out: &mut VecDeque<Envelope>) {
+    for done in list.drain(..) {
         let Ok(c) = with(|t| t.io.take_completion(done)) else { continue };
         match c {
             Completion::None => {}

@@ -257,11 +257,16 @@ impl Keyspace {
         self.map.is_empty()
     }
 
+    /// The entry at `key` unless it has expired (then it is removed, as
+    /// Redis does lazily). One hash and one probe: the position found is
+    /// used for the expiry check, the removal and the answer alike.
     pub(super) fn live(&mut self, key: &[u8], now: Instant) -> Option<&mut Entry> {
-        if self.map.get(key).is_some_and(|e| e.expires.is_some_and(|t| t <= now)) {
-            self.map.swap_remove(key);
+        let i = self.map.get_index_of(key)?;
+        if self.map[i].expires.is_some_and(|t| t <= now) {
+            self.map.swap_remove_index(i);
+            return None;
         }
-        self.map.get_mut(key)
+        self.map.get_index_mut(i).map(|(_, e)| e)
     }
 
     /// The string at `key`: `Ok(None)` if there is none, `WRONGTYPE` if
@@ -540,29 +545,37 @@ impl Keyspace {
         if nx && xx {
             return err("ERR syntax error");
         }
-        let exists = self.live(k, now).is_some();
-        if (nx && exists) || (xx && !exists) {
-            return Reply::Nil;
+        // Only NX and XX need to know whether the key lives: a plain SET
+        // replaces whatever is there, expired or not, in one probe.
+        if nx || xx {
+            let exists = self.live(k, now).is_some();
+            if (nx && exists) || (xx && !exists) {
+                return Reply::Nil;
+            }
         }
         self.map.insert(k.clone(), Entry::string(v.clone(), ttl));
         Reply::Simple("OK")
     }
 
     fn incr_by(&mut self, k: &[u8], by: i64, now: Instant) -> Reply {
-        let cur = match self.string(k, now) {
-            Err(e) => return e,
-            Ok(None) => 0,
-            Ok(Some(v)) => match int(v) {
-                Some(n) => n,
-                None => return err(NOT_INT),
-            },
-        };
-        let Some(next) = cur.checked_add(by) else {
-            return err("ERR increment or decrement would overflow");
-        };
-        let expires = self.map.get(k).and_then(|e| e.expires);
-        self.map.insert(k.to_vec(), Entry::string(next.to_string().into_bytes(), expires));
-        Reply::Int(next)
+        const OVERFLOW: &str = "ERR increment or decrement would overflow";
+        match self.string(k, now) {
+            Err(e) => e,
+            // A number that lives is rewritten in place (one probe, its
+            // deadline kept); a new one is inserted without a deadline.
+            Ok(Some(v)) => {
+                let Some(cur) = int(v) else { return err(NOT_INT) };
+                let Some(next) = cur.checked_add(by) else { return err(OVERFLOW) };
+                v.clear();
+                v.extend_from_slice(next.to_string().as_bytes());
+                Reply::Int(next)
+            }
+            Ok(None) => {
+                let Some(next) = 0i64.checked_add(by) else { return err(OVERFLOW) };
+                self.map.insert(k.to_vec(), Entry::string(next.to_string().into_bytes(), None));
+                Reply::Int(next)
+            }
+        }
     }
 
     fn incr_by_float(&mut self, a: &[Vec<u8>], now: Instant) -> Reply {
@@ -816,6 +829,30 @@ mod tests {
 
     fn bulk(s: &str) -> Reply {
         Reply::Bulk(s.as_bytes().to_vec())
+    }
+
+    /// The one-probe paths: INCR rewrites a live number in place and keeps
+    /// its deadline, an expired one counts as absent; SET replaces a key
+    /// expired or not and drops its deadline; NX and XX see expiry.
+    #[test]
+    fn incr_and_set_in_one_probe_keep_redis_expiry_semantics() {
+        let (mut ks, t) = (Keyspace::default(), Instant::now());
+        let later = t + Duration::from_secs(5);
+        assert_eq!(run(&mut ks, t, "SET n 41 EX 3"), Reply::Simple("OK"));
+        assert_eq!(run(&mut ks, t, "INCR n"), Reply::Int(42));
+        assert_eq!(run(&mut ks, t, "TTL n"), Reply::Int(3), "INCR keeps the deadline");
+        assert_eq!(run(&mut ks, later, "INCR n"), Reply::Int(1), "expired: starts at 0");
+        assert_eq!(run(&mut ks, later, "TTL n"), Reply::Int(-1));
+        assert!(matches!(run(&mut ks, t, "SET s abc"), Reply::Simple("OK")));
+        assert!(matches!(run(&mut ks, t, "INCR s"), Reply::Error(_)));
+        assert_eq!(run(&mut ks, t, "GET s"), bulk("abc"), "a failed INCR changes nothing");
+        assert_eq!(run(&mut ks, t, "SET e 1 EX 1"), Reply::Simple("OK"));
+        assert_eq!(run(&mut ks, later, "SET e 2 XX"), Reply::Nil, "expired: XX finds nothing");
+        assert_eq!(run(&mut ks, later, "SET e 3 NX"), Reply::Simple("OK"));
+        assert_eq!(run(&mut ks, t, "SET x 1 EX 10"), Reply::Simple("OK"));
+        assert_eq!(run(&mut ks, t, "SET x 2"), Reply::Simple("OK"));
+        assert_eq!(run(&mut ks, t, "TTL x"), Reply::Int(-1), "a plain SET drops the deadline");
+        assert_eq!(ks.len(), 4);
     }
 
     #[test]
