@@ -117,11 +117,12 @@ fn generate(addr: SocketAddr, dur: Duration, server: &str) -> Run {
         })
         .collect();
     let mut ring = IoUring::new(4096).expect("an io_uring for the load generator");
-    // Buffers the kernel reads (`out`) and writes (`back`): allocated once,
-    // never moved or freed while an operation on them may be in flight
-    // (see the drain at the end).
-    let mut out = vec![[0u8; MSG]; CONNS];
-    let mut back = vec![[0u8; MSG]; CONNS];
+    // Buffers the kernel reads (`out`) and writes (`back`): leaked (32 KiB
+    // a run), so that no path, a panic included, frees memory an
+    // operation still in flight may write (the server shares the process).
+    let out: &'static mut [[u8; MSG]] = Vec::leak(vec![[0u8; MSG]; CONNS]);
+    let back: &'static mut [[u8; MSG]] = Vec::leak(vec![[0u8; MSG]; CONNS]);
+    let (out_base, back_base) = (out.as_mut_ptr(), back.as_mut_ptr());
     let mut got = vec![0usize; CONNS];
     let mut seq = vec![0u64; CONNS];
     let mut sent_at = vec![Instant::now(); CONNS];
@@ -130,40 +131,68 @@ fn generate(addr: SocketAddr, dur: Duration, server: &str) -> Run {
     let fds: Vec<i32> = conns.iter().map(|c| c.as_raw_fd()).collect();
     // Queues one operation, submitting what is queued when the SQ is full.
     let push = |ring: &mut IoUring, e: io_uring::squeue::Entry| {
-        // SAFETY: every entry points into `out` or `back`, which stay
-        // allocated and unmoved until no operation is in flight (the
-        // drain below waits for that, or leaks them).
+        // SAFETY: every entry points into the leaked `out` or `back`, which
+        // are never freed.
         while unsafe { ring.submission().push(&e) }.is_err() {
             ring.submit().expect("io_uring_enter");
         }
     };
-    let send = |i: usize, out: &[[u8; MSG]]| {
-        opcode::Send::new(types::Fd(fds[i]), out[i].as_ptr(), MSG as u32)
+    // The raw pointers are taken once: the kernel writes some elements
+    // while others are read here, so no `&mut` to the whole slice is
+    // formed after the first operation is queued.
+    let send = |i: usize| {
+        // SAFETY: `i < CONNS`: inside the leaked `out`.
+        let p = unsafe { out_base.add(i) }.cast::<u8>();
+        opcode::Send::new(types::Fd(fds[i]), p, MSG as u32)
             .build()
             .user_data((i as u64) << 1 | SEND)
     };
-    let recv = |i: usize, back: &mut [[u8; MSG]], got: usize| {
-        let b = &mut back[i][got..];
-        opcode::Recv::new(types::Fd(fds[i]), b.as_mut_ptr(), b.len() as u32)
+    let recv = |i: usize, got: usize| {
+        // SAFETY: `i < CONNS` and `got < MSG`: inside the leaked `back`.
+        let p = unsafe { back_base.add(i).cast::<u8>().add(got) };
+        opcode::Recv::new(types::Fd(fds[i]), p, (MSG - got) as u32)
             .build()
             .user_data((i as u64) << 1 | RECV)
     };
-    let cpu0 = threads_cpu_ns(server);
-    let own0 = own_cpu_ns();
-    let start = Instant::now();
-    let end = start + dur;
-    for i in 0..CONNS {
-        out[i] = msg(i, 0);
-        sent_at[i] = Instant::now();
-        push(&mut ring, send(i, &out));
-        push(&mut ring, recv(i, &mut back, 0));
+    let write_out = |i: usize, m: [u8; MSG]| {
+        // SAFETY: `i < CONNS`; written only while connection `i` has no
+        // receive in flight and its last send was echoed back (so the
+        // kernel is done reading `out[i]`).
+        unsafe { out_base.add(i).write(m) }
+    };
+    let read_back = |i: usize| {
+        // SAFETY: `i < CONNS`; read only after connection `i`'s receive
+        // completed, with none queued again yet.
+        unsafe { back_base.add(i).read() }
+    };
+    // Waits for at least one completion, or 100 ms.
+    let wait = |ring: &mut IoUring| {
+        let ts = types::Timespec::new().nsec(100_000_000);
+        match ring.submitter().submit_with_args(1, &types::SubmitArgs::new().timespec(&ts)) {
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(libc::ETIME) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+            Err(e) => panic!("io_uring_enter: {e}"),
+        }
+    };
+    for (i, at) in sent_at.iter_mut().enumerate() {
+        write_out(i, msg(i, 0));
+        *at = Instant::now();
+        push(&mut ring, send(i));
+        push(&mut ring, recv(i, 0));
         in_flight += 2;
     }
+    // The first echo of every connection is a warm-up (the server is
+    // still taking the connections in): the run, its figures and its CPU
+    // count from when all of them came back.
+    let mut warming = CONNS;
+    let (mut start, mut end) = (Instant::now(), Instant::now() + Duration::from_secs(3600));
+    let (mut cpu0, mut own0) = (0, 0);
     let mut done = 0u64;
     let mut stopping = false;
     let mut cpu1 = None;
     let mut secs = 0.0;
-    let drain_deadline = end + Duration::from_secs(5);
+    let mut drain_deadline = None;
     while in_flight > 0 {
         if !stopping && Instant::now() >= end {
             // The run ends here: what is still in flight is drained, not
@@ -171,14 +200,12 @@ fn generate(addr: SocketAddr, dur: Duration, server: &str) -> Run {
             stopping = true;
             secs = start.elapsed().as_secs_f64();
             cpu1 = Some((threads_cpu_ns(server), own_cpu_ns()));
+            drain_deadline = Some(Instant::now() + Duration::from_secs(5));
         }
-        if stopping && Instant::now() >= drain_deadline {
-            // Never free a buffer the kernel may still write.
-            std::mem::forget(back);
-            std::mem::forget(out);
+        if drain_deadline.is_some_and(|d| Instant::now() >= d) {
             panic!("the server stopped echoing: {in_flight} operations still in flight");
         }
-        ring.submit_and_wait(1).expect("io_uring_enter");
+        wait(&mut ring);
         let cqes: Vec<(u64, i32)> =
             ring.completion().map(|c| (c.user_data(), c.result())).collect();
         for (ud, res) in cqes {
@@ -191,22 +218,32 @@ fn generate(addr: SocketAddr, dur: Duration, server: &str) -> Run {
             assert!(res > 0, "receive on connection {i}: {res} (0: the server closed it)");
             got[i] += res as usize;
             if got[i] < MSG {
-                push(&mut ring, recv(i, &mut back, got[i]));
+                push(&mut ring, recv(i, got[i]));
                 in_flight += 1;
                 continue;
             }
-            assert_eq!(back[i], msg(i, seq[i]), "echo must return the same bytes");
+            assert_eq!(read_back(i), msg(i, seq[i]), "echo must return the same bytes");
             got[i] = 0;
             if stopping {
                 continue;
             }
-            h.record(sent_at[i].elapsed().as_micros().max(1) as u64).unwrap();
-            done += 1;
+            if warming > 0 {
+                warming -= 1;
+                if warming == 0 {
+                    start = Instant::now();
+                    end = start + dur;
+                    cpu0 = threads_cpu_ns(server);
+                    own0 = own_cpu_ns();
+                }
+            } else {
+                h.record(sent_at[i].elapsed().as_micros().max(1) as u64).unwrap();
+                done += 1;
+            }
             seq[i] += 1;
-            out[i] = msg(i, seq[i]);
+            write_out(i, msg(i, seq[i]));
             sent_at[i] = Instant::now();
-            push(&mut ring, send(i, &out));
-            push(&mut ring, recv(i, &mut back, 0));
+            push(&mut ring, send(i));
+            push(&mut ring, recv(i, 0));
             in_flight += 2;
         }
     }

@@ -676,10 +676,12 @@ impl NodeActor {
     fn send_now(&mut self, link: u64, h: Held) {
         let mut next = std::collections::VecDeque::from([h]);
         while let Some(h) = next.pop_front() {
-            if let Some(refund) = self.send_one(link, h) {
-                if let Some(l) = self.links.get_mut(&link) {
-                    next.extend(l.out.refund(refund.0, refund.1));
-                }
+            let Some((to, cost)) = self.send_one(link, h) else { continue };
+            let Some(l) = self.links.get_mut(&link) else { continue };
+            let (admitted, ask) = l.out.refund(to, cost);
+            next.extend(admitted);
+            if ask {
+                self.queue(link, &Frame::Blocked { to });
             }
         }
     }
@@ -695,10 +697,17 @@ impl NodeActor {
                     return Some((h.to, h.cost));
                 }
                 crate::fault::Fault::Duplicate => {
-                    if self.queue(link, &h.frame) {
-                        if let Some(l) = self.links.get_mut(&link) {
-                            l.sent_copy(); // the copy is acknowledged like any frame
-                            l.out.charge(h.to, h.cost); // and admitted like one
+                    // Only a copy its window has room for (the receiver
+                    // admits it like any message).
+                    let room =
+                        self.links.get_mut(&link).is_some_and(|l| l.out.charge(h.to, h.cost));
+                    if room {
+                        if self.queue(link, &h.frame) {
+                            if let Some(l) = self.links.get_mut(&link) {
+                                l.sent_copy(); // the copy is acknowledged like any frame
+                            }
+                        } else if let Some(l) = self.links.get_mut(&link) {
+                            l.out.uncharge(h.to, h.cost); // not sent after all
                         }
                     }
                 }

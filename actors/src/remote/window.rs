@@ -189,15 +189,31 @@ impl<T> SendWindows<T> {
     /// A message admitted for `to` was not sent after all (it could not be
     /// framed): its cost comes back as if credited, and what waited
     /// behind it may go now.
-    pub(crate) fn refund(&mut self, to: u64, cost: u64) -> Vec<T> {
-        self.credit(to, cost).map(|(out, _)| out).unwrap_or_default()
+    /// Returns what may go now and, as [`SendWindows::credit`] does,
+    /// whether to send `Blocked`.
+    pub(crate) fn refund(&mut self, to: u64, cost: u64) -> (Vec<T>, bool) {
+        self.credit(to, cost).unwrap_or_default()
     }
 
-    /// A copy of an admitted message went out too (fault injection): the
-    /// receiver admits both.
+    /// A copy of an admitted message may go out too (fault injection): only
+    /// if the window has room for it, as the receiver admits both. True
+    /// when it was charged.
     #[cfg(feature = "fault-injection")]
-    pub(crate) fn charge(&mut self, to: u64, cost: u64) {
-        self.by_target.entry(to).or_default().in_flight += cost;
+    pub(crate) fn charge(&mut self, to: u64, cost: u64) -> bool {
+        let w = self.by_target.entry(to).or_default();
+        if w.in_flight.saturating_add(cost) > self.window {
+            return false;
+        }
+        w.in_flight += cost;
+        true
+    }
+
+    /// Takes back a [`SendWindows::charge`] whose copy was not sent.
+    #[cfg(feature = "fault-injection")]
+    pub(crate) fn uncharge(&mut self, to: u64, cost: u64) {
+        if let Some(w) = self.by_target.get_mut(&to) {
+            w.in_flight -= cost;
+        }
     }
 
     /// Messages waiting for credit on this link.
@@ -522,9 +538,20 @@ mod tests {
         let mut s = SendWindows::new(100);
         assert_eq!(sent(s.offer(1, 90, "unframable")), "unframable");
         assert_eq!(s.offer(1, 50, "next"), Offer::Held(false));
-        assert_eq!(s.refund(1, 90), vec!["next"], "as if credited");
+        assert_eq!(s.refund(1, 90), (vec!["next"], false), "as if credited");
         assert_eq!(s.credit(1, 50).unwrap(), (vec![], false));
         assert!(s.by_target.is_empty());
+    }
+
+    #[test]
+    fn a_refund_that_leaves_the_sender_blocked_asks() {
+        let mut s = SendWindows::new(100);
+        assert_eq!(sent(s.offer(1, 40, "c")), "c");
+        assert_eq!(sent(s.offer(1, 50, "a")), "a");
+        assert_eq!(s.offer(1, 70, "b"), Offer::Held(false), "90 in flight: no need to ask");
+        // `a` could not be framed: 40 in flight, `b` still does not fit,
+        // and 40 is under half the window: the receiver must be told.
+        assert_eq!(s.refund(1, 50), (vec![], true));
     }
 
     #[test]
