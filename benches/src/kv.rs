@@ -6,6 +6,8 @@
 //! on one thread; Ringmail gets one ring); redis-benchmark runs on the
 //! other core. Needs `redis-benchmark` and `redis-server` (Debian:
 //! redis-tools, redis-server); without them the case fails loudly.
+//! Then SET and GET pipelined (`-P 16`) with 500 clients, and with 4 KiB
+//! values (`-d 4096`).
 //! Beside req/s, each server's own CPU time per request: its threads' time
 //! on a CPU over a round (`/proc/<pid>/task/*/schedstat`) divided by the
 //! requests of the round (all eight tests).
@@ -79,6 +81,26 @@ fn bench(port: u16, n: usize, pipeline: usize, cpu: usize) -> Vec<f64> {
                 .unwrap_or_else(|| panic!("no {name} figure in redis-benchmark output: {text}"))
         })
         .collect()
+}
+
+/// SET and GET alone with `clients` clients and values of `size` bytes;
+/// returns their req/s.
+fn bench_set_get(port: u16, n: usize, clients: usize, size: usize, cpu: usize) -> [f64; 2] {
+    let out = Command::new("taskset")
+        .args(["-c", &cpu.to_string(), "redis-benchmark", "-h", "127.0.0.1"])
+        .args(["-p", &port.to_string(), "-c", &clients.to_string(), "-n", &n.to_string()])
+        .args(["-P", "16", "-r", "100000", "-d", &size.to_string(), "--csv", "-t", "set,get"])
+        .output()
+        .expect("redis-benchmark runs");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let figure = |name: &str| {
+        text.lines()
+            .find(|l| l.starts_with(&format!("\"{name}\"")))
+            .and_then(|l| l.split("\",\"").nth(1))
+            .and_then(|v| v.trim_matches('"').parse().ok())
+            .unwrap_or_else(|| panic!("no {name} figure in redis-benchmark output: {text}"))
+    };
+    [figure("SET"), figure("GET")]
 }
 
 /// Runs the case.
@@ -184,6 +206,40 @@ pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
                 serde_json::json!({"pipeline": pipeline, "clients": 50}),
             ),
         );
+    }
+    // The other configurations a Redis user tries, pipelined: many
+    // clients, and large values.
+    for (clients, size) in [(500usize, 3usize), (50, 4096)] {
+        let mut figures = vec![vec![Vec::new(); 2]; 2];
+        for round in 0..rounds {
+            for (i, p) in ports.iter().enumerate() {
+                let r = bench_set_get(*p, n * 2, clients, size, client_cpu);
+                eprintln!(
+                    "  [kv -P 16 -c {clients} -d {size}] round {}/{rounds} {:<12} SET {:.0}, GET {:.0}",
+                    round + 1,
+                    names[i],
+                    r[0],
+                    r[1]
+                );
+                figures[0][i].push(r[0]);
+                figures[1][i].push(r[1]);
+            }
+        }
+        for (cmd, f) in ["SET", "GET"].iter().zip(figures) {
+            out.push(
+                from_figures(
+                    format!("kv {cmd} -P 16 -c {clients} -d {size}"),
+                    "req/s",
+                    Better::Higher,
+                    &names,
+                    f,
+                )
+                .tagged(
+                    "requests_per_s",
+                    serde_json::json!({"command": cmd, "pipeline": 16, "clients": clients, "size": size}),
+                ),
+            );
+        }
     }
     // SAFETY: plain kill(2) on our own child.
     unsafe { libc::kill(ringmail.id() as i32, libc::SIGTERM) };
