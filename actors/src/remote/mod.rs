@@ -39,7 +39,10 @@
 //! # Membership and failure detection
 //!
 //! Membership is SWIM, by the [`foca`] crate, carried over the
-//! authenticated connections (see `remote::swim`). A node dials its seeds;
+//! authenticated connections (see `remote::swim`); a membership packet is
+//! taken only from the node it says it comes from (its source must be the
+//! connection's authenticated peer, name and incarnation), so one member
+//! cannot speak for another. A node dials its seeds;
 //! once a connection is up, each side announces itself to the other and
 //! learns the members it knows; every member that comes up is dialled, so
 //! every node connects to every other (one connection per pair: when two

@@ -216,12 +216,34 @@ impl Swim {
         out
     }
 
+    /// A packet that arrived on the link of another node than the one it
+    /// claims to come from: dropped, counted and logged.
+    pub(crate) fn refuse_misattributed(&mut self, link_peer: &str, claimed: Option<&str>) {
+        self.rejected += 1;
+        tracing::warn!(
+            node = %self.me().name,
+            peer = link_peer,
+            claimed = claimed.unwrap_or("(undecodable)"),
+            "membership packet refused: it does not come from its connection's node"
+        );
+    }
+
     fn reject(&mut self, e: &foca::Error) {
         self.rejected += 1;
         if !matches!(e, foca::Error::DataFromOurselves) {
             tracing::warn!(node = %self.me().name, error = %e, "membership packet refused");
         }
     }
+}
+
+/// The node a membership packet says it comes from (its header's source):
+/// name and process incarnation; `None` when the header does not decode.
+/// A node only ever sends its own packets, so on an authenticated
+/// connection this must be the connection's peer.
+pub(crate) fn sender_of(data: &[u8]) -> Option<(String, u64)> {
+    use foca::Codec;
+    let h: foca::Header<Member> = PostcardCodec.decode_header(data).ok()?;
+    Some((h.src.name, h.src.incarnation))
 }
 
 #[cfg(test)]
@@ -278,6 +300,12 @@ mod tests {
                         moved = true;
                         match e {
                             Effect::Send(to, data) => {
+                                // Every kind of packet (probes, indirect
+                                // probes, acks, announces, feeds) names its
+                                // sender as its source: what the node checks
+                                // against the connection it came on.
+                                let from = sender_of(&data).map(|s| s.0);
+                                assert_eq!(from.as_deref(), Some(n), "a packet of {n}");
                                 if silent.as_deref() == Some(n) || silent == Some(to.name.clone()) {
                                     continue;
                                 }
@@ -318,6 +346,26 @@ mod tests {
         assert!(downs.contains(&("a".into(), "c".into())), "{downs:?}");
         assert!(downs.contains(&("b".into(), "c".into())), "{downs:?}");
         assert!(!downs.iter().any(|(_, d)| d != "c"), "only c went down: {downs:?}");
+    }
+
+    #[test]
+    fn a_packet_names_its_sender_and_garbage_names_nobody() {
+        let mut a = Swim::new(member("a"), timing(), 1);
+        a.announce("b");
+        let sent: Vec<Vec<u8>> = a
+            .effects()
+            .into_iter()
+            .filter_map(|e| match e {
+                Effect::Send(_, data) => Some(data),
+                _ => None,
+            })
+            .collect();
+        assert!(!sent.is_empty());
+        for data in &sent {
+            assert_eq!(sender_of(data), Some(("a".to_string(), member("a").incarnation)));
+        }
+        assert_eq!(sender_of(&[]), None);
+        assert_eq!(sender_of(&[0xff; 7]), None);
     }
 
     #[test]

@@ -194,8 +194,20 @@ impl NodeActor {
                 Ok(())
             }
             Frame::Swim(data) => {
-                self.swim.handle_data(&data);
-                self.apply_swim(ctx);
+                // Membership is tied to the authenticated connection: a
+                // packet is taken only from the node it says it comes from.
+                let peer = self.links.get(&link).and_then(|l| l.peer.clone());
+                let claimed = crate::remote::swim::sender_of(&data);
+                match (&peer, &claimed) {
+                    (Some(p), Some(c)) if p == c => {
+                        self.swim.handle_data(&data);
+                        self.apply_swim(ctx);
+                    }
+                    _ => {
+                        let who = peer.as_ref().map_or("", |p| p.0.as_str());
+                        self.swim.refuse_misattributed(who, claimed.as_ref().map(|c| c.0.as_str()));
+                    }
+                }
                 Ok(())
             }
             _ => Err(WireError::Unexpected(
