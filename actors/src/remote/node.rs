@@ -674,14 +674,17 @@ impl NodeActor {
     /// gives its cost back to the window (the peer never sees it), which
     /// may let the messages behind it go, in order.
     fn send_now(&mut self, link: u64, h: Held) {
-        let mut next = std::collections::VecDeque::from([h]);
-        while let Some(h) = next.pop_front() {
-            let Some((to, cost)) = self.send_one(link, h) else { continue };
-            let Some(l) = self.links.get_mut(&link) else { continue };
+        // The common case sent it: nothing allocated on this path.
+        let Some(first) = self.send_one(link, h) else { return };
+        let mut refunds = vec![first];
+        while let Some((to, cost)) = refunds.pop() {
+            let Some(l) = self.links.get_mut(&link) else { return };
             let (admitted, ask) = l.out.refund(to, cost);
-            next.extend(admitted);
             if ask {
                 self.queue(link, &Frame::Blocked { to });
+            }
+            for h in admitted {
+                refunds.extend(self.send_one(link, h));
             }
         }
     }
