@@ -21,8 +21,12 @@ const T: Duration = Duration::from_secs(10);
 struct Slow(Arc<AtomicU64>);
 impl Actor for Slow {}
 
+/// Binary payloads are encoded as bytes (`serde_bytes`), as users send
+/// them: a plain `Vec<u8>` goes through serde byte by byte, which in this
+/// unoptimized test build costs the first burst (a window's worth,
+/// encoded and decoded at once) tens of milliseconds of a gateway's time.
 #[derive(Serialize, Deserialize)]
-struct Work(Vec<u8>);
+struct Work(#[serde(with = "serde_bytes")] Vec<u8>);
 impl Message for Work {
     type Reply = ();
 }
@@ -121,7 +125,7 @@ fn a_flood_to_a_slow_remote_actor_holds_the_sender_back_and_starves_nobody() {
 
     let rss_before = rss();
     let done = Arc::new(AtomicBool::new(false));
-    // Asks to the fast actor every 100 ms, through the same link.
+    // Asks to the fast actor every 25 ms, through the same link.
     let asker = {
         let done = done.clone();
         std::thread::spawn(move || {
@@ -132,7 +136,7 @@ fn a_flood_to_a_slow_remote_actor_holds_the_sender_back_and_starves_nobody() {
                 assert_eq!(fast_ref.ask(Echo(n), T).expect("the fast actor answers"), n);
                 lat.push(t.elapsed());
                 n += 1;
-                std::thread::sleep(Duration::from_millis(100));
+                std::thread::sleep(Duration::from_millis(25));
             }
             lat
         })
@@ -197,12 +201,12 @@ fn a_flood_to_a_slow_remote_actor_holds_the_sender_back_and_starves_nobody() {
     sorted.sort();
     let p99 = sorted[(sorted.len() * 99 / 100).min(sorted.len() - 1)];
     eprintln!(
-        "asks: {} answered, median {:?}, p99 {p99:?}, max {:?}",
+        "asks: {} answered, median {:?}, p99 {p99:?}, slowest {:?}",
         lat.len(),
         sorted[sorted.len() / 2],
-        sorted.last().unwrap()
+        &sorted[sorted.len().saturating_sub(5)..]
     );
-    assert!(lat.len() >= 10, "asks ran through the flood");
+    assert!(lat.len() >= 100, "asks ran through the flood");
     assert!(p99 < Duration::from_millis(100) || under_sanitizer(), "ask p99 {p99:?}");
 
     // Bounded memory: the receiver queues at most a window (256 KiB) for

@@ -48,6 +48,7 @@ pub enum Frame {
         /// The registered message type.
         ty: u64,
         /// The postcard-encoded message.
+        #[serde(with = "serde_bytes")]
         payload: Vec<u8>,
     },
     /// A message whose reply goes back as `Reply { req }`.
@@ -59,6 +60,7 @@ pub enum Frame {
         /// The request id, chosen by the asking node.
         req: u64,
         /// The postcard-encoded message.
+        #[serde(with = "serde_bytes")]
         payload: Vec<u8>,
     },
     /// The reply to `Ask { req }`; `None`: the actor stopped without replying.
@@ -66,6 +68,7 @@ pub enum Frame {
         /// The request id.
         req: u64,
         /// The postcard-encoded reply.
+        #[serde(with = "serde_bytes")]
         payload: Option<Vec<u8>>,
     },
     /// Looks up an actor by name on the receiving node.
@@ -102,7 +105,7 @@ pub enum Frame {
     /// only `Ping`).
     Pong(u64),
     /// A membership (SWIM) packet, opaque to the wire layer.
-    Swim(Vec<u8>),
+    Swim(#[serde(with = "serde_bytes")] Vec<u8>),
     /// Flow control: actor `to` of the sending node has handled (or
     /// dropped) messages from this connection worth `bytes` of its credit
     /// window, so the receiver may send that much more to it.
@@ -273,6 +276,58 @@ mod tests {
 
     fn msg(n: usize) -> Frame {
         Frame::Tell { to: 1, ty: 7, payload: vec![0xab; n] }
+    }
+
+    /// The payloads' encoding as serde's default for `Vec<u8>` (a sequence
+    /// of `u8`), as protocol 3 was first written: `serde_bytes` changes how
+    /// fast payloads are written and read, never the bytes on the wire.
+    #[derive(Serialize, Deserialize, Debug, PartialEq)]
+    enum AsSequences {
+        Hello,
+        Welcome,
+        Confirm,
+        Tell { to: u64, ty: u64, payload: Vec<u8> },
+        Ask { to: u64, ty: u64, req: u64, payload: Vec<u8> },
+        Reply { req: u64, payload: Option<Vec<u8>> },
+        Lookup,
+        Found,
+        Stopped,
+        Listening,
+        Ping(u64),
+        Pong(u64),
+        Swim(Vec<u8>),
+    }
+
+    #[test]
+    fn payloads_are_the_same_bytes_on_the_wire_as_a_sequence_of_u8() {
+        for n in [0, 1, 127, 128, 300, 70_000] {
+            let p: Vec<u8> = (0..n).map(|i| (i * 31 % 251) as u8).collect();
+            let pairs = [
+                (
+                    Frame::Tell { to: 9, ty: 8, payload: p.clone() },
+                    AsSequences::Tell { to: 9, ty: 8, payload: p.clone() },
+                ),
+                (
+                    Frame::Ask { to: 9, ty: 8, req: 7, payload: p.clone() },
+                    AsSequences::Ask { to: 9, ty: 8, req: 7, payload: p.clone() },
+                ),
+                (
+                    Frame::Reply { req: 7, payload: Some(p.clone()) },
+                    AsSequences::Reply { req: 7, payload: Some(p.clone()) },
+                ),
+                (
+                    Frame::Reply { req: 7, payload: None },
+                    AsSequences::Reply { req: 7, payload: None },
+                ),
+                (Frame::Swim(p.clone()), AsSequences::Swim(p.clone())),
+            ];
+            for (frame, old) in pairs {
+                let bytes = postcard::to_allocvec(&frame).unwrap();
+                assert_eq!(bytes, postcard::to_allocvec(&old).unwrap(), "{n} bytes: {frame:?}");
+                assert_eq!(postcard::from_bytes::<AsSequences>(&bytes).unwrap(), old);
+                assert_eq!(postcard::from_bytes::<Frame>(&bytes).unwrap(), frame);
+            }
+        }
     }
 
     #[test]
