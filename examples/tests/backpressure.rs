@@ -1,5 +1,5 @@
 //! A remote sender held back by a peer that stops reading. In a binary of
-//! its own: it pushes several MiB through the HMAC of two debug-built
+//! its own: it pushes several MiB through the encryption of two debug-built
 //! processes, load that would make the other cluster tests' membership
 //! probes late. Every wait is bounded.
 

@@ -3,40 +3,51 @@
 //! were not sealed with. Positive control, with the input as the payload:
 //! a segment a real `Sealer` sealed with the right key opens to exactly
 //! that payload and uses exactly the segment's bytes (so an opener that
-//! never opens is noticed); the same segment under another key does not
-//! open.
+//! never opens is noticed); sealing in place gives the very same bytes;
+//! the same segment under another key, or with one byte altered (at a
+//! place the input picks), does not open.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use ringmail_wire::frame::{Sealer, Unsealer};
+use ringmail_wire::frame::{Sealer, Unsealer, SEGMENT_HEADER};
 
 const KEY: [u8; 32] = [7; 32];
 const MAX: usize = 1 << 16;
 
 fuzz_target!(|data: &[u8]| {
-    let mut u = Unsealer::new(KEY, MAX);
-    if let Ok(Some((_, used))) = u.open(data) {
-        // Only a valid tag opens: with a random key that is a 2^-256 event.
+    let mut buf = data.to_vec();
+    if let Ok(Some((_, used))) = Unsealer::new(KEY, MAX).open(&mut buf) {
+        // Only a valid tag opens: without the key that is a 2^-128 event.
         panic!("a segment of {used} bytes opened without its key");
     }
 
     let mut sealed = Vec::new();
     Sealer::new(KEY).seal(data, &mut sealed);
-    match Unsealer::new(KEY, MAX).open(&sealed) {
+    let mut in_place = vec![0; SEGMENT_HEADER];
+    in_place.extend_from_slice(data);
+    Sealer::new(KEY).seal_in_place(&mut in_place);
+    assert_eq!(in_place, sealed, "sealing in place differs from sealing a copy");
+
+    let mut copy = sealed.clone();
+    match Unsealer::new(KEY, MAX).open(&mut copy) {
         Ok(Some((payload, used))) => {
             assert_eq!(payload, data, "a sealed segment opened to another payload");
-            assert_eq!(
-                used,
-                sealed.len(),
-                "a sealed segment used {used} of {} bytes",
-                sealed.len()
-            );
+            assert_eq!(used, sealed.len(), "a sealed segment used {used} of {} bytes", sealed.len());
         }
         other => panic!("a segment sealed with the right key did not open: {other:?}"),
     }
     let mut wrong = KEY;
     wrong[0] ^= 1;
     assert!(
-        Unsealer::new(wrong, MAX).open(&sealed).is_err(),
+        Unsealer::new(wrong, MAX).open(&mut sealed.clone()).is_err(),
         "a segment opened under a key it was not sealed with"
     );
+    if let Some(&b) = data.first() {
+        let mut altered = sealed.clone();
+        let at = usize::from(b) * 7 % altered.len();
+        altered[at] ^= 0x20;
+        assert!(
+            !matches!(Unsealer::new(KEY, MAX).open(&mut altered), Ok(Some(_))),
+            "a segment with byte {at} altered opened"
+        );
+    }
 });

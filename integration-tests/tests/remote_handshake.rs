@@ -25,8 +25,8 @@ fn a_dialler_with_the_wrong_secret_is_refused_closed_and_tries_again() {
         .seeds([right.local_addr()])
         .redial(Duration::from_millis(20), Duration::from_millis(100));
     let wrong = Node::start(&system, cfg).unwrap();
-    // Each attempt fails on the dialler (the Welcome does not verify) and
-    // on the listener (no Confirm comes; the dialler closed). Before the
+    // Each attempt fails on the listener (the Hello does not open: it
+    // closes the connection) and on the dialler (closed before a Welcome). Before the
     // dialler closed its side, it dialled once and waited forever: the
     // listener saw one failure (its handshake timeout, 2 s) and no more.
     let deadline = Instant::now() + Duration::from_secs(10);

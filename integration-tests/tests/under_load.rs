@@ -291,7 +291,7 @@ struct RawPeer {
 
 impl RawPeer {
     fn connect(to: SocketAddr) -> RawPeer {
-        use ringmail::remote::wire::frame::{self, Frame, Sealer, Unsealer};
+        use ringmail::remote::wire::frame::{self, Frame};
         use ringmail::remote::wire::handshake::{Identity, Initiator};
         use std::io::{Read, Write};
         let mut sock = std::net::TcpStream::connect(to).unwrap();
@@ -312,17 +312,13 @@ impl RawPeer {
             assert!(n > 0, "closed during the handshake");
             buf.extend_from_slice(&chunk[..n]);
         };
-        let (confirm, _peer, keys) = init.on_welcome(welcome).unwrap();
+        let (confirm, _peer, session) = init.on_welcome(welcome).unwrap();
         out.clear();
         frame::encode(&confirm, &mut out, 1024).unwrap();
         sock.write_all(&out).unwrap();
         let _: Frame = confirm;
-        RawPeer {
-            sock,
-            sealer: Sealer::new(keys.send),
-            unsealer: Unsealer::new(keys.recv, 16 << 20),
-            inbuf: buf,
-        }
+        let (sealer, unsealer) = session.split(16 << 20);
+        RawPeer { sock, sealer, unsealer, inbuf: buf }
     }
 
     /// Sends `frames` as one sealed segment; false once the node closed.
@@ -344,7 +340,7 @@ impl RawPeer {
         use std::io::Read;
         let mut frames = std::collections::VecDeque::new();
         loop {
-            while let Some((payload, n)) = self.unsealer.open(&self.inbuf).unwrap() {
+            while let Some((payload, n)) = self.unsealer.open(&mut self.inbuf).unwrap() {
                 let mut at = 0;
                 while at < payload.len() {
                     let (f, m) = frame::decode(&payload[at..], 16 << 20).unwrap().unwrap();

@@ -24,14 +24,18 @@
 //! # Wire and authentication
 //!
 //! Frames are length-prefixed postcard ([`ringmail_wire`]). A
-//! connection starts with the authenticated handshake (fresh 128-bit
-//! nonces from both sides, HMAC-SHA256 over the whole transcript, constant
-//! time checks); until it completes only handshake frames of at most 1 KiB
-//! are read, within [`NodeConfig::handshake_timeout`], and at most
+//! connection starts with an encrypted, authenticated handshake: Noise
+//! `NNpsk0` (X25519, AES-256-GCM, SHA-256, by the `snow` crate) with a
+//! pre-shared key derived from the cluster secret, then a `Confirm` that
+//! proves the dialling side holds the session key. Until it completes only
+//! handshake frames of at most 1 KiB are read, within
+//! [`NodeConfig::handshake_timeout`], and at most
 //! [`NodeConfig::max_pending_handshakes`] inbound connections may be in
 //! that state (more are closed at once). After it, every batch of frames is
-//! a sealed segment (HMAC-SHA256 with a per-direction session key over its
-//! number, length and bytes), up to [`NodeConfig::max_frame`] bytes. A
+//! a sealed segment: encrypted in place with AES-256-GCM under a fresh
+//! per-connection, per-direction key (forward secret: from ephemeral
+//! Diffie-Hellman and the secret), its number the nonce and its length
+//! authenticated, up to [`NodeConfig::max_frame`] bytes. A
 //! wrong secret, a bad tag, an oversize or undecodable frame, or a message
 //! type nobody registered closes that connection only, with the reason
 //! logged and counted in [`NodeStats`].

@@ -1,11 +1,14 @@
 //! Length-prefixed postcard frames.
 
+use aes_gcm::aead::consts::{U12, U16};
+use aes_gcm::aead::{AeadInPlace, KeyInit};
+use aes_gcm::{Aes256Gcm, Nonce, Tag};
 use serde::{Deserialize, Serialize};
 
 use super::WireError;
 
 /// The protocol version this build speaks.
-pub const PROTOCOL_VERSION: u16 = 3;
+pub const PROTOCOL_VERSION: u16 = 4;
 
 /// Default largest frame (16 MiB).
 pub const DEFAULT_MAX_FRAME: usize = 16 << 20;
@@ -14,32 +17,28 @@ pub const DEFAULT_MAX_FRAME: usize = 16 << 20;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub enum Frame {
-    /// Handshake, initiator -> responder.
+    /// Handshake, initiator -> responder: the first Noise message (see
+    /// [`crate::handshake`]).
     Hello {
-        /// The initiator's protocol version.
+        /// The initiator's protocol version (in the clear, so a mismatch is
+        /// reported as one; bound into the handshake all the same).
         version: u16,
-        /// The initiator's node name.
-        name: String,
-        /// The initiator's incarnation (random per process start).
-        incarnation: u64,
-        /// A fresh random nonce.
-        nonce: [u8; 16],
+        /// `psk, e` and the initiator's encrypted introduction.
+        #[serde(with = "serde_bytes")]
+        noise: Vec<u8>,
     },
-    /// Handshake, responder -> initiator.
+    /// Handshake, responder -> initiator: the second Noise message.
     Welcome {
-        /// The responder's node name.
-        name: String,
-        /// The responder's incarnation.
-        incarnation: u64,
-        /// A fresh random nonce.
-        nonce: [u8; 16],
-        /// HMAC-SHA256 over the transcript, by the responder.
-        mac: [u8; 32],
+        /// `e, ee` and the responder's encrypted introduction.
+        #[serde(with = "serde_bytes")]
+        noise: Vec<u8>,
     },
-    /// Handshake, initiator -> responder.
+    /// Handshake, initiator -> responder: proof that the initiator holds
+    /// the session key.
     Confirm {
-        /// HMAC-SHA256 over the transcript, by the initiator.
-        mac: [u8; 32],
+        /// The initiator's segment 0, sealed with its session key.
+        #[serde(with = "serde_bytes")]
+        sealed: Vec<u8>,
     },
     /// A message for actor `to` of the receiving node (no reply wanted).
     Tell {
@@ -126,20 +125,25 @@ pub enum Frame {
 }
 
 /// Seals batches of frames after the handshake: each *segment* is a 4-byte
-/// big-endian payload length, the payload (length-prefixed frames), and an
-/// HMAC-SHA256 tag over the segment's number, its length and its payload,
-/// with the session key of this direction. Numbers count up from 0 per
-/// direction, so a segment cannot be forged, altered, replayed, dropped or
-/// reordered without the receiver noticing. One tag covers every frame of
-/// a batch.
+/// big-endian payload length, the payload (length-prefixed frames)
+/// encrypted with AES-256-GCM under this direction's session key, and the
+/// 16-byte GCM tag. The nonce is the segment's number (counting up from 0
+/// per direction, never sent), and the length is the associated data, so a
+/// segment cannot be read, forged, altered, replayed, dropped or reordered
+/// without the receiver noticing. One tag covers every frame of a batch.
+///
+/// Keys come from a Noise handshake ([`crate::handshake`]): fresh per
+/// connection and per direction, so a (key, nonce) pair never repeats; a
+/// direction would have to seal 2^64 segments to wrap its counter, and
+/// sealing refuses to (it panics rather than reuse a nonce).
 pub struct Sealer {
-    key: [u8; 32],
+    aead: Aes256Gcm,
     seq: u64,
 }
 
 /// Opens the segments a [`Sealer`] made (see there).
 pub struct Unsealer {
-    key: [u8; 32],
+    aead: Aes256Gcm,
     seq: u64,
     max: usize,
 }
@@ -160,72 +164,141 @@ impl std::fmt::Debug for Unsealer {
     }
 }
 
-/// Bytes a segment adds to its payload: length and tag.
-pub const SEGMENT_OVERHEAD: usize = 4 + 32;
+/// Bytes a segment adds to its payload: the length and the tag.
+pub const SEGMENT_OVERHEAD: usize = SEGMENT_HEADER + TAG;
 
-fn segment_mac(key: &[u8; 32], seq: u64, payload: &[u8]) -> hmac::Hmac<sha2::Sha256> {
-    use hmac::Mac;
-    let mut m = hmac::Hmac::<sha2::Sha256>::new_from_slice(key).expect("any key length");
-    m.update(&seq.to_be_bytes());
-    m.update(&(payload.len() as u32).to_be_bytes());
-    m.update(payload);
-    m
+/// The length that starts a segment (see [`Sealer::seal_in_place`]).
+pub const SEGMENT_HEADER: usize = 4;
+
+const TAG: usize = 16;
+
+fn nonce(seq: u64) -> Nonce<U12> {
+    let mut n = [0u8; 12];
+    n[4..].copy_from_slice(&seq.to_be_bytes());
+    n.into()
 }
 
 impl Sealer {
-    /// A sealer with this direction's session key.
+    /// A sealer with this direction's session key, at segment 0.
     pub fn new(key: [u8; 32]) -> Self {
-        Sealer { key, seq: 0 }
+        Sealer::at(key, 0)
+    }
+
+    pub(crate) fn at(key: [u8; 32], seq: u64) -> Self {
+        Sealer { aead: Aes256Gcm::new(&key.into()), seq }
     }
 
     /// Appends `payload` (encoded frames) as one sealed segment to `out`.
     pub fn seal(&mut self, payload: &[u8], out: &mut Vec<u8>) {
-        use hmac::Mac;
-        let tag = segment_mac(&self.key, self.seq, payload).finalize().into_bytes();
-        self.seq += 1;
-        out.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+        let start = out.len();
+        out.reserve(SEGMENT_OVERHEAD + payload.len());
+        out.extend_from_slice(&[0; SEGMENT_HEADER]);
         out.extend_from_slice(payload);
+        self.seal_at(out, start);
+    }
+
+    /// Seals `seg` where it is: `seg` is [`SEGMENT_HEADER`] bytes of room
+    /// for the length followed by the payload; the payload is encrypted in
+    /// place and the tag appended, with no copy. (The link keeps its
+    /// pending frames this way.)
+    ///
+    /// # Panics
+    /// If `seg` is shorter than [`SEGMENT_HEADER`], or its payload is 4 GiB
+    /// or more.
+    pub fn seal_in_place(&mut self, seg: &mut Vec<u8>) {
+        assert!(seg.len() >= SEGMENT_HEADER, "a segment starts with room for its length");
+        self.seal_at(seg, 0);
+    }
+
+    fn seal_at(&mut self, out: &mut Vec<u8>, start: usize) {
+        let len = out.len() - start - SEGMENT_HEADER;
+        let len = u32::try_from(len).expect("a segment's payload is under 4 GiB");
+        let (head, body) = out[start..].split_at_mut(SEGMENT_HEADER);
+        head.copy_from_slice(&len.to_be_bytes());
+        let seq = self.seq;
+        self.seq = seq.checked_add(1).expect("2^64 segments on one key: never reuse a nonce");
+        let tag = self
+            .aead
+            .encrypt_in_place_detached(&nonce(seq), head, body)
+            .expect("AES-GCM seals any payload under 64 GiB");
         out.extend_from_slice(&tag);
     }
 }
 
 impl Unsealer {
-    /// An unsealer with this direction's session key; payloads over `max`
-    /// bytes are refused before anything is allocated.
+    /// An unsealer with this direction's session key, at segment 0;
+    /// payloads over `max` bytes are refused before anything is read.
     pub fn new(key: [u8; 32], max: usize) -> Self {
-        Unsealer { key, seq: 0, max }
+        Unsealer::at(key, 0, max)
     }
 
-    /// The payload of the segment at the start of `buf` and the bytes the
-    /// segment used; `Ok(None)` when more bytes are needed. A bad tag is
-    /// [`WireError::BadMac`].
-    pub fn open<'a>(&mut self, buf: &'a [u8]) -> Result<Option<(&'a [u8], usize)>, WireError> {
-        use hmac::Mac;
-        let Some(head) = buf.get(..4) else { return Ok(None) };
+    pub(crate) fn at(key: [u8; 32], seq: u64, max: usize) -> Self {
+        Unsealer { aead: Aes256Gcm::new(&key.into()), seq, max }
+    }
+
+    /// Opens the segment at the start of `buf`, decrypting it in place:
+    /// its payload and the bytes the segment used; `Ok(None)` when more
+    /// bytes are needed. A segment that does not authenticate (wrong key,
+    /// altered, replayed, out of order) is [`WireError::BadMac`], and
+    /// `buf` may then hold garbage where its payload was.
+    pub fn open<'a>(&mut self, buf: &'a mut [u8]) -> Result<Option<(&'a [u8], usize)>, WireError> {
+        let Some(head) = buf.get(..SEGMENT_HEADER) else { return Ok(None) };
         let len = u32::from_be_bytes(head.try_into().expect("4 bytes")) as usize;
         if len > self.max {
             return Err(WireError::TooLarge { len, max: self.max });
         }
-        let Some(seg) = buf.get(..4 + len + 32) else { return Ok(None) };
-        let payload = &seg[4..4 + len];
-        segment_mac(&self.key, self.seq, payload)
-            .verify_slice(&seg[4 + len..])
+        let used = SEGMENT_OVERHEAD + len;
+        let Some(seg) = buf.get_mut(..used) else { return Ok(None) };
+        let (head, rest) = seg.split_at_mut(SEGMENT_HEADER);
+        let (body, tag) = rest.split_at_mut(len);
+        let tag = Tag::<U16>::from_slice(tag);
+        self.aead
+            .decrypt_in_place_detached(&nonce(self.seq), head, body, tag)
             .map_err(|_| WireError::BadMac)?;
         self.seq += 1;
-        Ok(Some((payload, seg.len())))
+        Ok(Some((&*body, used)))
     }
 }
 
-/// Appends one length-prefixed frame to `out`.
+/// Appends one length-prefixed frame to `out`, encoding it in place (no
+/// intermediate buffer). On an error `out` is as it was.
 pub fn encode(frame: &Frame, out: &mut Vec<u8>, max: usize) -> Result<(), WireError> {
     let max = max.min(u32::MAX as usize); // the length prefix is 32 bits
-    let body = postcard::to_allocvec(frame).map_err(|e| WireError::Malformed(e.to_string()))?;
-    if body.len() > max {
-        return Err(WireError::TooLarge { len: body.len(), max });
+    let start = out.len();
+    out.extend_from_slice(&[0; 4]);
+    let encoded = postcard::serialize_with_flavor(frame, Append(out));
+    let len = out.len() - start - 4;
+    let err = match encoded {
+        Err(e) => WireError::Malformed(e.to_string()),
+        Ok(()) if len > max => WireError::TooLarge { len, max },
+        Ok(()) => {
+            out[start..start + 4].copy_from_slice(&(len as u32).to_be_bytes());
+            return Ok(());
+        }
+    };
+    out.truncate(start);
+    Err(err)
+}
+
+/// A postcard output that appends to a vector it borrows.
+struct Append<'a>(&'a mut Vec<u8>);
+
+impl postcard::ser_flavors::Flavor for Append<'_> {
+    type Output = ();
+
+    fn try_push(&mut self, b: u8) -> postcard::Result<()> {
+        self.0.push(b);
+        Ok(())
     }
-    out.extend_from_slice(&(body.len() as u32).to_be_bytes());
-    out.extend_from_slice(&body);
-    Ok(())
+
+    fn try_extend(&mut self, b: &[u8]) -> postcard::Result<()> {
+        self.0.extend_from_slice(b);
+        Ok(())
+    }
+
+    fn finalize(self) -> postcard::Result<()> {
+        Ok(())
+    }
 }
 
 /// Decodes the frame at the start of `buf`: `Ok(None)` when more bytes are
@@ -338,22 +411,58 @@ mod tests {
         encode(&msg(5), &mut frames, DEFAULT_MAX_FRAME).unwrap();
         s.seal(&frames, &mut wire);
         s.seal(b"", &mut wire);
+        // Encrypted: the payload is not on the wire.
+        assert!(!wire.windows(5).any(|w| w == [0xab; 5]), "plaintext on the wire");
         let mut u = Unsealer::new([3; 32], 1 << 20);
         for cut in 0..SEGMENT_OVERHEAD + frames.len() {
-            assert_eq!(u.open(&wire[..cut]).unwrap(), None, "needs more bytes at {cut}");
+            let mut part = wire[..cut].to_vec();
+            assert_eq!(u.open(&mut part).unwrap(), None, "needs more bytes at {cut}");
         }
-        let (p, used) = u.open(&wire).unwrap().unwrap();
+        let mut buf = wire.clone();
+        let (p, used) = u.open(&mut buf).unwrap().unwrap();
         assert_eq!(p, &frames[..]);
-        assert_eq!(u.open(&wire[used..]).unwrap().unwrap().0, b"");
+        assert_eq!(u.open(&mut buf[used..]).unwrap().unwrap().0, b"");
         // Replaying the first segment: its number is stale.
-        assert_eq!(u.open(&wire).unwrap_err(), WireError::BadMac);
-        // A flipped bit, a wrong key.
-        let mut bad = wire.clone();
-        bad[6] ^= 1;
-        assert_eq!(Unsealer::new([3; 32], 1 << 20).open(&bad).unwrap_err(), WireError::BadMac);
-        assert_eq!(Unsealer::new([4; 32], 1 << 20).open(&wire).unwrap_err(), WireError::BadMac);
-        // Oversize before allocation.
-        assert!(matches!(Unsealer::new([3; 32], 4).open(&wire), Err(WireError::TooLarge { .. })));
+        assert_eq!(u.open(&mut wire.clone()).unwrap_err(), WireError::BadMac);
+        // A flipped bit anywhere (length, ciphertext, tag), a wrong key.
+        for at in [1, 6, SEGMENT_HEADER + frames.len() + 3] {
+            let mut bad = wire.clone();
+            bad[at] ^= 1;
+            let got = Unsealer::new([3; 32], 1 << 20).open(&mut bad);
+            assert!(!matches!(got, Ok(Some(_))), "byte {at} altered and opened: {got:?}");
+        }
+        let mut copy = wire.clone();
+        let got = Unsealer::new([4; 32], 1 << 20).open(&mut copy);
+        assert_eq!(got.unwrap_err(), WireError::BadMac);
+        // Oversize before anything is read.
+        let mut copy = wire.clone();
+        let got = Unsealer::new([3; 32], 4).open(&mut copy);
+        assert!(matches!(got, Err(WireError::TooLarge { .. })));
+    }
+
+    #[test]
+    fn sealing_in_place_is_sealing_a_copy() {
+        let mut frames = vec![0; SEGMENT_HEADER];
+        encode(&msg(300), &mut frames, DEFAULT_MAX_FRAME).unwrap();
+        encode(&Frame::Ping(1), &mut frames, DEFAULT_MAX_FRAME).unwrap();
+        let mut copy = Vec::new();
+        Sealer::new([9; 32]).seal(&frames[SEGMENT_HEADER..], &mut copy);
+        let mut in_place = frames.clone();
+        Sealer::new([9; 32]).seal_in_place(&mut in_place);
+        assert_eq!(in_place, copy);
+        let (p, used) = Unsealer::new([9; 32], 1 << 20).open(&mut in_place).unwrap().unwrap();
+        assert_eq!((p, used), (&frames[SEGMENT_HEADER..], copy.len()));
+    }
+
+    #[test]
+    fn encoding_appends_and_leaves_the_buffer_as_it_was_on_error() {
+        let mut out = b"before".to_vec();
+        encode(&msg(10), &mut out, DEFAULT_MAX_FRAME).unwrap();
+        let (f, used) = decode(&out[6..], DEFAULT_MAX_FRAME).unwrap().unwrap();
+        assert_eq!((f, used), (msg(10), out.len() - 6));
+        let len = out.len();
+        assert!(matches!(encode(&msg(100), &mut out, 50), Err(WireError::TooLarge { .. })));
+        assert_eq!(out.len(), len, "a refused frame leaves nothing behind");
     }
 
     #[test]
@@ -479,7 +588,7 @@ mod tests {
         /// Arbitrary bytes never panic the segment opener.
         #[test]
         fn arbitrary_segments_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
-            let _ = Unsealer::new([0; 32], 4096).open(&bytes);
+            let _ = Unsealer::new([0; 32], 4096).open(&mut bytes.clone());
         }
     }
 }

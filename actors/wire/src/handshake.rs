@@ -1,29 +1,53 @@
-//! The authenticated handshake, as a state machine with no I/O.
+//! The authenticated, encrypted handshake, as a state machine with no I/O.
 //!
 //! ```text
-//! initiator                                   responder
-//!   Hello {version, name_i, inc_i, nonce_i} ->
-//!                                <- Welcome {name_r, inc_r, nonce_r, mac_r}
-//!   Confirm {mac_i}                          ->
+//! initiator                                        responder
+//!   Hello { version, noise: psk, e, [intro_i] }  ->
+//!                           <- Welcome { noise: e, ee, [intro_r] }
+//!   Confirm { sealed: segment 0 of initiator->responder } ->
 //! ```
 //!
-//! `mac_r = HMAC-SHA256(secret, "ringmail/1 responder" ‖ T)` and
-//! `mac_i = HMAC-SHA256(secret, "ringmail/1 initiator" ‖ T)`, where `T` is the
-//! postcard encoding of the whole transcript (version, both names, both
-//! incarnations, both nonces). Both nonces are fresh 128-bit random values,
-//! so a recorded handshake cannot be replayed, and every field is covered,
-//! so none can be altered. MACs are checked in constant time (`hmac`'s
-//! `verify_slice`). The role labels keep one side's MAC from being reflected
-//! back as the other's.
+//! The two `noise` messages are the Noise protocol's
+//! `Noise_NNpsk0_25519_AESGCM_SHA256` handshake, run by `snow` (no
+//! cryptography of our own): each side contributes a fresh X25519
+//! ephemeral key, and the pre-shared key is derived from the cluster
+//! secret. So:
+//! - only a holder of the secret can read the initiator's introduction
+//!   (its name and incarnation, `[intro_i]`) or write a `Welcome` the
+//!   initiator accepts;
+//! - the session keys come from the ephemeral Diffie-Hellman as well as
+//!   the secret: a recording of the traffic stays unreadable even to
+//!   someone who learns the secret later (forward secrecy), and every
+//!   connection has fresh keys, one per direction;
+//! - the protocol version is sent in the clear (so a mismatch is reported
+//!   as one) and bound into the handshake as its prologue.
+//!
+//! A `Hello` can be replayed, but its replayer cannot finish: the
+//! responder treats the peer as authenticated only once `Confirm` opens,
+//! which takes the session key, which takes the initiator's ephemeral
+//! secret. Until then no actor message is accepted.
+//!
+//! Like every pre-shared-key protocol, a peer that connects can test
+//! guesses of the secret offline against what it receives; that is why a
+//! node refuses secrets under 128 bits of estimated strength.
 
 use hmac::{Hmac, Mac};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use sha2::Sha256;
+use snow::HandshakeState;
 
-use super::frame::{Frame, PROTOCOL_VERSION};
+use super::frame::{Frame, Sealer, Unsealer, PROTOCOL_VERSION};
 use super::WireError;
 
-type HmacSha256 = Hmac<Sha256>;
+/// The Noise protocol the handshake runs.
+pub const NOISE_PATTERN: &str = "Noise_NNpsk0_25519_AESGCM_SHA256";
+
+/// The largest handshake message (both Noise messages are under 200 bytes
+/// with a node name of a few dozen).
+const MAX_MESSAGE: usize = 1024;
+
+/// What `Confirm` seals.
+const CONFIRM: &[u8] = b"ringmail confirm";
 
 /// Who this node is, and the cluster secret.
 #[derive(Clone)]
@@ -46,28 +70,27 @@ impl std::fmt::Debug for Identity {
     }
 }
 
-/// The per-direction session keys a completed handshake derives:
-/// `HMAC-SHA256(secret, label ‖ T)` with one label per direction, so each
-/// key is fresh (both nonces are in `T`) and bound to this transcript.
-#[derive(Clone)]
-pub struct SessionKeys {
-    /// Seals what this side sends.
-    pub send: [u8; 32],
-    /// Opens what this side receives.
-    pub recv: [u8; 32],
+/// A completed handshake's two directions: what this side seals, and the
+/// key and position to open what the peer sealed. Each direction has its
+/// own key, fresh per connection.
+pub struct Session {
+    sealer: Sealer,
+    open_key: [u8; 32],
+    open_seq: u64,
 }
 
-impl std::fmt::Debug for SessionKeys {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("SessionKeys(..)") // never print keys
+impl Session {
+    /// The sealer for what this side sends, and the unsealer for what it
+    /// receives (segment payloads over `max` bytes refused).
+    pub fn split(self, max: usize) -> (Sealer, Unsealer) {
+        (self.sealer, Unsealer::at(self.open_key, self.open_seq, max))
     }
 }
 
-const KEY_I2R: &[u8] = b"ringmail/1 key initiator->responder";
-const KEY_R2I: &[u8] = b"ringmail/1 key responder->initiator";
-
-fn key(secret: &[u8], label: &[u8], t: &Transcript<'_>) -> [u8; 32] {
-    mac(secret, label, t).finalize().into_bytes().into()
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Session(..)") // never print keys
+    }
 }
 
 /// Returns a fresh random `u64` (for incarnations and request ids).
@@ -86,141 +109,159 @@ pub struct Peer {
     pub incarnation: u64,
 }
 
-#[derive(Serialize)]
-struct Transcript<'a> {
-    version: u16,
-    initiator: &'a str,
-    initiator_incarnation: u64,
-    initiator_nonce: [u8; 16],
-    responder: &'a str,
-    responder_incarnation: u64,
-    responder_nonce: [u8; 16],
+/// What each side says of itself, encrypted inside its Noise message.
+#[derive(Serialize, Deserialize)]
+struct Intro {
+    name: String,
+    incarnation: u64,
 }
 
-fn mac(secret: &[u8], label: &[u8], t: &Transcript<'_>) -> HmacSha256 {
-    let mut m = HmacSha256::new_from_slice(secret).expect("HMAC takes keys of any length");
-    m.update(label);
-    m.update(&postcard::to_allocvec(t).expect("a transcript always encodes"));
-    m
+/// The Noise pre-shared key: the cluster secret, of any length, reduced to
+/// the 32 bytes Noise takes (HMAC-SHA256 keyed with a fixed label).
+fn psk(secret: &[u8]) -> [u8; 32] {
+    let mut m = Hmac::<Sha256>::new_from_slice(b"ringmail/4 cluster secret -> noise psk")
+        .expect("HMAC takes keys of any length");
+    m.update(secret);
+    m.finalize().into_bytes().into()
 }
 
-const RESPONDER: &[u8] = b"ringmail/1 responder";
-const INITIATOR: &[u8] = b"ringmail/1 initiator";
+fn prologue(version: u16) -> [u8; 11] {
+    let mut p = *b"ringmail/\0\0";
+    p[9..].copy_from_slice(&version.to_be_bytes());
+    p
+}
 
-fn nonce() -> Result<[u8; 16], WireError> {
-    let mut n = [0u8; 16];
-    getrandom::fill(&mut n).map_err(|e| WireError::Random(e.to_string()))?;
-    Ok(n)
+fn noise_error(e: snow::Error) -> WireError {
+    match e {
+        // A Noise message that does not decrypt: another secret, or
+        // altered on the way.
+        snow::Error::Decrypt => WireError::BadMac,
+        other => WireError::Noise(other.to_string()),
+    }
+}
+
+fn state(me: &Identity, version: u16, initiator: bool) -> Result<HandshakeState, WireError> {
+    let params = NOISE_PATTERN.parse().map_err(noise_error)?;
+    let psk = psk(&me.secret);
+    let prologue = prologue(version);
+    let b = snow::Builder::new(params).psk(0, &psk).prologue(&prologue);
+    if initiator { b.build_initiator() } else { b.build_responder() }.map_err(noise_error)
+}
+
+fn write(hs: &mut HandshakeState, me: &Identity) -> Result<Vec<u8>, WireError> {
+    let intro = Intro { name: me.name.clone(), incarnation: me.incarnation };
+    let intro = postcard::to_allocvec(&intro).map_err(|e| WireError::Malformed(e.to_string()))?;
+    let mut out = vec![0u8; MAX_MESSAGE];
+    let n = hs.write_message(&intro, &mut out).map_err(noise_error)?;
+    out.truncate(n);
+    Ok(out)
+}
+
+/// Reads the peer's Noise message: who it says it is. Refuses our own
+/// identity (a reflected handshake).
+fn read(hs: &mut HandshakeState, me: &Identity, message: &[u8]) -> Result<Peer, WireError> {
+    let mut buf = [0u8; MAX_MESSAGE];
+    let n = hs.read_message(message, &mut buf).map_err(noise_error)?;
+    let intro: Intro =
+        postcard::from_bytes(&buf[..n]).map_err(|e| WireError::Malformed(e.to_string()))?;
+    if intro.name == me.name && intro.incarnation == me.incarnation {
+        return Err(WireError::Unexpected("reflected handshake (the peer is ourselves)"));
+    }
+    Ok(Peer { name: intro.name, incarnation: intro.incarnation })
+}
+
+/// The session keys of a finished handshake: (initiator -> responder,
+/// responder -> initiator).
+fn split(mut hs: HandshakeState) -> Result<([u8; 32], [u8; 32]), WireError> {
+    if !hs.is_handshake_finished() {
+        return Err(WireError::Unexpected("the handshake is not finished"));
+    }
+    Ok(hs.dangerously_get_raw_split())
 }
 
 /// The initiating side.
-#[derive(Debug)]
 pub struct Initiator {
     me: Identity,
-    nonce: [u8; 16],
+    noise: HandshakeState,
+}
+
+impl std::fmt::Debug for Initiator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Initiator").field("me", &self.me).finish_non_exhaustive()
+    }
 }
 
 impl Initiator {
     /// Starts a handshake: the `Hello` to send.
     pub fn start(me: Identity) -> Result<(Initiator, Frame), WireError> {
-        let nonce = nonce()?;
-        let hello = Frame::Hello {
-            version: PROTOCOL_VERSION,
-            name: me.name.clone(),
-            incarnation: me.incarnation,
-            nonce,
-        };
-        Ok((Initiator { me, nonce }, hello))
+        let mut noise = state(&me, PROTOCOL_VERSION, true)?;
+        let hello = Frame::Hello { version: PROTOCOL_VERSION, noise: write(&mut noise, &me)? };
+        Ok((Initiator { me, noise }, hello))
     }
 
     /// Checks the responder's `Welcome`: the `Confirm` to send, the peer,
-    /// and the session keys.
-    pub fn on_welcome(self, frame: Frame) -> Result<(Frame, Peer, SessionKeys), WireError> {
-        let Frame::Welcome { name, incarnation, nonce, mac: their } = frame else {
+    /// and the session.
+    pub fn on_welcome(mut self, frame: Frame) -> Result<(Frame, Peer, Session), WireError> {
+        let Frame::Welcome { noise } = frame else {
             return Err(WireError::Unexpected("expected Welcome"));
         };
-        // Our own Hello reflected to our own listener would verify: refuse
-        // to authenticate ourselves.
-        if name == self.me.name && incarnation == self.me.incarnation {
-            return Err(WireError::Unexpected("reflected handshake (the peer is ourselves)"));
-        }
-        let t = Transcript {
-            version: PROTOCOL_VERSION,
-            initiator: &self.me.name,
-            initiator_incarnation: self.me.incarnation,
-            initiator_nonce: self.nonce,
-            responder: &name,
-            responder_incarnation: incarnation,
-            responder_nonce: nonce,
-        };
-        mac(&self.me.secret, RESPONDER, &t).verify_slice(&their).map_err(|_| WireError::BadMac)?;
-        let ours: [u8; 32] = mac(&self.me.secret, INITIATOR, &t).finalize().into_bytes().into();
-        let keys = SessionKeys {
-            send: key(&self.me.secret, KEY_I2R, &t),
-            recv: key(&self.me.secret, KEY_R2I, &t),
-        };
-        Ok((Frame::Confirm { mac: ours }, Peer { name, incarnation }, keys))
+        let peer = read(&mut self.noise, &self.me, &noise)?;
+        let (send, recv) = split(self.noise)?;
+        let mut sealer = Sealer::at(send, 0);
+        let mut sealed = Vec::new();
+        sealer.seal(CONFIRM, &mut sealed);
+        let session = Session { sealer, open_key: recv, open_seq: 0 };
+        Ok((Frame::Confirm { sealed }, peer, session))
     }
 }
 
 /// The responding side, after it answered a `Hello`.
-#[derive(Debug)]
 pub struct Responder {
-    me: Identity,
     peer: Peer,
-    their_nonce: [u8; 16],
-    nonce: [u8; 16],
+    /// Initiator -> responder.
+    recv: [u8; 32],
+    /// Responder -> initiator.
+    send: [u8; 32],
+}
+
+impl std::fmt::Debug for Responder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Responder").field("peer", &self.peer).finish_non_exhaustive()
+    }
 }
 
 impl Responder {
-    /// Answers a `Hello`: the `Welcome` to send.
+    /// Answers a `Hello`: the `Welcome` to send. A `Hello` made with
+    /// another secret (or altered) is [`WireError::BadMac`].
     pub fn on_hello(me: Identity, frame: Frame) -> Result<(Responder, Frame), WireError> {
-        let Frame::Hello { version, name, incarnation, nonce: their_nonce } = frame else {
+        let Frame::Hello { version, noise } = frame else {
             return Err(WireError::Unexpected("expected Hello"));
         };
         if version != PROTOCOL_VERSION {
             return Err(WireError::VersionMismatch { ours: PROTOCOL_VERSION, theirs: version });
         }
-        if name == me.name && incarnation == me.incarnation {
-            return Err(WireError::Unexpected("reflected handshake (the peer is ourselves)"));
-        }
-        let nonce = nonce()?;
-        let t = Transcript {
-            version,
-            initiator: &name,
-            initiator_incarnation: incarnation,
-            initiator_nonce: their_nonce,
-            responder: &me.name,
-            responder_incarnation: me.incarnation,
-            responder_nonce: nonce,
-        };
-        let m: [u8; 32] = mac(&me.secret, RESPONDER, &t).finalize().into_bytes().into();
-        let welcome =
-            Frame::Welcome { name: me.name.clone(), incarnation: me.incarnation, nonce, mac: m };
-        Ok((Responder { me, peer: Peer { name, incarnation }, their_nonce, nonce }, welcome))
+        let mut hs = state(&me, version, false)?;
+        let peer = read(&mut hs, &me, &noise)?;
+        let welcome = Frame::Welcome { noise: write(&mut hs, &me)? };
+        let (recv, send) = split(hs)?;
+        Ok((Responder { peer, recv, send }, welcome))
     }
 
-    /// Checks the initiator's `Confirm`: the authenticated peer and the
-    /// session keys.
-    pub fn on_confirm(self, frame: Frame) -> Result<(Peer, SessionKeys), WireError> {
-        let Frame::Confirm { mac: their } = frame else {
+    /// Checks the initiator's `Confirm` (it proves the initiator holds the
+    /// session key): the authenticated peer and the session.
+    pub fn on_confirm(self, frame: Frame) -> Result<(Peer, Session), WireError> {
+        let Frame::Confirm { mut sealed } = frame else {
             return Err(WireError::Unexpected("expected Confirm"));
         };
-        let t = Transcript {
-            version: PROTOCOL_VERSION,
-            initiator: &self.peer.name,
-            initiator_incarnation: self.peer.incarnation,
-            initiator_nonce: self.their_nonce,
-            responder: &self.me.name,
-            responder_incarnation: self.me.incarnation,
-            responder_nonce: self.nonce,
-        };
-        mac(&self.me.secret, INITIATOR, &t).verify_slice(&their).map_err(|_| WireError::BadMac)?;
-        let keys = SessionKeys {
-            send: key(&self.me.secret, KEY_R2I, &t),
-            recv: key(&self.me.secret, KEY_I2R, &t),
-        };
-        Ok((self.peer, keys))
+        let mut opener = Unsealer::at(self.recv, 0, CONFIRM.len());
+        let whole = sealed.len();
+        match opener.open(&mut sealed)? {
+            Some((payload, used)) if payload == CONFIRM && used == whole => {}
+            _ => return Err(WireError::Unexpected("a Confirm that is not one")),
+        }
+        let session =
+            Session { sealer: Sealer::at(self.send, 0), open_key: self.recv, open_seq: 1 };
+        Ok((self.peer, session))
     }
 }
 
@@ -228,83 +269,163 @@ impl Responder {
 mod tests {
     use super::*;
 
+    const S: &[u8] = b"0123456789abcdef0123456789abcdef";
+
     fn id(name: &str, secret: &[u8]) -> Identity {
         Identity { name: name.into(), incarnation: 42, secret: secret.to_vec() }
     }
 
+    fn handshake(a: Identity, b: Identity) -> Result<(Session, Session), WireError> {
+        let (i, hello) = Initiator::start(a)?;
+        let (r, welcome) = Responder::on_hello(b, hello)?;
+        let (confirm, _, si) = i.on_welcome(welcome)?;
+        let (_, sr) = r.on_confirm(confirm)?;
+        Ok((si, sr))
+    }
+
+    /// Seals `msg` with `from`, opens it with `to`.
+    fn carry(from: &mut Sealer, to: &mut Unsealer, msg: &[u8]) -> Result<Vec<u8>, WireError> {
+        let mut seg = Vec::new();
+        from.seal(msg, &mut seg);
+        let whole = seg.len();
+        let (p, used) = to.open(&mut seg)?.expect("a whole segment");
+        assert_eq!(used, whole);
+        Ok(p.to_vec())
+    }
+
     #[test]
-    fn matching_secrets_authenticate_both_sides() {
-        let (i, hello) = Initiator::start(id("a", b"s3cret")).unwrap();
-        let (r, welcome) = Responder::on_hello(id("b", b"s3cret"), hello).unwrap();
-        let (confirm, peer_of_a, keys_a) = i.on_welcome(welcome).unwrap();
+    fn matching_secrets_authenticate_both_sides_and_encrypt_both_ways() {
+        let (i, hello) = Initiator::start(id("a", S)).unwrap();
+        let (r, welcome) = Responder::on_hello(id("b", S), hello).unwrap();
+        let (confirm, peer_of_a, si) = i.on_welcome(welcome).unwrap();
         assert_eq!(peer_of_a, Peer { name: "b".into(), incarnation: 42 });
-        let (peer_of_b, keys_b) = r.on_confirm(confirm).unwrap();
+        let (peer_of_b, sr) = r.on_confirm(confirm).unwrap();
         assert_eq!(peer_of_b, Peer { name: "a".into(), incarnation: 42 });
-        // Each side's sending key is the other's receiving key, and the
-        // two directions differ.
-        assert_eq!(keys_a.send, keys_b.recv);
-        assert_eq!(keys_a.recv, keys_b.send);
-        assert_ne!(keys_a.send, keys_a.recv);
+        let ((mut si_s, mut si_o), (mut sr_s, mut sr_o)) = (si.split(1 << 20), sr.split(1 << 20));
+        for k in 0..3u8 {
+            assert_eq!(carry(&mut si_s, &mut sr_o, &[k; 100]).unwrap(), [k; 100]);
+            assert_eq!(carry(&mut sr_s, &mut si_o, &[k; 7]).unwrap(), [k; 7]);
+        }
+        // One direction's sealer is not the other's: a's segment does not
+        // open as b's.
+        let mut seg = Vec::new();
+        si_s.seal(b"x", &mut seg);
+        assert_eq!(si_o.open(&mut seg).unwrap_err(), WireError::BadMac);
     }
 
     #[test]
-    fn a_wrong_secret_is_refused_by_either_side() {
-        let (i, hello) = Initiator::start(id("a", b"right")).unwrap();
-        let (_, welcome) = Responder::on_hello(id("b", b"wrong"), hello.clone()).unwrap();
-        assert_eq!(i.on_welcome(welcome).unwrap_err(), WireError::BadMac);
-        // A responder with the right secret refuses a Confirm made with a wrong one.
-        let (r, _welcome) = Responder::on_hello(id("b", b"right"), hello).unwrap();
-        let forged = Frame::Confirm { mac: [7; 32] };
-        assert_eq!(r.on_confirm(forged).unwrap_err(), WireError::BadMac);
+    fn a_wrong_secret_is_refused_at_the_first_message() {
+        let other = b"fedcba9876543210fedcba9876543210";
+        let (_, hello) = Initiator::start(id("a", S)).unwrap();
+        assert_eq!(Responder::on_hello(id("b", other), hello).unwrap_err(), WireError::BadMac);
     }
 
     #[test]
-    fn a_tampered_transcript_is_refused() {
-        let (i, hello) = Initiator::start(id("a", b"k")).unwrap();
-        let (_, welcome) = Responder::on_hello(id("b", b"k"), hello).unwrap();
-        let Frame::Welcome { incarnation, nonce, mac, .. } = welcome else { panic!() };
-        let tampered = Frame::Welcome { name: "mallory".into(), incarnation, nonce, mac };
-        assert_eq!(i.on_welcome(tampered).unwrap_err(), WireError::BadMac);
+    fn nothing_of_an_identity_is_in_the_clear() {
+        let (i, hello) = Initiator::start(id("alice-the-node", S)).unwrap();
+        let (_, welcome) = Responder::on_hello(id("bob-the-node", S), hello.clone()).unwrap();
+        let bytes = |f: &Frame| postcard::to_allocvec(f).unwrap();
+        let all = [bytes(&hello), bytes(&welcome)].concat();
+        for needle in [&b"alice-the-node"[..], b"bob-the-node", &42u64.to_le_bytes()] {
+            assert!(!all.windows(needle.len()).any(|w| w == needle), "{needle:?} in the clear");
+        }
+        drop(i);
     }
 
     #[test]
-    fn a_replayed_welcome_fails_against_a_fresh_nonce() {
-        let (i1, hello1) = Initiator::start(id("a", b"k")).unwrap();
-        let (_, welcome1) = Responder::on_hello(id("b", b"k"), hello1).unwrap();
-        let _ = i1.on_welcome(welcome1.clone()).unwrap();
-        let (i2, _hello2) = Initiator::start(id("a", b"k")).unwrap();
-        assert_eq!(i2.on_welcome(welcome1).unwrap_err(), WireError::BadMac);
+    fn an_altered_message_is_refused() {
+        // Each byte of the Hello's Noise message, flipped.
+        let (_, hello) = Initiator::start(id("a", S)).unwrap();
+        let Frame::Hello { version, noise } = hello else { panic!() };
+        for k in 0..noise.len() {
+            let mut bad = noise.clone();
+            bad[k] ^= 0x40;
+            let got = Responder::on_hello(id("b", S), Frame::Hello { version, noise: bad });
+            assert!(got.is_err(), "byte {k} of the Hello altered and accepted");
+        }
+        // Each byte of the Welcome's.
+        let (_, hello) = Initiator::start(id("a", S)).unwrap();
+        let (_, welcome) = Responder::on_hello(id("b", S), hello).unwrap();
+        let Frame::Welcome { noise } = welcome else { panic!() };
+        for k in 0..noise.len() {
+            let mut bad = noise.clone();
+            bad[k] ^= 0x40;
+            let (i, hello) = Initiator::start(id("a", S)).unwrap();
+            let (_, real) = Responder::on_hello(id("b", S), hello).unwrap();
+            drop(real);
+            assert!(i.on_welcome(Frame::Welcome { noise: bad }).is_err(), "byte {k} altered");
+        }
+    }
+
+    #[test]
+    fn a_replayed_hello_or_welcome_cannot_finish() {
+        // A recorded Hello, replayed: the responder answers, but no Confirm
+        // of the real initiator (made for another session) opens there.
+        let (i, hello) = Initiator::start(id("a", S)).unwrap();
+        let (r1, welcome) = Responder::on_hello(id("b", S), hello.clone()).unwrap();
+        let (r2, _) = Responder::on_hello(id("b", S), hello).unwrap();
+        let (confirm, _, _) = i.on_welcome(welcome).unwrap();
+        assert_eq!(r2.on_confirm(confirm.clone()).unwrap_err(), WireError::BadMac);
+        assert!(r1.on_confirm(confirm).is_ok());
+        // A recorded Welcome given to a new initiator: its ephemeral key
+        // differs, so it does not decrypt.
+        let (i1, hello1) = Initiator::start(id("a", S)).unwrap();
+        let (_, welcome1) = Responder::on_hello(id("b", S), hello1).unwrap();
+        let (i2, _) = Initiator::start(id("a", S)).unwrap();
+        assert_eq!(i2.on_welcome(welcome1.clone()).unwrap_err(), WireError::BadMac);
+        assert!(i1.on_welcome(welcome1).is_ok());
+    }
+
+    #[test]
+    fn a_forged_or_reflected_confirm_is_refused() {
+        let (i, hello) = Initiator::start(id("a", S)).unwrap();
+        let (r, welcome) = Responder::on_hello(id("b", S), hello).unwrap();
+        let mut forged = Vec::new();
+        Sealer::new([7; 32]).seal(CONFIRM, &mut forged);
+        assert_eq!(r.on_confirm(Frame::Confirm { sealed: forged }).unwrap_err(), WireError::BadMac);
+        // The initiator's own sealed Confirm opens only on the responder
+        // side: the responder's sending key is another.
+        let (confirm, _, _) = i.on_welcome(welcome).unwrap();
+        assert!(matches!(confirm, Frame::Confirm { .. }));
     }
 
     #[test]
     fn version_and_order_are_checked() {
-        let hello = Frame::Hello { version: 99, name: "a".into(), incarnation: 1, nonce: [0; 16] };
+        let hello = Frame::Hello { version: 99, noise: vec![0; 48] };
         assert_eq!(
-            Responder::on_hello(id("b", b"k"), hello).unwrap_err(),
+            Responder::on_hello(id("b", S), hello).unwrap_err(),
             WireError::VersionMismatch { ours: PROTOCOL_VERSION, theirs: 99 }
         );
         assert!(matches!(
-            Responder::on_hello(id("b", b"k"), Frame::Ping(1)),
+            Responder::on_hello(id("b", S), Frame::Ping(1)),
             Err(WireError::Unexpected(_))
         ));
+        let (i, _) = Initiator::start(id("a", S)).unwrap();
+        assert!(matches!(i.on_welcome(Frame::Ping(1)), Err(WireError::Unexpected(_))));
     }
 
     #[test]
     fn a_reflected_hello_does_not_authenticate_us_to_ourselves() {
-        let me = id("a", b"k");
-        let (i, hello) = Initiator::start(me.clone()).unwrap();
-        assert!(matches!(
-            Responder::on_hello(me.clone(), hello.clone()),
-            Err(WireError::Unexpected(_))
-        ));
-        // Even a Welcome forged from our own identity is refused.
-        let Frame::Hello { nonce, .. } = hello else { panic!() };
-        let reflected = Frame::Welcome { name: "a".into(), incarnation: 42, nonce, mac: [0; 32] };
-        assert!(matches!(i.on_welcome(reflected), Err(WireError::Unexpected(_))));
+        let me = id("a", S);
+        let (_, hello) = Initiator::start(me.clone()).unwrap();
+        assert!(matches!(Responder::on_hello(me, hello), Err(WireError::Unexpected(_))));
     }
 
     #[test]
-    fn the_secret_is_never_printed() {
+    fn every_connection_has_fresh_keys() {
+        let (a, _) = handshake(id("a", S), id("b", S)).unwrap();
+        let (b, _) = handshake(id("a", S), id("b", S)).unwrap();
+        let (mut sa, _) = a.split(64);
+        let (_, mut ob) = b.split(64);
+        let mut seg = Vec::new();
+        sa.seal(b"hello", &mut seg);
+        assert_eq!(ob.open(&mut seg).unwrap_err(), WireError::BadMac);
+    }
+
+    #[test]
+    fn the_secret_and_keys_are_never_printed() {
         assert!(!format!("{:?}", id("a", b"hunter2")).contains("hunter2"));
+        let (s, _) = handshake(id("a", S), id("b", S)).unwrap();
+        assert_eq!(format!("{s:?}"), "Session(..)");
     }
 }

@@ -13,24 +13,25 @@
 //!
 //! # Handshake
 //!
-//! Both sides share a cluster secret. The initiator sends `Hello` (protocol
-//! version, node name, incarnation, a fresh 128-bit nonce); the responder
-//! answers `Welcome` (its name, incarnation, its own fresh nonce, and an
-//! HMAC-SHA256 over the whole transcript); the initiator checks it and
-//! answers `Confirm` with its own MAC over the same transcript, which the
-//! responder checks. MACs are compared in constant time. Until both checks
-//! pass, no actor message is accepted. A handshake whose peer claims our own
-//! name and incarnation (a reflected Hello) is refused.
+//! Both sides share a cluster secret. The handshake is the Noise protocol's
+//! `NNpsk0` pattern (X25519, AES-256-GCM, SHA-256), run by `snow`, with a
+//! pre-shared key derived from the secret: `Hello` and `Welcome` carry the
+//! two Noise messages (each with its side's name and incarnation,
+//! encrypted), and `Confirm` is the initiator's first sealed segment,
+//! proving it holds the session key. Until `Confirm` opens, no actor
+//! message is accepted. A handshake whose peer claims our own name and
+//! incarnation (a reflected Hello) is refused. See [`handshake`].
 //!
 //! # After the handshake
 //!
-//! The handshake derives one session key per direction from the secret and
-//! the transcript ([`handshake::SessionKeys`]). Every later byte travels in
-//! sealed segments ([`frame::Sealer`], [`frame::Unsealer`]): a batch of
-//! frames with an HMAC-SHA256 tag over its number, length and contents, so
-//! frames cannot be injected, altered, replayed, dropped or reordered by
-//! anyone without the secret. (They are not encrypted: confidentiality is
-//! for the network underneath, e.g. a VPN.)
+//! The handshake yields one session key per direction, from the ephemeral
+//! Diffie-Hellman and the secret together ([`handshake::Session`]): fresh
+//! per connection, and a recording stays unreadable even to someone who
+//! learns the secret later. Every later byte travels in sealed segments
+//! ([`frame::Sealer`], [`frame::Unsealer`]): a batch of frames encrypted
+//! with AES-256-GCM, its number the nonce and its length authenticated, so
+//! frames cannot be read, injected, altered, replayed, dropped or reordered
+//! by anyone without the session key.
 
 #![warn(missing_debug_implementations, unreachable_pub)]
 
@@ -59,8 +60,11 @@ pub enum WireError {
         /// Theirs.
         theirs: u16,
     },
-    /// A handshake MAC did not verify: wrong secret or a tampered transcript.
+    /// A handshake message or a segment did not authenticate: another
+    /// secret, or bytes altered, replayed or reordered on the way.
     BadMac,
+    /// The Noise handshake failed for another reason than authentication.
+    Noise(String),
     /// A frame that is not valid in the current state.
     Unexpected(&'static str),
     /// The OS could not provide randomness for a nonce.
@@ -77,9 +81,10 @@ impl fmt::Display for WireError {
             WireError::VersionMismatch { ours, theirs } => {
                 write!(f, "protocol version mismatch: ours {ours}, theirs {theirs}")
             }
-            WireError::BadMac => {
-                f.write_str("handshake authentication failed (wrong secret or tampered transcript)")
-            }
+            WireError::BadMac => f.write_str(
+                "authentication failed (another cluster secret, or bytes altered on the way)",
+            ),
+            WireError::Noise(e) => write!(f, "handshake failed: {e}"),
             WireError::Unexpected(what) => write!(f, "unexpected frame: {what}"),
             WireError::Random(e) => write!(f, "no randomness for a nonce: {e}"),
         }
