@@ -1,5 +1,5 @@
 //! What crosses the wire between two nodes is encrypted: every byte of
-//! both directions, read by a relay in the middle, holds none of the
+//! each connection and direction, read by a relay in the middle, holds none of the
 //! messages, replies or node names in the clear; and the relay sees all of
 //! the traffic (it is the only way between the nodes), so the check is not
 //! passed by traffic that went around it.
@@ -43,22 +43,27 @@ impl Handler<Count> for Sink {
     }
 }
 
+/// Every byte a relay carried: one stream per connection and direction.
+type Seen = Arc<Mutex<Vec<Arc<Mutex<Vec<u8>>>>>>;
+
 /// A relay in front of a node: every connection to `listener` is joined to
-/// one to the node, and every byte both ways is appended to `seen`.
-fn relay(listener: TcpListener, to: SocketAddr, seen: Arc<Mutex<Vec<u8>>>) {
+/// one to the node, and every byte of each direction is kept in a stream
+/// of its own in `seen`.
+fn relay(listener: TcpListener, to: SocketAddr, seen: Seen) {
     std::thread::spawn(move || {
         for conn in listener.incoming() {
             let Ok(a) = conn else { return };
             let Ok(b) = TcpStream::connect(to) else { continue };
             for (mut from, mut into) in [(a.try_clone().unwrap(), b.try_clone().unwrap()), (b, a)] {
-                let seen = seen.clone();
+                let stream = Arc::new(Mutex::new(Vec::new()));
+                seen.lock().unwrap().push(stream.clone());
                 std::thread::spawn(move || {
                     let mut buf = [0u8; 65536];
                     loop {
                         match from.read(&mut buf) {
                             Ok(0) | Err(_) => break,
                             Ok(n) => {
-                                seen.lock().unwrap().extend_from_slice(&buf[..n]);
+                                stream.lock().unwrap().extend_from_slice(&buf[..n]);
                                 if into.write_all(&buf[..n]).is_err() {
                                     break;
                                 }
@@ -74,12 +79,7 @@ fn relay(listener: TcpListener, to: SocketAddr, seen: Arc<Mutex<Vec<u8>>>) {
 
 /// A node that every other node reaches only through a relay (the relay's
 /// address is the one it advertises).
-fn relayed_node(
-    system: &System,
-    name: &str,
-    seeds: &[SocketAddr],
-    seen: &Arc<Mutex<Vec<u8>>>,
-) -> Node {
+fn relayed_node(system: &System, name: &str, seeds: &[SocketAddr], seen: &Seen) -> Node {
     let front = TcpListener::bind("127.0.0.1:0").unwrap();
     let cfg = NodeConfig::new(name, "127.0.0.1:0".parse().unwrap(), SECRET)
         .advertise(front.local_addr().unwrap())
@@ -96,7 +96,7 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
 #[test]
 fn traffic_between_nodes_carries_no_plaintext() {
     let (sa, sb) = (System::new(), System::new());
-    let seen = Arc::new(Mutex::new(Vec::new()));
+    let seen: Seen = Arc::new(Mutex::new(Vec::new()));
     let a = relayed_node(&sa, "alpha-node-name", &[], &seen);
     // b joins through a's relay, and is reached only through its own.
     let b = relayed_node(&sb, "bravo-node-name", &[a.advertised_addr()], &seen);
@@ -127,20 +127,26 @@ fn traffic_between_nodes_carries_no_plaintext() {
     assert_eq!(count, N, "every message arrived");
     assert!(contains(&reply, MARKER), "the reply came back whole");
 
-    let seen = seen.lock().unwrap().clone();
-    eprintln!("the relays saw {} bytes; {sent_bytes} payload bytes were sent", seen.len());
+    let streams: Vec<Vec<u8>> =
+        seen.lock().unwrap().iter().map(|s| s.lock().unwrap().clone()).collect();
+    let total: usize = streams.iter().map(Vec::len).sum();
+    eprintln!(
+        "the relays saw {total} bytes in {} streams; {sent_bytes} payload bytes were sent",
+        streams.len()
+    );
     // All of it went through the relays (so the check below reads it).
     assert!(
-        seen.len() >= sent_bytes,
-        "the relays saw {} bytes of {sent_bytes} sent: traffic went around them",
-        seen.len()
+        total >= sent_bytes,
+        "the relays saw {total} bytes of {sent_bytes} sent: traffic went around them"
     );
-    for needle in [MARKER, b"alpha-node-name", b"bravo-node-name", b"sink", &[b'x'; 64]] {
-        assert!(
-            !contains(&seen, needle),
-            "{:?} crossed the wire in the clear",
-            String::from_utf8_lossy(needle)
-        );
+    for stream in &streams {
+        for needle in [MARKER, b"alpha-node-name", b"bravo-node-name", b"sink", &[b'x'; 64]] {
+            assert!(
+                !contains(stream, needle),
+                "{:?} crossed the wire in the clear",
+                String::from_utf8_lossy(needle)
+            );
+        }
     }
     drop((a, b));
     sa.shutdown();

@@ -733,7 +733,7 @@ fn find_looks_a_name_up_across_the_cluster() {
 }
 
 /// With zero-copy sends on (every send of 1 KiB or more), everything
-/// arrives: each segment is checked against its HMAC on arrival, so a
+/// arrives: each segment is checked against its tag on arrival, so a
 /// buffer reused before the kernel was done with it would close the
 /// connection as a protocol error.
 #[test]

@@ -83,8 +83,10 @@ enum State {
 pub(crate) enum Unit {
     /// A handshake frame (the link is not up yet).
     Handshake(Frame),
-    /// The payload of an opened (authenticated) segment: frames, encoded.
-    Segment(Vec<u8>),
+    /// An opened (authenticated) segment: where its payload (frames,
+    /// encoded) lies in the link's input, decrypted in place. Read it with
+    /// [`Link::lend_input`].
+    Segment(std::ops::Range<usize>),
 }
 
 /// What a handshake frame led to (see [`Link::on_handshake`]).
@@ -135,6 +137,8 @@ pub(crate) struct Link {
     inbuf: Vec<u8>,
     /// Bytes of `inbuf` already parsed.
     inpos: usize,
+    /// `inbuf` is lent out ([`Link::lend_input`]).
+    lent: bool,
     /// Encoded frames for the next sealed segment.
     pending: Vec<u8>,
     /// When it was made (the handshake deadline counts from here).
@@ -228,6 +232,7 @@ impl Link {
             dialled,
             inbuf: Vec::new(),
             inpos: 0,
+            lent: false,
             pending: Vec::new(),
             since: now,
             last_rx: now,
@@ -277,13 +282,40 @@ impl Link {
 
     /// Takes bytes that arrived; false (and nothing taken) once closed.
     pub(crate) fn receive(&mut self, bytes: &[u8], now: Instant) -> bool {
-        if self.is_closed() {
+        if self.is_closed() || self.lent {
+            debug_assert!(!self.lent, "bytes received while the input is lent out");
             return false;
         }
         self.last_rx = now;
-        self.compact();
+        // What was parsed is dropped when that is free (all of it was), or
+        // when the buffer would otherwise grow: not after every segment, so
+        // a large segment's remainder is not moved to the front again and
+        // again.
+        if self.inpos == self.inbuf.len() {
+            self.inbuf.clear();
+            self.inpos = 0;
+        } else if self.inpos > 0 && self.inbuf.capacity() - self.inbuf.len() < bytes.len() {
+            self.compact();
+        }
         self.inbuf.extend_from_slice(bytes);
         true
+    }
+
+    /// Lends the input buffer out, so an opened segment
+    /// ([`Unit::Segment`]) is read where it was decrypted while the node
+    /// acts on its frames; give it back with [`Link::return_input`].
+    /// Meanwhile nothing is received or parsed.
+    pub(crate) fn lend_input(&mut self) -> Vec<u8> {
+        self.lent = true;
+        std::mem::take(&mut self.inbuf)
+    }
+
+    /// Takes the input buffer back (dropped if the link closed meanwhile).
+    pub(crate) fn return_input(&mut self, input: Vec<u8>) {
+        self.lent = false;
+        if !self.is_closed() {
+            self.inbuf = input;
+        }
     }
 
     /// The next unit of input: a handshake frame while in the handshake,
@@ -292,10 +324,18 @@ impl Link {
     /// acting may change the state (a handshake completes, the link
     /// closes), and the next unit is parsed in the new state.
     pub(crate) fn next_input(&mut self) -> Result<Option<Unit>, String> {
-        let buf = &mut self.inbuf[self.inpos..];
+        if self.lent {
+            debug_assert!(false, "input parsed while it is lent out");
+            return Ok(None);
+        }
+        let at = self.inpos;
+        let buf = &mut self.inbuf[at..];
         let parsed = match &mut self.state {
             State::Up { unsealer, .. } => match unsealer.open(buf) {
-                Ok(Some((payload, n))) => Ok(Some((Unit::Segment(payload.to_vec()), n))),
+                Ok(Some((payload, n))) => {
+                    let start = at + SEGMENT_HEADER;
+                    Ok(Some((Unit::Segment(start..start + payload.len()), n)))
+                }
                 Ok(None) => Ok(None),
                 Err(e) => Err(e.to_string()),
             },
@@ -306,20 +346,12 @@ impl Link {
                 Err(e) => Err(e.to_string()),
             },
         };
-        match parsed {
-            Ok(Some((unit, n))) => {
-                self.inpos += n;
-                Ok(Some(unit))
-            }
-            Ok(None) => {
-                self.compact();
-                Ok(None)
-            }
-            Err(e) => {
-                self.compact();
-                Err(e)
-            }
-        }
+        let (unit, n) = match parsed? {
+            Some(parsed) => parsed,
+            None => return Ok(None),
+        };
+        self.inpos += n;
+        Ok(Some(unit))
     }
 
     /// Drops the bytes already parsed.
@@ -566,7 +598,10 @@ mod tests {
         to.receive(bytes, Instant::now());
         let mut frames = Vec::new();
         while let Some(unit) = to.next_input()? {
-            let Unit::Segment(payload) = unit else { panic!("a handshake frame when up") };
+            let Unit::Segment(range) = unit else { panic!("a handshake frame when up") };
+            let input = to.lend_input();
+            let payload = input[range].to_vec();
+            to.return_input(input);
             let mut at = 0;
             while let Some((f, n)) = frame::decode(&payload[at..], MAX).unwrap() {
                 frames.push(f);

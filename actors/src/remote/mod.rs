@@ -35,7 +35,10 @@
 //! a sealed segment: encrypted in place with AES-256-GCM under a fresh
 //! per-connection, per-direction key (forward secret: from ephemeral
 //! Diffie-Hellman and the secret), its number the nonce and its length
-//! authenticated, up to [`NodeConfig::max_frame`] bytes. A
+//! authenticated, up to [`NodeConfig::max_frame`] bytes. (Not covered: the
+//! dialling node's name in `Hello` is protected by the secret alone, and a
+//! connection's last segments can be cut off with it, which the sender
+//! counts as in doubt like any lost connection.) A
 //! wrong secret, a bad tag, an oversize or undecodable frame, or a message
 //! type nobody registered closes that connection only, with the reason
 //! logged and counted in [`NodeStats`].

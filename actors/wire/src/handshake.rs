@@ -16,9 +16,11 @@
 //!   (its name and incarnation, `[intro_i]`) or write a `Welcome` the
 //!   initiator accepts;
 //! - the session keys come from the ephemeral Diffie-Hellman as well as
-//!   the secret: a recording of the traffic stays unreadable even to
-//!   someone who learns the secret later (forward secrecy), and every
-//!   connection has fresh keys, one per direction;
+//!   the secret: recorded segments (and the responder's introduction) stay
+//!   unreadable even to someone who learns the secret later (forward
+//!   secrecy), and every connection has fresh keys, one per direction. The
+//!   initiator's introduction, sent before any Diffie-Hellman, is
+//!   protected by the secret alone;
 //! - the protocol version is sent in the clear (so a mismatch is reported
 //!   as one) and bound into the handshake as its prologue.
 //!
@@ -301,13 +303,26 @@ mod tests {
         assert_eq!(peer_of_a, Peer { name: "b".into(), incarnation: 42 });
         let (peer_of_b, sr) = r.on_confirm(confirm).unwrap();
         assert_eq!(peer_of_b, Peer { name: "a".into(), incarnation: 42 });
+        // The two directions have different keys, and each side opens
+        // with the key the other seals with.
+        assert_ne!(si.open_key, sr.open_key);
         let ((mut si_s, mut si_o), (mut sr_s, mut sr_o)) = (si.split(1 << 20), sr.split(1 << 20));
         for k in 0..3u8 {
             assert_eq!(carry(&mut si_s, &mut sr_o, &[k; 100]).unwrap(), [k; 100]);
             assert_eq!(carry(&mut sr_s, &mut si_o, &[k; 7]).unwrap(), [k; 7]);
         }
-        // One direction's sealer is not the other's: a's segment does not
-        // open as b's.
+    }
+
+    #[test]
+    fn a_segment_opens_only_in_its_own_direction() {
+        // Both directions at the same segment number (initiator -> responder
+        // is at 1 after Confirm; responder -> initiator sealed one at 0).
+        let (si, sr) = handshake(id("a", S), id("b", S)).unwrap();
+        let ((mut si_s, mut si_o), (mut sr_s, _)) = (si.split(64), sr.split(64));
+        let mut warm = Vec::new();
+        sr_s.seal(b"0", &mut warm);
+        assert_eq!(si_o.open(&mut warm).unwrap().unwrap().0, b"0");
+        // a's segment 1, given back to a as if from b (its segment 1).
         let mut seg = Vec::new();
         si_s.seal(b"x", &mut seg);
         assert_eq!(si_o.open(&mut seg).unwrap_err(), WireError::BadMac);
@@ -322,11 +337,16 @@ mod tests {
 
     #[test]
     fn nothing_of_an_identity_is_in_the_clear() {
-        let (i, hello) = Initiator::start(id("alice-the-node", S)).unwrap();
+        let incarnation = 0x1234_5678_9abc_def0;
+        let alice = Identity { incarnation, ..id("alice-the-node", S) };
+        let (i, hello) = Initiator::start(alice).unwrap();
         let (_, welcome) = Responder::on_hello(id("bob-the-node", S), hello.clone()).unwrap();
         let bytes = |f: &Frame| postcard::to_allocvec(f).unwrap();
         let all = [bytes(&hello), bytes(&welcome)].concat();
-        for needle in [&b"alice-the-node"[..], b"bob-the-node", &42u64.to_le_bytes()] {
+        // The incarnation as postcard writes it (a varint).
+        let inc = postcard::to_allocvec(&incarnation).unwrap();
+        assert!(inc.len() > 5);
+        for needle in [&b"alice-the-node"[..], b"bob-the-node", &inc] {
             assert!(!all.windows(needle.len()).any(|w| w == needle), "{needle:?} in the clear");
         }
         drop(i);
@@ -343,17 +363,19 @@ mod tests {
             let got = Responder::on_hello(id("b", S), Frame::Hello { version, noise: bad });
             assert!(got.is_err(), "byte {k} of the Hello altered and accepted");
         }
-        // Each byte of the Welcome's.
-        let (_, hello) = Initiator::start(id("a", S)).unwrap();
-        let (_, welcome) = Responder::on_hello(id("b", S), hello).unwrap();
-        let Frame::Welcome { noise } = welcome else { panic!() };
-        for k in 0..noise.len() {
-            let mut bad = noise.clone();
-            bad[k] ^= 0x40;
+        // Each byte of the Welcome's, given to the initiator it answers
+        // (which accepts it unaltered: the positive control).
+        for k in 0..=96 {
             let (i, hello) = Initiator::start(id("a", S)).unwrap();
-            let (_, real) = Responder::on_hello(id("b", S), hello).unwrap();
-            drop(real);
-            assert!(i.on_welcome(Frame::Welcome { noise: bad }).is_err(), "byte {k} altered");
+            let (_, welcome) = Responder::on_hello(id("b", S), hello).unwrap();
+            let Frame::Welcome { mut noise } = welcome else { panic!() };
+            if k == 96 {
+                assert!(i.on_welcome(Frame::Welcome { noise }).is_ok(), "the real Welcome");
+                break;
+            }
+            let k = k % noise.len();
+            noise[k] ^= 0x40;
+            assert!(i.on_welcome(Frame::Welcome { noise }).is_err(), "byte {k} altered");
         }
     }
 
@@ -378,15 +400,23 @@ mod tests {
 
     #[test]
     fn a_forged_or_reflected_confirm_is_refused() {
-        let (i, hello) = Initiator::start(id("a", S)).unwrap();
-        let (r, welcome) = Responder::on_hello(id("b", S), hello).unwrap();
+        let (_, hello) = Initiator::start(id("a", S)).unwrap();
+        let (r, _) = Responder::on_hello(id("b", S), hello).unwrap();
         let mut forged = Vec::new();
         Sealer::new([7; 32]).seal(CONFIRM, &mut forged);
         assert_eq!(r.on_confirm(Frame::Confirm { sealed: forged }).unwrap_err(), WireError::BadMac);
-        // The initiator's own sealed Confirm opens only on the responder
-        // side: the responder's sending key is another.
-        let (confirm, _, _) = i.on_welcome(welcome).unwrap();
-        assert!(matches!(confirm, Frame::Confirm { .. }));
+        // The initiator's Confirm is sealed with its sending key: sealed
+        // with the responder's own sending key (as a reflection would be),
+        // it is refused.
+        let (i, hello) = Initiator::start(id("a", S)).unwrap();
+        let (r, welcome) = Responder::on_hello(id("b", S), hello).unwrap();
+        let mut reflected = Vec::new();
+        Sealer::at(r.send, 0).seal(CONFIRM, &mut reflected);
+        assert_eq!(
+            r.on_confirm(Frame::Confirm { sealed: reflected }).unwrap_err(),
+            WireError::BadMac
+        );
+        assert!(i.on_welcome(welcome).is_ok());
     }
 
     #[test]
@@ -413,13 +443,19 @@ mod tests {
 
     #[test]
     fn every_connection_has_fresh_keys() {
-        let (a, _) = handshake(id("a", S), id("b", S)).unwrap();
-        let (b, _) = handshake(id("a", S), id("b", S)).unwrap();
-        let (mut sa, _) = a.split(64);
-        let (_, mut ob) = b.split(64);
+        let (a_i, a_r) = handshake(id("a", S), id("b", S)).unwrap();
+        let (b_i, b_r) = handshake(id("a", S), id("b", S)).unwrap();
+        assert_ne!(a_i.open_key, b_i.open_key);
+        assert_ne!(a_r.open_key, b_r.open_key);
+        // Connection a's segment 1, initiator -> responder, opens on a's
+        // responder and not on b's (at the same segment number).
+        let (mut sa, _) = a_i.split(64);
         let mut seg = Vec::new();
         sa.seal(b"hello", &mut seg);
-        assert_eq!(ob.open(&mut seg).unwrap_err(), WireError::BadMac);
+        let (_, mut ob) = b_r.split(64);
+        assert_eq!(ob.open(&mut seg.clone()).unwrap_err(), WireError::BadMac);
+        let (_, mut oa) = a_r.split(64);
+        assert_eq!(oa.open(&mut seg).unwrap().unwrap().0, b"hello");
     }
 
     #[test]

@@ -26,12 +26,16 @@
 //!
 //! The handshake yields one session key per direction, from the ephemeral
 //! Diffie-Hellman and the secret together ([`handshake::Session`]): fresh
-//! per connection, and a recording stays unreadable even to someone who
-//! learns the secret later. Every later byte travels in sealed segments
-//! ([`frame::Sealer`], [`frame::Unsealer`]): a batch of frames encrypted
-//! with AES-256-GCM, its number the nonce and its length authenticated, so
-//! frames cannot be read, injected, altered, replayed, dropped or reordered
-//! by anyone without the session key.
+//! per connection, and recorded segments stay unreadable even to someone
+//! who learns the secret later. (The dialling side's name and incarnation
+//! in `Hello` are protected by the secret alone.) Every later byte travels
+//! in sealed segments ([`frame::Sealer`], [`frame::Unsealer`]): a batch of
+//! frames encrypted with AES-256-GCM, its number the nonce and its length
+//! authenticated, so frames cannot be read, injected, altered, replayed,
+//! reordered or dropped by anyone without the session key, except that a
+//! connection's last segments can be cut off with the connection itself
+//! (no authenticated end of stream; the sender counts what was not
+//! acknowledged as in doubt, as for any lost connection).
 
 #![warn(missing_debug_implementations, unreachable_pub)]
 
@@ -67,7 +71,8 @@ pub enum WireError {
     Noise(String),
     /// A frame that is not valid in the current state.
     Unexpected(&'static str),
-    /// The OS could not provide randomness for a nonce.
+    /// The OS could not provide randomness (for an incarnation, a request
+    /// id or an ephemeral key).
     Random(String),
 }
 
@@ -86,7 +91,7 @@ impl fmt::Display for WireError {
             ),
             WireError::Noise(e) => write!(f, "handshake failed: {e}"),
             WireError::Unexpected(what) => write!(f, "unexpected frame: {what}"),
-            WireError::Random(e) => write!(f, "no randomness for a nonce: {e}"),
+            WireError::Random(e) => write!(f, "no randomness from the OS: {e}"),
         }
     }
 }

@@ -15,7 +15,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use ringmail_wire::frame::{self, Frame};
+use ringmail_wire::frame::{self, Decoded, Frame};
 use ringmail_wire::WireError;
 
 use super::{ExportStopped, NodeActor, SendReply};
@@ -38,8 +38,15 @@ impl NodeActor {
         let result = loop {
             let l = self.links.get_mut(&link).expect("link");
             match l.next_input() {
-                Ok(Some(Unit::Segment(payload))) => {
-                    if let Err(e) = self.segment(link, &payload, ctx) {
+                Ok(Some(Unit::Segment(range))) => {
+                    // Read in place, where it was decrypted: the input is
+                    // lent out while the frames are acted on.
+                    let input = l.lend_input();
+                    let done = self.segment(link, &input[range], ctx);
+                    if let Some(l) = self.links.get_mut(&link) {
+                        l.return_input(input);
+                    }
+                    if let Err(e) = done {
                         break Err(e);
                     }
                 }
@@ -91,18 +98,23 @@ impl NodeActor {
         let max = self.shared.cfg.max_frame;
         let mut at = 0;
         while at < payload.len() {
-            let Some((f, n)) = frame::decode(&payload[at..], max).map_err(|e| e.to_string())?
-            else {
+            let decoded = frame::decode_in_place(&payload[at..], max).map_err(|e| e.to_string())?;
+            let Some((d, n)) = decoded else {
                 return Err("a segment ends inside a frame".into());
             };
             at += n;
-            self.frame(link, f, ctx)?;
+            match d {
+                // Actor messages, the payload read where it lies.
+                Decoded::Message(m) => self.deliver(link, m.to, m.ty, m.payload, m.req, ctx)?,
+                Decoded::Other(f) => self.frame(link, f, ctx)?,
+            }
         }
         Ok(())
     }
 
     fn frame(&mut self, link: u64, f: Frame, ctx: &Context<Self>) -> Result<(), String> {
         match f {
+            // (`segment` delivers these from where they lie.)
             Frame::Tell { to, ty, payload } => self.deliver(link, to, ty, &payload, None, ctx),
             Frame::Ask { to, ty, req, payload } => {
                 self.deliver(link, to, ty, &payload, Some(req), ctx)
