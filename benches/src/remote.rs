@@ -140,8 +140,9 @@ pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
     let (n_small, n_big, n_rtt) =
         if quick { (200_000, 2_000, 2_000) } else { (1_000_000, 10_000, 10_000) };
     println!(
-        "remote: two processes on loopback; {n_small} x 64 B tells, {n_big} x 64 KiB tells, \
-         {n_rtt} asks per run; peer: a plain TCP stream of the same bytes; {rounds} rounds"
+        "remote: two processes on loopback, links encrypted (Noise handshake, AES-256-GCM \
+         segments); {n_small} x 64 B tells, {n_big} x 64 KiB tells, {n_rtt} asks per run; \
+         peer: a plain TCP stream of the same bytes (not encrypted); {rounds} rounds"
     );
     let (np, tp) = (ringmail_examples::unused_port(), ringmail_examples::unused_port());
     let _far = Far(Command::new(std::env::current_exe().unwrap())

@@ -946,3 +946,106 @@ fn nodes_bound_to_every_interface_advertise_a_dialable_address_and_form_a_full_m
     assert!(d.advertised_addr().ip().is_unspecified());
     system.shutdown();
 }
+
+/// Quarantine: a node restarted under the same name replaces its old
+/// incarnation for good. Here the old process is still running, as one
+/// that was frozen (SIGSTOP) while its replacement started and then thawed:
+/// it keeps dialling, every dial is refused, and the references to the new
+/// incarnation work throughout. (Before quarantine, each of the old one's
+/// redials replaced the new one's connection and stopped its references.)
+#[test]
+fn an_old_incarnation_that_comes_back_is_refused_and_the_new_one_keeps_its_references() {
+    use std::time::Instant;
+    let (sa, s1, s2) = (System::new(), System::new(), System::new());
+    let a = Node::start(&sa, patient(NodeConfig::new("a", loopback(), SECRET))).unwrap();
+    let events = a.events();
+    let b_cfg = || {
+        patient(NodeConfig::new("b", loopback(), SECRET))
+            .seeds([a.local_addr()])
+            .redial(Duration::from_millis(20), Duration::from_millis(100))
+    };
+    let b1 = Node::start(&s1, b_cfg()).unwrap();
+    assert!(a.wait_for_peers(1, T), "the first incarnation joins");
+    std::thread::sleep(Duration::from_millis(5)); // a later start
+    let b2 = Node::start(&s2, b_cfg()).unwrap();
+    assert!(b2.incarnation() > b1.incarnation(), "a later start is a newer incarnation");
+    register(&a);
+    register(&b2);
+    let counter = s2.spawn(Counter::default()).unwrap();
+    b2.export("counter", &counter);
+    let deadline = Instant::now() + T;
+    while a.peers() != vec![("b".to_string(), b2.incarnation())] {
+        assert!(Instant::now() < deadline, "the new incarnation replaced the old: {:?}", a.peers());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let r = a.lookup::<Counter>("b", "counter", T).unwrap();
+    // For 2 s the old incarnation dials `a` every 20-100 ms.
+    let start = Instant::now();
+    let mut n = 0;
+    while start.elapsed() < Duration::from_secs(2) {
+        r.tell(Add(n)).expect("the reference to the new incarnation works");
+        n += 1;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(r.ask(Get, T).unwrap(), (0..n).collect::<Vec<_>>(), "every message arrived");
+    assert!(a.stats().quarantined > 0, "the old incarnation came back and was refused");
+    assert_eq!(a.peers(), vec![("b".to_string(), b2.incarnation())]);
+    // The old incarnation never came up again, and the new one never went down.
+    let mut new_up = false;
+    for ev in events.try_iter() {
+        match ev {
+            NodeEvent::Up { incarnation, .. } if incarnation == b2.incarnation() => new_up = true,
+            NodeEvent::Up { incarnation, .. } => {
+                assert!(!new_up && incarnation == b1.incarnation(), "up again: {incarnation}")
+            }
+            NodeEvent::Down { incarnation, .. } => {
+                assert_ne!(incarnation, b2.incarnation(), "the new incarnation went down")
+            }
+            _ => {}
+        }
+    }
+    assert!(new_up);
+    drop((b1, b2, a));
+    for s in [s1, s2, sa] {
+        s.shutdown();
+    }
+}
+
+/// A lookup answered just before its actor stops: the `Stopped` can reach
+/// the asking node before the reference's stand-in is registered there,
+/// and the reference must stop all the same (it once stayed alive for
+/// good, every message to it a dead letter on the far side).
+#[test]
+fn a_reference_from_a_lookup_that_raced_the_actors_stop_stops_too() {
+    let (sa, sb) = (System::new(), System::new());
+    let a = Node::start(&sa, patient(NodeConfig::new("a", loopback(), SECRET))).unwrap();
+    let b =
+        Node::start(&sb, patient(NodeConfig::new("b", loopback(), SECRET).seeds([a.local_addr()])))
+            .unwrap();
+    register(&a);
+    register(&b);
+    assert!(a.wait_for_peers(1, T) && b.wait_for_peers(1, T));
+    let mut found = 0;
+    for i in 0..100u64 {
+        let c = sb.spawn(Counter::default()).unwrap();
+        let name = format!("c{i}");
+        b.export(&name, &c);
+        // Stopped a moment (0-1 ms, varied) after the lookup was sent.
+        let stopper = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_micros(i * 37 % 1000));
+            c.tell(Quit).unwrap();
+        });
+        if let Ok(r) = a.lookup::<Counter>("b", &name, T) {
+            found += 1;
+            assert!(
+                r.wait_stopped(Duration::from_secs(5)).is_some(),
+                "lookup {i}: the reference outlived its actor"
+            );
+        }
+        stopper.join().unwrap();
+    }
+    assert!(found > 0, "some lookups were answered before the stop");
+    drop((a, b));
+    sa.shutdown();
+    sb.shutdown();
+}

@@ -506,6 +506,9 @@ pub struct NodeStats {
     /// could not take at once (delivered later, in order: the node never
     /// waits for room).
     pub delivery_retries: u64,
+    /// Connections refused because the peer authenticated as an older
+    /// incarnation of a node that a newer one has replaced (quarantine).
+    pub quarantined: u64,
 }
 
 /// Reads a node's counters ([`Node::stats_source`]). It holds the counters
@@ -548,6 +551,7 @@ impl NodeStatsSource {
             credit_waits: r(&c.credit_waits),
             waiting_for_credit: r(&c.waiting_for_credit),
             delivery_retries: r(&c.delivery_retries),
+            quarantined: r(&c.quarantined),
         }
     }
 }
@@ -559,7 +563,8 @@ impl NodeStats {
     /// `ringmail_node_handshakes_failed_total`, `_refused_total`,
     /// `ringmail_node_protocol_errors_total`,
     /// `ringmail_node_unknown_target_total`, `ringmail_node_undeliverable_total`,
-    /// `ringmail_node_credit_waits_total`, `ringmail_node_delivery_retries_total`; gauges
+    /// `ringmail_node_credit_waits_total`, `ringmail_node_delivery_retries_total`,
+    /// `ringmail_node_quarantined_total`; gauges
     /// `ringmail_node_pending_handshakes`, `ringmail_node_dialling` and
     /// `ringmail_node_waiting_for_credit`.
     #[cfg(feature = "metrics")]
@@ -587,6 +592,7 @@ impl NodeStats {
             .absolute(self.credit_waits);
         counter!("ringmail_node_delivery_retries_total", "node" => n.clone())
             .absolute(self.delivery_retries);
+        counter!("ringmail_node_quarantined_total", "node" => n.clone()).absolute(self.quarantined);
         gauge!("ringmail_node_waiting_for_credit", "node" => n.clone())
             .set(self.waiting_for_credit as f64);
         gauge!("ringmail_node_dialling", "node" => n).set(self.dialling as f64);
@@ -608,6 +614,7 @@ pub(crate) struct Counters {
     pub(crate) credit_waits: AtomicU64,
     pub(crate) waiting_for_credit: AtomicU64,
     pub(crate) delivery_retries: AtomicU64,
+    pub(crate) quarantined: AtomicU64,
 }
 
 /// Installs a stop watcher on an exported actor.
@@ -635,6 +642,9 @@ pub(crate) struct Export {
 pub(crate) struct NodeShared {
     pub(crate) cfg: NodeConfig,
     pub(crate) incarnation: u64,
+    /// When this process's node started (ms since the Unix epoch; the high
+    /// bits of `incarnation`).
+    pub(crate) started_ms: u64,
     pub(crate) listen: SocketAddr,
     /// What peers are told to dial: `cfg.advertise`, else `listen`.
     pub(crate) advertised: SocketAddr,
@@ -711,8 +721,17 @@ impl Node {
         let sock = socket2::SockRef::from(&listener);
         sock.set_tcp_user_timeout(Some(cfg.link_timeout())).map_err(NodeError::Listen)?;
         sock.set_tcp_nodelay(true).map_err(NodeError::Listen)?;
-        let incarnation =
+        // The incarnation orders this process's starts: the start time in
+        // milliseconds, then 16 random bits (two starts of one name within a
+        // millisecond still differ, with odds of 1 in 65 536). A newer
+        // incarnation is a larger one, in the links as in membership
+        // (`swim::Member`), so every node quarantines the same one.
+        let started_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let random =
             ringmail_wire::handshake::random_u64().map_err(|e| NodeError::Random(e.to_string()))?;
+        let incarnation = (started_ms << 16) | (random & 0xffff);
         // An advertised port 0 means the port bound.
         let advertised = match cfg.advertise {
             Some(a) if a.port() == 0 => SocketAddr::new(a.ip(), listen.port()),
@@ -728,6 +747,7 @@ impl Node {
         let shared = Arc::new(NodeShared {
             cfg,
             incarnation,
+            started_ms,
             listen,
             advertised,
             members: Mutex::new(Vec::new()),

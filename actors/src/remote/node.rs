@@ -173,6 +173,10 @@ pub(crate) struct NodeActor {
     by_conn: HashMap<crate::net::ConnId, u64>,
     /// Authenticated peers: name -> link.
     up: HashMap<String, u64>,
+    /// The newest incarnation seen of each peer name (authenticated, or
+    /// announced by membership): an older one is quarantined, never taken
+    /// back (see `established`).
+    newest: HashMap<String, u64>,
     proxies: Proxies,
     /// Asks and lookups waiting for a peer's answer.
     pending: Pending,
@@ -180,6 +184,11 @@ pub(crate) struct NodeActor {
     pub(super) warned_types: HashSet<u64>,
     /// Exported actor id -> links that looked it up.
     watchers: HashMap<u64, HashSet<u64>>,
+    /// Remote actors whose `Stopped` came lately, by (peer, incarnation,
+    /// id): a lookup answered just before the stop registers its stand-in
+    /// after the `Stopped` was handled, and must stop it then (kept for
+    /// `STOPPED_MEMORY`, forgotten on the tick).
+    recently_stopped: HashMap<(String, u64, u64), (Instant, String)>,
     dials: HashMap<SocketAddr, Dial>,
     next_link: u64,
     flush_queued: bool,
@@ -201,18 +210,17 @@ impl NodeActor {
                 dials.insert(*s, Dial::new(shared.cfg.redial.0, true));
             }
         }
-        let started_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
         let me = Member {
             name: shared.cfg.name.clone(),
             listen: shared.advertised,
             incarnation: shared.incarnation,
-            started_ms,
+            started_ms: shared.started_ms,
             bump: 0,
         };
-        // The incarnation is random: a fine seed for the choice of members.
-        let swim = Swim::new(me, shared.cfg.swim_timing(), shared.incarnation);
+        // A seed for the choice of members; the clock if the OS gives no
+        // randomness (the choice only spreads probes).
+        let seed = ringmail_wire::handshake::random_u64().unwrap_or(shared.incarnation);
+        let swim = Swim::new(me, shared.cfg.swim_timing(), seed);
         let zero_copy_above = shared.cfg.zero_copy_above;
         NodeActor {
             shared,
@@ -224,9 +232,11 @@ impl NodeActor {
             links: HashMap::new(),
             by_conn: HashMap::new(),
             up: HashMap::new(),
+            newest: HashMap::new(),
             proxies: Proxies::default(),
             pending: Pending::new(),
             watchers: HashMap::new(),
+            recently_stopped: HashMap::new(),
             warned_types: HashSet::new(),
             dials,
             next_link: 1,
@@ -420,6 +430,31 @@ impl NodeActor {
 
     /// A link authenticated its peer.
     fn established(&mut self, link: u64, name: String, inc: u64, ctx: &Context<Self>) {
+        // Quarantine: an incarnation older than one already seen of the same
+        // node (a process that was frozen or cut off while it was restarted,
+        // and came back) is refused for good, so it never replaces the new
+        // one's connection and nothing is ever sent to it again.
+        if let Some(&newest) = self.newest.get(&name) {
+            if inc < newest {
+                self.shared.counters.quarantined.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    node = %self.shared.cfg.name, peer = %name, incarnation = inc, newest,
+                    "refused an old incarnation (quarantined: a newer one replaced it)"
+                );
+                // A dial that reached it failed: dialled again only after
+                // its backoff (a new incarnation may come to listen there).
+                let l = self.links.get(&link).expect("link");
+                if let Some(addr) = l.dialled {
+                    if let Some(d) = self.dials.get_mut(&addr) {
+                        d.failed();
+                        d.again_after_backoff(Instant::now());
+                    }
+                }
+                self.close(link, "an old incarnation of the node (quarantined)", ctx);
+                return;
+            }
+        }
+        self.newest.insert(name.clone(), inc);
         let l = self.links.get(&link).expect("link");
         let dialled_by_me = l.dialled.is_some();
         if let Some(addr) = l.dialled {
@@ -810,10 +845,16 @@ impl Handler<RegisterProxy> for NodeActor {
             self.stop_proxy(r.proxy, StopReason::NodeDown(r.peer));
             return;
         }
-        self.proxies.insert(
-            r.proxy,
-            ProxyEntry { peer: r.peer, incarnation: r.incarnation, remote_id: r.remote_id },
-        );
+        // The remote actor stopped between its lookup's answer and now: the
+        // `Stopped` found no stand-in to stop; this one stops at once.
+        let key = (r.peer, r.incarnation, r.remote_id);
+        if let Some((_, reason)) = self.recently_stopped.get(&key) {
+            let reason = inbound::reason_from_text(reason);
+            self.stop_proxy(r.proxy, reason);
+            return;
+        }
+        let (peer, incarnation, remote_id) = key;
+        self.proxies.insert(r.proxy, ProxyEntry { peer, incarnation, remote_id });
     }
 }
 

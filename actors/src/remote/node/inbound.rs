@@ -189,6 +189,9 @@ impl NodeActor {
                 for pid in self.proxies.take_of_actor(&peer, inc, id) {
                     self.stop_proxy(pid, reason_from_text(&reason));
                 }
+                // A stand-in made from a lookup answered just before the
+                // stop is registered later: it finds this.
+                self.recently_stopped.insert((peer, inc, id), (Instant::now(), reason));
                 Ok(())
             }
             Frame::Listening { addr } => {
@@ -323,7 +326,7 @@ fn reason_text(r: &StopReason) -> String {
     }
 }
 
-fn reason_from_text(s: &str) -> StopReason {
+pub(super) fn reason_from_text(s: &str) -> StopReason {
     match s {
         "normal" => StopReason::Normal,
         "shutdown" => StopReason::Shutdown,

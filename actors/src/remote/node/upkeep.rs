@@ -37,9 +37,14 @@ use crate::runtime::lock;
 /// A retired duplicate connection closes after this long without input.
 const RETIRE_AFTER: Duration = Duration::from_secs(1);
 
+/// How long a remote actor's `Stopped` is remembered: far longer than the
+/// moment between a lookup's answer and its stand-in's registration.
+const STOPPED_MEMORY: Duration = Duration::from_secs(10);
+
 impl NodeActor {
     pub(super) fn tick(&mut self, ctx: &mut Context<Self>) {
         let now = Instant::now();
+        self.recently_stopped.retain(|_, (at, _)| now.duration_since(*at) < STOPPED_MEMORY);
         let cfg = self.shared.cfg.clone();
         let mut to_close = Vec::new();
         let mut to_ack = Vec::new();
@@ -182,6 +187,19 @@ impl NodeActor {
                         ctx.send_after(after, SwimTimer(t));
                     }
                     Effect::Notify(OwnedNotification::MemberUp(m)) => {
+                        let newest = self.newest.entry(m.name.clone()).or_insert(m.incarnation);
+                        if m.incarnation < *newest {
+                            continue; // quarantined: never dialled again
+                        }
+                        *newest = m.incarnation;
+                        // A newer incarnation than the one connected: the
+                        // old one is replaced (and from now on refused).
+                        if let Some(&link) = self.up.get(&m.name) {
+                            let current = self.links.get(&link).and_then(|l| l.peer.as_ref());
+                            if current.is_some_and(|p| p.1 < m.incarnation) {
+                                self.close(link, "replaced by a newer incarnation", ctx);
+                            }
+                        }
                         if !self.up.contains_key(&m.name) {
                             self.want_dial(m.listen);
                         }
