@@ -61,7 +61,7 @@ pub(crate) struct Codecs {
 
 fn encode<M: Serialize + 'static>(m: &dyn Any) -> Result<Vec<u8>, postcard::Error> {
     let m = m.downcast_ref::<M>().expect("the codec of this very type");
-    postcard::to_allocvec(m)
+    ringmail_wire::frame::encode_payload(m)
 }
 
 fn decode_reply<R: DeserializeOwned + Send + 'static>(
@@ -81,7 +81,7 @@ where
 
 fn encode_reply<R: Serialize + 'static>(v: Box<dyn Any + Send>) -> Option<Vec<u8>> {
     let r = v.downcast::<R>().ok()?;
-    postcard::to_allocvec(&*r).ok()
+    ringmail_wire::frame::encode_payload(&*r).ok()
 }
 
 impl Codecs {

@@ -143,6 +143,9 @@ pub(crate) struct Link {
     pending: Vec<u8>,
     /// When it was made (the handshake deadline counts from here).
     pub(crate) since: Instant,
+    /// It stayed up long enough to count as a successful dial (its dial's
+    /// backoff starts over): see `node::upkeep::SETTLED_AFTER`.
+    pub(crate) settled: bool,
     /// When bytes last arrived.
     pub(crate) last_rx: Instant,
     /// The authenticated peer: (name, incarnation).
@@ -235,6 +238,7 @@ impl Link {
             lent: false,
             pending: Vec::new(),
             since: now,
+            settled: false,
             last_rx: now,
             peer: None,
             peer_listen: None,
@@ -315,6 +319,8 @@ impl Link {
         self.lent = false;
         if !self.is_closed() {
             self.inbuf = input;
+        } else {
+            self.inpos = 0;
         }
     }
 

@@ -723,7 +723,8 @@ impl Node {
         sock.set_tcp_nodelay(true).map_err(NodeError::Listen)?;
         // The incarnation orders this process's starts: the start time in
         // milliseconds, then 16 random bits (two starts of one name within a
-        // millisecond still differ, with odds of 1 in 65 536). A newer
+        // millisecond still differ, with odds of 1 in 65 536, but are
+        // ordered at random). A newer
         // incarnation is a larger one, in the links as in membership
         // (`swim::Member`), so every node quarantines the same one.
         let started_ms = std::time::SystemTime::now()

@@ -165,6 +165,9 @@ impl Message for Rearm {
 type Stalled = (Arc<Export>, VecDeque<Box<dyn Erased>>);
 
 /// The node's actor (one per [`super::Node`], on its own shard).
+/// Why a connection to an old incarnation is closed.
+const QUARANTINED: &str = "an old incarnation of the node (quarantined)";
+
 pub(crate) struct NodeActor {
     shared: Arc<NodeShared>,
     listener: TcpListener,
@@ -177,6 +180,8 @@ pub(crate) struct NodeActor {
     /// announced by membership): an older one is quarantined, never taken
     /// back (see `established`).
     newest: HashMap<String, u64>,
+    /// Quarantined incarnations already warned about (one log line each).
+    warned_quarantine: HashSet<(String, u64)>,
     proxies: Proxies,
     /// Asks and lookups waiting for a peer's answer.
     pending: Pending,
@@ -233,6 +238,7 @@ impl NodeActor {
             by_conn: HashMap::new(),
             up: HashMap::new(),
             newest: HashMap::new(),
+            warned_quarantine: HashSet::new(),
             proxies: Proxies::default(),
             pending: Pending::new(),
             watchers: HashMap::new(),
@@ -365,10 +371,15 @@ impl NodeActor {
         let conn = l.conn;
         if let Some(addr) = l.dialled {
             if let Some(d) = self.dials.get_mut(&addr) {
-                d.link_closed(l.peer.is_some());
+                d.link_closed(l.peer.is_some() && l.settled);
             }
         }
-        let quiet = ["", "node shut down", "duplicate connection retired"];
+        let quiet = [
+            "",
+            "node shut down",
+            "duplicate connection retired",
+            QUARANTINED, // warned about once per incarnation
+        ];
         if l.peer.is_some() && !quiet.contains(&reason) {
             tracing::info!(node = %self.shared.cfg.name, reason, "connection closed");
         }
@@ -437,10 +448,12 @@ impl NodeActor {
         if let Some(&newest) = self.newest.get(&name) {
             if inc < newest {
                 self.shared.counters.quarantined.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(
-                    node = %self.shared.cfg.name, peer = %name, incarnation = inc, newest,
-                    "refused an old incarnation (quarantined: a newer one replaced it)"
-                );
+                if self.warned_quarantine.insert((name.clone(), inc)) {
+                    tracing::warn!(
+                        node = %self.shared.cfg.name, peer = %name, incarnation = inc, newest,
+                        "refused an old incarnation (quarantined: a newer one replaced it)"
+                    );
+                }
                 // A dial that reached it failed: dialled again only after
                 // its backoff (a new incarnation may come to listen there).
                 let l = self.links.get(&link).expect("link");
@@ -450,18 +463,17 @@ impl NodeActor {
                         d.again_after_backoff(Instant::now());
                     }
                 }
-                self.close(link, "an old incarnation of the node (quarantined)", ctx);
+                self.close(link, QUARANTINED, ctx);
                 return;
             }
         }
         self.newest.insert(name.clone(), inc);
+        // (Its dial's backoff starts over once the link has stayed up a
+        // while, on the tick: a peer that closes every connection right
+        // after the handshake, as a quarantining node does, is dialled
+        // with growing backoff, not every `redial.0`.)
         let l = self.links.get(&link).expect("link");
         let dialled_by_me = l.dialled.is_some();
-        if let Some(addr) = l.dialled {
-            if let Some(d) = self.dials.get_mut(&addr) {
-                d.succeeded(self.shared.cfg.redial.0);
-            }
-        }
         if let Some(&other) = self.up.get(&name) {
             // Two connections to one peer: keep the one dialled by the node
             // with the smaller name (both sides decide alike).
@@ -617,7 +629,7 @@ impl Handler<NetEvent> for NodeActor {
                             if let Some(addr) = l.dialled {
                                 if let Some(d) = self.dials.get_mut(&addr) {
                                     // Closed before it authenticated: a failed dial.
-                                    d.link_closed(l.peer.is_some());
+                                    d.link_closed(l.peer.is_some() && l.settled);
                                 }
                             }
                         }

@@ -291,6 +291,17 @@ pub fn encode(frame: &Frame, out: &mut Vec<u8>, max: usize) -> Result<(), WireEr
     Err(err)
 }
 
+/// `v` postcard-encoded (a message or a reply, the payload of a frame)
+/// into a vector of exactly its size: one pass counts (no copies), the
+/// second writes. postcard's own `to_allocvec` grows its vector from empty,
+/// copying a 64 KiB payload several times over on the way.
+pub fn encode_payload<T: Serialize + ?Sized>(v: &T) -> Result<Vec<u8>, postcard::Error> {
+    let n = postcard::serialize_with_flavor(v, postcard::ser_flavors::Size::default())?;
+    let mut out = Vec::with_capacity(n);
+    postcard::serialize_with_flavor(v, Append(&mut out))?;
+    Ok(out)
+}
+
 /// A postcard output that appends to a vector it borrows.
 struct Append<'a>(&'a mut Vec<u8>);
 
@@ -583,6 +594,20 @@ mod tests {
     }
 
     #[test]
+    fn payloads_encode_as_postcard_does_into_a_vector_of_their_size() {
+        let values: [(u64, String, Vec<u8>); 3] = [
+            (0, String::new(), vec![]),
+            (300, "x".repeat(200), vec![7; 70_000]),
+            (u64::MAX, "é".into(), vec![1]),
+        ];
+        for v in &values {
+            let got = encode_payload(v).unwrap();
+            assert_eq!(got, postcard::to_allocvec(v).unwrap());
+            assert_eq!(got.capacity(), got.len(), "sized once, never grown");
+        }
+    }
+
+    #[test]
     fn sealing_in_place_is_sealing_a_copy() {
         let mut frames = vec![0; SEGMENT_HEADER];
         encode(&msg(300), &mut frames, DEFAULT_MAX_FRAME).unwrap();
@@ -727,7 +752,7 @@ mod tests {
             }
         }
 
-        /// Arbitrary bytes never panic the segment opener.
+        /// `decode_in_place` gives the same answer as `decode`.
         #[test]
         fn decoding_in_place_agrees_with_decode(bytes in proptest::collection::vec(any::<u8>(), 0..64), tag in 0u8..8) {
             // Bodies that start with a real variant tag, so Tell and Ask
@@ -753,6 +778,7 @@ mod tests {
             }
         }
 
+        /// Arbitrary bytes never panic the segment opener.
         #[test]
         fn arbitrary_segments_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
             let _ = Unsealer::new([0; 32], 4096).open(&mut bytes.clone());

@@ -37,6 +37,10 @@ use crate::runtime::lock;
 /// A retired duplicate connection closes after this long without input.
 const RETIRE_AFTER: Duration = Duration::from_secs(1);
 
+/// How long a dialled link must stay up to count as a successful dial (its
+/// dial's backoff starts over; closed sooner, it was a failed dial).
+const SETTLED_AFTER: Duration = Duration::from_secs(1);
+
 /// How long a remote actor's `Stopped` is remembered: far longer than the
 /// moment between a lookup's answer and its stand-in's registration.
 const STOPPED_MEMORY: Duration = Duration::from_secs(10);
@@ -45,6 +49,15 @@ impl NodeActor {
     pub(super) fn tick(&mut self, ctx: &mut Context<Self>) {
         let now = Instant::now();
         self.recently_stopped.retain(|_, (at, _)| now.duration_since(*at) < STOPPED_MEMORY);
+        let first = self.shared.cfg.redial.0;
+        for l in self.links.values_mut() {
+            if l.is_up() && !l.settled && now.duration_since(l.since) >= SETTLED_AFTER {
+                l.settled = true;
+                if let Some(d) = l.dialled.and_then(|a| self.dials.get_mut(&a)) {
+                    d.succeeded(first);
+                }
+            }
+        }
         let cfg = self.shared.cfg.clone();
         let mut to_close = Vec::new();
         let mut to_ack = Vec::new();
@@ -177,9 +190,14 @@ impl NodeActor {
                                 self.queue(link, &Frame::Swim(data));
                             }
                             None => {
-                                // Lost, to SWIM; the member gets dialled.
+                                // Lost, to SWIM; the member gets dialled
+                                // (unless it is a quarantined identity).
                                 self.swim.unroutable += 1;
-                                self.want_dial(to.listen);
+                                let old =
+                                    self.newest.get(&to.name).is_some_and(|&n| to.incarnation < n);
+                                if !old {
+                                    self.want_dial(to.listen);
+                                }
                             }
                         }
                     }
