@@ -354,6 +354,79 @@ fn a_frozen_node_is_declared_down_by_membership_and_rejoins_when_it_thaws() {
     system.shutdown();
 }
 
+/// Quarantine across processes: a node frozen (SIGSTOP) until it is
+/// declared down, a new incarnation of it started under the same name (on
+/// another address), then the old one thawed. The old one comes back and
+/// dials (and the tester, which has it as a seed, dials it): every such
+/// connection is refused, the tester keeps the new incarnation, and the
+/// references to the new one keep working throughout.
+#[test]
+fn a_thawed_old_incarnation_is_refused_and_references_to_the_new_one_survive() {
+    let _serial = one_at_a_time();
+    let (a_old, a_new) = (free_addr(), free_addr());
+    let old = worker("q1", a_old, SECRET);
+    let system = System::new();
+    let node = me(&system, &[a_old]);
+    let events = node.events();
+    assert!(node.wait_for_peers(1, T));
+    let old_inc = node.peers()[0].1;
+    let pong = lookup::<Pong>(&node, "q1", "pong");
+    assert_eq!(pong.ask(Ping(1), T).unwrap(), 1);
+    std::thread::sleep(Duration::from_millis(200));
+
+    signal(&old, "-STOP");
+    let deadline = Instant::now() + T;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match events.recv_timeout(left).expect("the frozen node is declared down") {
+            NodeEvent::Down { name, .. } if name == "q1" => break,
+            _ => continue,
+        }
+    }
+    let _new = worker_joining("q1", a_new, SECRET, &[node.local_addr()]);
+    let deadline = Instant::now() + T;
+    let new_inc = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match events.recv_timeout(left).expect("the new incarnation comes up") {
+            NodeEvent::Up { name, incarnation } if name == "q1" => break incarnation,
+            _ => continue,
+        }
+    };
+    assert!(new_inc > old_inc, "a later start is a newer incarnation");
+    let pong = lookup::<Pong>(&node, "q1", "pong");
+    assert_eq!(pong.ask(Ping(2), T).unwrap(), 2);
+
+    signal(&old, "-CONT");
+    // The old one is refused (it dials the tester, the tester dials it)...
+    let deadline = Instant::now() + T;
+    while node.stats().quarantined == 0 {
+        assert!(Instant::now() < deadline, "the thawed old incarnation never came back");
+        assert_eq!(pong.ask(Ping(3), T).unwrap(), 3);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // ... and for 3 s more the new one answers every ask.
+    let until = Instant::now() + Duration::from_secs(3);
+    let mut i = 10;
+    while Instant::now() < until {
+        assert_eq!(pong.ask(Ping(i), T).unwrap(), i, "the reference to the new incarnation");
+        i += 1;
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(node.peers(), vec![("q1".to_string(), new_inc)]);
+    for ev in events.try_iter() {
+        match ev {
+            NodeEvent::Up { incarnation, .. } => assert_ne!(incarnation, old_inc, "up again"),
+            NodeEvent::Down { incarnation, .. } => {
+                assert_ne!(incarnation, new_inc, "the new incarnation went down")
+            }
+            _ => {}
+        }
+    }
+    println!("the old incarnation was refused {} times", node.stats().quarantined);
+    drop(old); // killed
+    system.shutdown();
+}
+
 /// The `in_doubt` count of the next `Down` event for `name` (other events
 /// skipped), within `T`.
 fn in_doubt_at_down(events: &mpsc::Receiver<NodeEvent>, name: &str) -> u64 {

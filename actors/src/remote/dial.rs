@@ -10,10 +10,11 @@
 //! * at most one dial or unauthenticated link per address at a time
 //!   (`busy`);
 //! * the delay between dials of an address doubles after each dial, up to
-//!   the configured maximum, and is back at its first value once a dial
-//!   ends in an authenticated peer;
-//! * a dial that fails, or whose link closes before the handshake
-//!   completed, counts as a failure; an address that is neither a seed nor
+//!   the configured maximum, and is back at its first value once a dial's
+//!   link has stayed up a while (`node::upkeep::SETTLED_AFTER`, 1 s);
+//! * a dial that fails, or whose link closes before it stayed up that long
+//!   (before the handshake completed, or refused right after it, as a
+//!   quarantining peer does), counts as a failure; an address that is neither a seed nor
 //!   an active member's is forgotten after [`DIAL_GIVE_UP`] failures in a
 //!   row (never while a dial of it is in progress).
 //!
@@ -76,13 +77,14 @@ impl Dial {
         self.failures += 1;
     }
 
-    /// Its link closed; a failure unless the peer had authenticated.
-    pub(crate) fn link_closed(&mut self, authenticated: bool) {
+    /// Its link closed; a failure unless it had settled (stayed up
+    /// `SETTLED_AFTER`).
+    pub(crate) fn link_closed(&mut self, settled: bool) {
         self.busy = false;
-        self.failures += u32::from(!authenticated);
+        self.failures += u32::from(!settled);
     }
 
-    /// Its link authenticated the peer: the backoff starts over at `first`.
+    /// Its link stayed up `SETTLED_AFTER`: the backoff starts over at `first`.
     pub(crate) fn succeeded(&mut self, first: Duration) {
         self.backoff = first;
         self.failures = 0;

@@ -143,6 +143,8 @@ pub(crate) struct Link {
     pending: Vec<u8>,
     /// When it was made (the handshake deadline counts from here).
     pub(crate) since: Instant,
+    /// When the handshake completed (`None` before, or once closed).
+    pub(crate) up_at: Option<Instant>,
     /// It stayed up long enough to count as a successful dial (its dial's
     /// backoff starts over): see `node::upkeep::SETTLED_AFTER`.
     pub(crate) settled: bool,
@@ -238,6 +240,7 @@ impl Link {
             lent: false,
             pending: Vec::new(),
             since: now,
+            up_at: None,
             settled: false,
             last_rx: now,
             peer: None,
@@ -402,6 +405,7 @@ impl Link {
     fn up(&mut self, session: Session, max_frame: usize, peer: &Peer) {
         let (sealer, unsealer) = session.split(max_frame);
         self.state = State::Up { sealer: Box::new(sealer), unsealer: Box::new(unsealer) };
+        self.up_at = Some(Instant::now());
         self.peer = Some((peer.name.clone(), peer.incarnation));
     }
 
@@ -464,6 +468,7 @@ impl Link {
         let last = self.take_segment();
         self.finished = true;
         self.state = State::Closed;
+        self.up_at = None;
         self.inbuf = Vec::new();
         self.inpos = 0;
         last
@@ -474,6 +479,7 @@ impl Link {
     pub(crate) fn lost(&mut self) {
         self.finished = true;
         self.state = State::Closed;
+        self.up_at = None;
     }
 
     /// A stand-in's message left on this link: it counts as sent (in doubt

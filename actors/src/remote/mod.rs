@@ -1,8 +1,9 @@
 //! Going distributed: nodes, remote actor references, and what crosses the
 //! wire.
 //!
-//! A [`Node`] is this process's place in a cluster: a name, a random
-//! incarnation (a restarted process is a new incarnation), a listen
+//! A [`Node`] is this process's place in a cluster: a name, an
+//! incarnation (its start time, then random bits: a restarted process is a
+//! new, larger incarnation), a listen
 //! address, seed addresses to join through, and the cluster secret. Its
 //! connections are served by one actor on a shard of its own (the node's
 //! *gateway*), with the same pieces as any service

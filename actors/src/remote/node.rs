@@ -164,10 +164,10 @@ impl Message for Rearm {
 /// Deliveries to one exported actor that wait for room, in order.
 type Stalled = (Arc<Export>, VecDeque<Box<dyn Erased>>);
 
-/// The node's actor (one per [`super::Node`], on its own shard).
 /// Why a connection to an old incarnation is closed.
 const QUARANTINED: &str = "an old incarnation of the node (quarantined)";
 
+/// The node's actor (one per [`super::Node`], on its own shard).
 pub(crate) struct NodeActor {
     shared: Arc<NodeShared>,
     listener: TcpListener,
@@ -454,14 +454,12 @@ impl NodeActor {
                         "refused an old incarnation (quarantined: a newer one replaced it)"
                     );
                 }
-                // A dial that reached it failed: dialled again only after
-                // its backoff (a new incarnation may come to listen there).
+                // A dial that reached it failed (`close` counts it: the link
+                // never settled): dialled again only after its backoff (a
+                // new incarnation may come to listen there).
                 let l = self.links.get(&link).expect("link");
-                if let Some(addr) = l.dialled {
-                    if let Some(d) = self.dials.get_mut(&addr) {
-                        d.failed();
-                        d.again_after_backoff(Instant::now());
-                    }
+                if let Some(d) = l.dialled.and_then(|a| self.dials.get_mut(&a)) {
+                    d.again_after_backoff(Instant::now());
                 }
                 self.close(link, QUARANTINED, ctx);
                 return;
@@ -628,7 +626,7 @@ impl Handler<NetEvent> for NodeActor {
                             l.lost();
                             if let Some(addr) = l.dialled {
                                 if let Some(d) = self.dials.get_mut(&addr) {
-                                    // Closed before it authenticated: a failed dial.
+                                    // Closed before it settled: a failed dial.
                                     d.link_closed(l.peer.is_some() && l.settled);
                                 }
                             }

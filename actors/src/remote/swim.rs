@@ -48,7 +48,7 @@ pub(crate) struct Member {
     pub(crate) name: String,
     /// Where it listens (dialled when it comes up).
     pub(crate) listen: SocketAddr,
-    /// The process incarnation (random per start).
+    /// The process incarnation (start time in ms, then 16 random bits).
     pub(crate) incarnation: u64,
     /// When the process started (ms since the Unix epoch): a restarted
     /// process wins over its old identity.

@@ -56,7 +56,7 @@ const CONFIRM: &[u8] = b"ringmail confirm";
 pub struct Identity {
     /// This node's name.
     pub name: String,
-    /// This process's incarnation (random per start).
+    /// This process's incarnation (one per process start).
     pub incarnation: u64,
     /// The shared cluster secret.
     pub secret: Vec<u8>,

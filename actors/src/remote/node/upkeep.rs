@@ -18,8 +18,10 @@
 //! [`NodeActor::apply_swim`] carries out until there are none: packets go
 //! to members over their links (a member with no link is dialled, and the
 //! packet is lost to SWIM), timers are set, members that come up are
-//! dialled, a member declared down has its link closed, and a node told it
-//! was declared down announces its renewed identity to every peer.
+//! dialled (never an identity older than one already seen: quarantine),
+//! a newer identity closes the older one's link, a member declared down
+//! has its link closed, and a node told it was declared down announces its
+//! renewed identity to every peer.
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -51,7 +53,8 @@ impl NodeActor {
         self.recently_stopped.retain(|_, (at, _)| now.duration_since(*at) < STOPPED_MEMORY);
         let first = self.shared.cfg.redial.0;
         for l in self.links.values_mut() {
-            if l.is_up() && !l.settled && now.duration_since(l.since) >= SETTLED_AFTER {
+            let long = l.up_at.is_some_and(|at| now.duration_since(at) >= SETTLED_AFTER);
+            if l.is_up() && !l.settled && long {
                 l.settled = true;
                 if let Some(d) = l.dialled.and_then(|a| self.dials.get_mut(&a)) {
                     d.succeeded(first);
