@@ -306,6 +306,12 @@ impl System {
         crate::Group::new(&self.registry, name)
     }
 
+    /// The registry of names and groups (the distributed layer spreads
+    /// groups from it).
+    pub(crate) fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
     /// Names currently registered.
     pub fn registered(&self) -> usize {
         self.registry.len()

@@ -105,6 +105,13 @@ fn tutorial_programs_print_what_the_book_says() {
          cy heard main: hello\ncy heard main: who is here?\n\
          the: ok\nteh: misspelt\nring: ok\n"
     );
+    let out = run(env!("CARGO_BIN_EXE_tut_groups_cluster"), &[]);
+    assert_eq!(
+        out,
+        "east lists 3 members, west lists 3\n\
+         ada heard east: hello\nbob heard east: hello\ncy heard east: hello\n\
+         after west left, east lists 1 member\n"
+    );
     let out = run(env!("CARGO_BIN_EXE_tut_timers_io"), &[]);
     assert_eq!(out, "line 0\nline 1\nline 2\n");
     let out = run(env!("CARGO_BIN_EXE_tut_requests"), &[]);

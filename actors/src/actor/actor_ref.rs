@@ -691,3 +691,27 @@ impl<A: Actor> ActorRef<A> {
         Recipient(Arc::new(self.clone()))
     }
 }
+
+impl<A: Actor> crate::runtime::registry::Reachable for ActorRef<A> {
+    fn id(&self) -> u64 {
+        self.cell.id
+    }
+    fn actor_type(&self) -> std::any::TypeId {
+        std::any::TypeId::of::<A>()
+    }
+    fn type_name(&self) -> &'static str {
+        std::any::type_name::<A>()
+    }
+    fn try_deliver(&self, m: Box<dyn Erased>) -> Result<(), Box<dyn Erased>> {
+        self.try_deliver_erased(m)
+    }
+    fn watch(&self, w: crate::runtime::cell::Watcher) {
+        self.cell.watch(w);
+    }
+    fn is_alive(&self) -> bool {
+        self.cell.is_alive()
+    }
+    fn typed(&self) -> &(dyn std::any::Any + Send + Sync) {
+        self
+    }
+}

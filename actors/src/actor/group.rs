@@ -20,21 +20,25 @@
 //! timer or I/O closure on a shard's thread; a system stopping).
 //!
 //! A [`Router`] is one handle over a fixed set of recipients or a group,
-//! that picks a member per message: round-robin, by a key's hash (the same
-//! key always reaches the same member while the set does not change), the
-//! least loaded (fewest queued messages), or all of them.
+//! that picks a member per message: round-robin, by a key's hash
+//! (rendezvous hashing: the same key always reaches the same member while
+//! the set does not change, and a member joining takes over only about
+//! `1/n` of the keys, one leaving hands over only its own), the least
+//! loaded (fewest queued messages), or all of them.
 //!
-//! Groups and routers span one node. Across nodes, look members up with
-//! `Node::lookup` and put the references in a router.
+//! A group spans one node unless a node spreads it
+//! (`ringmail::remote::Node::group`): then its members are those of every
+//! node that spreads it, and remote members are reached as any remote
+//! actor is (see the `remote` module's "Groups across nodes").
 
-use std::any::{Any, TypeId};
+use std::any::TypeId;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use super::{ActorRef, Handler, Message, Recipient};
 use crate::error::TellError;
-use crate::runtime::registry::Registry;
+use crate::runtime::registry::{Member, Registry};
 
 /// A named group of actors that handle `M` (see the module docs). Made by
 /// [`crate::System::group`] or [`crate::Context::group`]; cheap to clone.
@@ -79,8 +83,12 @@ impl<M: Message> Group<M> {
         if !actor.cell.add_group(&self.key) {
             return;
         }
-        let r: Arc<dyn Any + Send + Sync> = Arc::new(actor.recipient::<M>());
-        self.registry.join(&self.key, actor.id(), r);
+        let member = Member {
+            id: actor.id(),
+            typed: Arc::new(actor.recipient::<M>()),
+            local: Some(Arc::new(actor.clone())),
+        };
+        self.registry.join(&self.key, member);
         if !actor.is_alive() {
             self.registry.leave(&self.key, actor.id());
         }
@@ -97,7 +105,7 @@ impl<M: Message> Group<M> {
         self.registry
             .members(&self.key)
             .into_iter()
-            .filter_map(|(_, r)| r.downcast_ref::<Recipient<M>>().cloned())
+            .filter_map(|m| m.typed.downcast_ref::<Recipient<M>>().cloned())
             .filter(Recipient::is_alive)
             .collect()
     }
@@ -133,7 +141,10 @@ pub enum Routing<M> {
     RoundRobin,
     /// The member with the fewest queued messages (ties: the first).
     LeastLoaded,
-    /// By the hash of a key of the message, modulo the member count.
+    /// By a key of the message: the member whose id, hashed with the key,
+    /// weighs most (rendezvous hashing; see the module docs). A remote
+    /// member's id is its stand-in's on this node, so two nodes may route
+    /// one key to different members.
     Hashed(Box<dyn Fn(&M) -> u64 + Send + Sync>),
 }
 
@@ -199,7 +210,10 @@ impl<M: Message> Router<M> {
             Routing::LeastLoaded => {
                 (0..members.len()).min_by_key(|&i| members[i].queued()).unwrap_or(0)
             }
-            Routing::Hashed(key) => (key(msg) % members.len() as u64) as usize,
+            Routing::Hashed(key) => {
+                let k = key(msg);
+                (0..members.len()).max_by_key(|&i| weight(k, members[i].id())).unwrap_or(0)
+            }
         };
         members.into_iter().nth(i)
     }
@@ -227,6 +241,17 @@ impl<M: Message> Router<M> {
     }
 }
 
+/// The weight of member `id` for key `key` (rendezvous hashing): a mix of
+/// both (SplitMix64's finalizer) spread evenly over `u64`, so the heaviest
+/// member is a uniform choice per key, and stays the choice while it is in
+/// the set.
+fn weight(key: u64, id: u64) -> u64 {
+    let mut z = key ^ id.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
 /// Tells a clone of `msg` to each of `to`; a copy not taken is counted as a
 /// dead letter (a `Stopped` one is counted by the send already).
 fn send_each<M: Message + Clone>(to: &[Recipient<M>], msg: &M) -> usize {
@@ -239,4 +264,46 @@ fn send_each<M: Message + Clone>(to: &[Recipient<M>], msg: &M) -> usize {
         }
     }
     took
+}
+
+#[cfg(test)]
+mod tests {
+    use super::weight;
+
+    /// The member a key goes to among `ids`.
+    fn owner(key: u64, ids: &[u64]) -> u64 {
+        *ids.iter().max_by_key(|&&id| weight(key, id)).unwrap()
+    }
+
+    #[test]
+    fn rendezvous_hashing_spreads_keys_evenly_and_moves_only_the_newcomers_share() {
+        let ids: Vec<u64> = (1..=8).map(|i| i * 1000 + 7).collect();
+        let keys = 40_000u64;
+        let mut per = std::collections::HashMap::new();
+        for k in 0..keys {
+            *per.entry(owner(k, &ids)).or_insert(0u64) += 1;
+        }
+        for (&id, &n) in &per {
+            // 5 000 each on average.
+            assert!((4_500..5_500).contains(&n), "member {id} got {n} of {keys}");
+        }
+        // A ninth member takes about 1/9 of the keys, all from the others;
+        // no key moves between two old members.
+        let mut more = ids.clone();
+        more.push(99_999);
+        let mut moved = 0;
+        for k in 0..keys {
+            let (before, after) = (owner(k, &ids), owner(k, &more));
+            if before != after {
+                assert_eq!(after, 99_999, "key {k} moved between old members");
+                moved += 1;
+            }
+        }
+        let share = moved as f64 / keys as f64;
+        assert!((0.09..0.13).contains(&share), "moved {share} of the keys, not about 1/9");
+        // And when it leaves, exactly its keys go back where they were.
+        for k in 0..keys {
+            assert_eq!(owner(k, &ids), owner(k, &more[..8]));
+        }
+    }
 }

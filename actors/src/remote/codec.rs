@@ -141,6 +141,12 @@ pub enum RegisterError {
         /// The message type.
         type_name: &'static str,
     },
+    /// The message type is not registered on this node (see
+    /// [`super::Node::register`]), and must be for what was asked.
+    NotRegistered {
+        /// The message type.
+        type_name: &'static str,
+    },
 }
 
 impl std::fmt::Display for RegisterError {
@@ -151,6 +157,9 @@ impl std::fmt::Display for RegisterError {
             }
             RegisterError::Renamed { type_name } => {
                 write!(f, "{type_name} is registered under another wire name already")
+            }
+            RegisterError::NotRegistered { type_name } => {
+                write!(f, "{type_name} is not registered to cross nodes (Node::register)")
             }
         }
     }

@@ -70,7 +70,7 @@
 //!
 //! Then [`NodeEvent::Down`] is published (once per connection, with the
 //! reason), every reference to its actors stops with
-//! [`StopReason::NodeDown`] (so monitors and links fire), and the node
+//! [`StopReason::NodeDown`](crate::StopReason::NodeDown) (so monitors and links fire), and the node
 //! dials it again with exponential backoff. A restarted peer is a new
 //! incarnation: references to the old one stay stopped and nothing meant
 //! for it reaches the new one. A node that learns it was declared down
@@ -101,10 +101,33 @@
 //!   [`NodeEvent::Down`] and [`NodeStats`]), never resent.
 //! * An actor that stops tells the nodes that looked it up; their
 //!   references stop too, with the reason.
+//!
+//! # Groups across nodes
+//!
+//! [`Node::group`] spreads a group ([`crate::Group`], Erlang's `pg`): each
+//! node tells every peer which of its own actors are members (the whole
+//! set, when it changes and when a link comes up), and joins a stand-in for
+//! each remote member to its local group. So `members`, `publish` and a
+//! [`crate::Router`] over the group reach the members of every node, with
+//! the delivery rules above (a full remote member holds the publisher back
+//! as an actor). Membership is strongly consistent for a node's own
+//! members and eventually consistent across nodes:
+//!
+//! * a join or leave shows on other nodes within the node's tick (50 ms)
+//!   and a one-way trip;
+//! * a member that stops leaves every node's list as soon as its `Stopped`
+//!   arrives (one trip), one whose node goes down as soon as the node is
+//!   declared down (within [`NodeConfig::detection_bound`]), once;
+//! * a restarted node's members come back as new members (a new
+//!   incarnation), never as the old ones;
+//! * across a partition each side lists what it last heard of the other
+//!   until the link drops; once it is back, both sides list each other's
+//!   current members.
 
 mod codec;
 pub use codec::RegisterError;
 mod dial;
+mod groups;
 mod link;
 mod node;
 mod pending;
@@ -123,10 +146,9 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::actor::{Actor, ActorRef, Handler, Message};
-use crate::error::StopReason;
 use crate::runtime::cell::ActorCell;
-use crate::runtime::envelope::Erased;
 use crate::runtime::lock;
+use crate::runtime::registry::{Reachable, Registry};
 use crate::runtime::shard::ShardHandle;
 use crate::system::System;
 
@@ -618,25 +640,48 @@ pub(crate) struct Counters {
     pub(crate) quarantined: AtomicU64,
 }
 
-/// Installs a stop watcher on an exported actor.
-pub(crate) type WatchFn = Box<dyn Fn(Box<dyn FnOnce(&StopReason) + Send>) + Send + Sync>;
-
-/// Hands a message from a peer to an exported actor without waiting; a full
-/// transport queue hands it back.
-pub(crate) type DeliverFn =
-    Box<dyn Fn(Box<dyn Erased>) -> Result<(), Box<dyn Erased>> + Send + Sync>;
-
-/// An actor made reachable from other nodes.
+/// An actor made reachable from other nodes: exported by name, or a member
+/// of a group this node spreads.
 pub(crate) struct Export {
     pub(crate) id: u64,
     pub(crate) type_name: &'static str,
     pub(crate) actor_type: std::any::TypeId,
-    /// Delivers without waiting; a full transport mailbox hands it back.
-    pub(crate) deliver: DeliverFn,
-    /// The `ActorRef<A>` itself (for [`Node::find`] on this node).
-    pub(crate) local: Box<dyn std::any::Any + Send + Sync>,
-    pub(crate) watch: WatchFn,
+    /// Delivers without waiting, hears of the stop, gives the typed reference.
+    pub(crate) actor: Arc<dyn Reachable>,
+    /// Its stop is watched already (peers that looked it up are told).
     pub(crate) watched: AtomicBool,
+}
+
+impl Export {
+    fn new(actor: Arc<dyn Reachable>) -> Self {
+        Export {
+            id: actor.id(),
+            type_name: actor.type_name(),
+            actor_type: actor.actor_type(),
+            actor,
+            watched: AtomicBool::new(false),
+        }
+    }
+}
+
+impl NodeShared {
+    /// Makes `actor` reachable by id (peers may send to it), until it stops.
+    pub(crate) fn reach(self: &Arc<Self>, actor: Arc<dyn Reachable>) -> Arc<Export> {
+        let id = actor.id();
+        let e = match self.exports_by_id.entry(id) {
+            dashmap::Entry::Occupied(o) => return o.get().clone(),
+            dashmap::Entry::Vacant(v) => v.insert(Arc::new(Export::new(actor.clone()))).clone(),
+        };
+        // Forget it once it stops (at once if it has: then the entry goes).
+        let shared = Arc::downgrade(self);
+        actor.watch(Box::new(move |_| {
+            if let Some(s) = shared.upgrade() {
+                s.exports_by_id.remove(&id);
+                s.exports.retain(|_, e| e.id != id);
+            }
+        }));
+        e
+    }
 }
 
 /// What the node's handle and its actor share.
@@ -659,9 +704,54 @@ pub(crate) struct NodeShared {
     pub(crate) counters: Arc<Counters>,
     /// Stand-ins already made, by (peer, incarnation, remote id).
     pub(crate) proxies: Mutex<HashMap<(String, u64, u64), Weak<ActorCell>>>,
+    /// The system's names and groups.
+    pub(crate) registry: Arc<Registry>,
+    /// The groups this node spreads ([`Node::group`]).
+    pub(crate) spread: Mutex<HashMap<groups::WireGroup, groups::Spread>>,
 }
 
 impl NodeShared {
+    /// The stand-in for remote actor `remote_id` of `peer`/`incarnation`
+    /// (one per remote actor, made on first use) and the gateway shard that
+    /// hosts it. A new one is bound to its remote actor by a
+    /// `RegisterProxy` to the node's actor when `register` (from outside
+    /// the node's actor), else the caller (the node's actor) binds it.
+    pub(crate) fn stand_in(
+        &self,
+        node: &ActorRef<NodeActor>,
+        peer: &str,
+        incarnation: u64,
+        remote_id: u64,
+        register: bool,
+    ) -> (Arc<ActorCell>, Arc<ShardHandle>) {
+        let gateway = node.shard.clone();
+        let key = (peer.to_string(), incarnation, remote_id);
+        let mut proxies = lock(&self.proxies);
+        // A live stand-in is shared; one stopped by a dropped connection
+        // (same incarnation) is replaced.
+        if let Some(s) = proxies.get(&key).and_then(Weak::upgrade).filter(|s| s.is_alive()) {
+            return (s, gateway);
+        }
+        proxies.retain(|_, w| w.strong_count() > 0);
+        let cell = Arc::new(ActorCell::new(ShardHandle::next_id(), gateway.mailbox_capacity()));
+        proxies.insert(key, Arc::downgrade(&cell));
+        // Still under the lock: another lookup of the same actor gets this
+        // stand-in only once it is spawned and registered (in that order,
+        // ahead of any message sent to it).
+        let proxy = stand_in::Proxy { cell: cell.clone(), node: node.clone() };
+        gateway.spawn_hosted(&cell, Box::new(proxy));
+        if register {
+            node.deliver_forced(stand_in::RegisterProxy {
+                proxy: cell.id,
+                peer: peer.to_string(),
+                incarnation,
+                remote_id,
+            });
+        }
+        drop(proxies);
+        (cell, gateway)
+    }
+
     pub(crate) fn publish(&self, ev: NodeEvent) {
         let mut subs = lock(&self.subscribers);
         subs.retain(|s| s.send(ev.clone()).is_ok());
@@ -760,6 +850,8 @@ impl Node {
             subscribers: Mutex::new(Vec::new()),
             counters: Arc::default(),
             proxies: Mutex::new(HashMap::new()),
+            registry: system.registry().clone(),
+            spread: Mutex::new(HashMap::new()),
         });
         let actor =
             system.spawn(NodeActor::new(shared.clone(), listener)).map_err(NodeError::Spawn)?;
@@ -823,28 +915,12 @@ impl Node {
     /// Makes `actor` reachable from other nodes under `name` (replacing
     /// whatever had that name). It stays exported until it stops.
     pub fn export<A: Actor>(&self, name: &str, actor: &ActorRef<A>) {
-        let deliver_to = actor.clone();
-        let watch_on = actor.clone();
-        let e = Arc::new(Export {
-            id: actor.id(),
-            type_name: std::any::type_name::<A>(),
-            actor_type: std::any::TypeId::of::<A>(),
-            deliver: Box::new(move |m| deliver_to.try_deliver_erased(m)),
-            local: Box::new(actor.clone()),
-            watch: Box::new(move |w| watch_on.cell.watch(w)),
-            watched: AtomicBool::new(false),
-        });
-        self.shared.exports_by_id.insert(actor.id(), e.clone());
+        let e = self.shared.reach(Arc::new(actor.clone()));
         self.shared.exports.insert(name.to_string(), e);
-        // Forget it once it stops.
-        let shared = Arc::downgrade(&self.shared);
-        let (name, id) = (name.to_string(), actor.id());
-        actor.cell.watch(Box::new(move |_| {
-            if let Some(s) = shared.upgrade() {
-                s.exports.remove_if(&name, |_, e| e.id == id);
-                s.exports_by_id.remove(&id);
-            }
-        }));
+        // It may have stopped meanwhile: its watch ran before the insert.
+        if !actor.is_alive() {
+            self.shared.exports.remove_if(name, |_, e| e.id == actor.id());
+        }
     }
 
     /// A reference to the actor exported as `name` on node `node`, usable
@@ -891,7 +967,7 @@ impl Node {
         let mut here = false;
         if let Some(e) = self.shared.exports.get(name).map(|e| e.clone()) {
             here = true;
-            match e.local.downcast_ref::<ActorRef<A>>() {
+            match e.actor.typed().downcast_ref::<ActorRef<A>>() {
                 Some(r) if r.is_alive() => return Ok((self.name().to_string(), r.clone())),
                 Some(_) => {}
                 None => wrong = Some(e.type_name.to_string()),
@@ -944,30 +1020,40 @@ impl Node {
     /// The stand-in for remote actor `remote_id` of `peer`/`incarnation`
     /// (one per remote actor, made on first use).
     fn proxy<A: Actor>(&self, peer: &str, incarnation: u64, remote_id: u64) -> ActorRef<A> {
-        let gateway = self.actor.shard.clone();
-        let key = (peer.to_string(), incarnation, remote_id);
-        let mut proxies = lock(&self.shared.proxies);
-        // A live stand-in is shared; one stopped by a dropped connection
-        // (same incarnation) is replaced.
-        if let Some(s) = proxies.get(&key).and_then(Weak::upgrade).filter(|s| s.is_alive()) {
-            return ActorRef { cell: s, shard: gateway, _a: std::marker::PhantomData };
-        }
-        proxies.retain(|_, w| w.strong_count() > 0);
-        let cell = Arc::new(ActorCell::new(ShardHandle::next_id(), gateway.mailbox_capacity()));
-        proxies.insert(key, Arc::downgrade(&cell));
-        // Still under the lock: another lookup of the same actor gets this
-        // stand-in only once it is spawned and registered (in that order,
-        // ahead of any message sent to it).
-        let proxy = stand_in::Proxy { cell: cell.clone(), node: self.actor.clone() };
-        gateway.spawn_hosted(&cell, Box::new(proxy));
-        self.actor.deliver_forced(stand_in::RegisterProxy {
-            proxy: cell.id,
-            peer: peer.to_string(),
-            incarnation,
-            remote_id,
-        });
-        drop(proxies);
+        let (cell, gateway) = self.shared.stand_in(&self.actor, peer, incarnation, remote_id, true);
         ActorRef { cell, shard: gateway, _a: std::marker::PhantomData }
+    }
+
+    /// The group `name` of actors that handle `M`, spread across the
+    /// cluster (Erlang's `pg`): this node tells its peers which of its
+    /// actors are members, and lists and reaches theirs. It is the same
+    /// group as [`System::group`] of the same name and type, whose members
+    /// now include those of every node that spreads it (call this on every
+    /// node of the cluster that should take part). See "Groups across
+    /// nodes" in the module docs for what is eventually consistent.
+    ///
+    /// Messages to remote members cross the wire, so `M` must be registered
+    /// ([`Node::register`]) here for some actor type, and on each member's
+    /// node for the member's type: [`RegisterError::NotRegistered`] if it
+    /// is not registered here.
+    pub fn group<M>(&self, name: &str) -> Result<crate::Group<M>, RegisterError>
+    where
+        M: Message + Serialize + DeserializeOwned,
+        M::Reply: Serialize + DeserializeOwned,
+    {
+        let Some(codec) = self.shared.codecs.for_msg(std::any::TypeId::of::<M>()) else {
+            return Err(RegisterError::NotRegistered { type_name: std::any::type_name::<M>() });
+        };
+        let group = crate::Group::<M>::new(&self.shared.registry, name);
+        let wire = (name.to_string(), codec.ty);
+        let spread = groups::Spread {
+            key: (name.to_string(), std::any::TypeId::of::<M>()),
+            recipient: groups::stand_in_recipient::<M>,
+        };
+        if lock(&self.shared.spread).insert(wire.clone(), spread).is_none() {
+            self.actor.deliver_forced(node::SpreadGroup(wire));
+        }
+        Ok(group)
     }
 
     /// The cluster's members other than this node, as membership (SWIM)
@@ -1030,7 +1116,7 @@ impl Node {
     }
 
     /// Closes every connection and stops the node's actor (references to
-    /// remote actors stop with [`StopReason::NodeDown`]).
+    /// remote actors stop with [`StopReason::NodeDown`](crate::StopReason::NodeDown)).
     pub fn shutdown(&self) {
         self.actor.stop();
         self.actor.wait_stopped(Duration::from_secs(5));

@@ -67,6 +67,7 @@ use crate::net::{Connections, Input, NetEvent};
 use crate::runtime::dead_letter;
 use crate::runtime::envelope::Erased;
 
+mod groups;
 mod inbound;
 mod upkeep;
 
@@ -104,6 +105,12 @@ struct ExportStopped {
     reason: String,
 }
 impl Message for ExportStopped {
+    type Reply = ();
+}
+
+/// The node spreads a group from now on (`Node::group`).
+pub(crate) struct SpreadGroup(pub(crate) super::groups::WireGroup);
+impl Message for SpreadGroup {
     type Reply = ();
 }
 
@@ -205,6 +212,8 @@ pub(crate) struct NodeActor {
     stalled: HashMap<u64, Stalled>,
     /// A `RetryStalled` is on its way.
     retry_armed: bool,
+    /// Groups across nodes: what peers said, what was sent.
+    groups: super::groups::Table,
 }
 
 impl NodeActor {
@@ -251,6 +260,7 @@ impl NodeActor {
             swim,
             stalled: HashMap::new(),
             retry_armed: false,
+            groups: super::groups::Table::default(),
         }
     }
 
@@ -426,6 +436,7 @@ impl NodeActor {
         for id in self.proxies.take_of_peer(&name, inc) {
             self.stop_proxy(id, StopReason::NodeDown(name.clone()));
         }
+        self.groups_peer_down(&name, inc);
         tracing::warn!(node = %self.shared.cfg.name, peer = %name, incarnation = inc, reason, in_doubt, "peer down");
         self.shared.publish(NodeEvent::Down {
             name,
@@ -486,6 +497,7 @@ impl NodeActor {
                     // it does not take the peer down.
                     self.close_duplicate(other, ctx);
                     self.send_members(link);
+                    self.groups_to(link);
                     self.swim.announce(&name);
                     self.apply_swim(ctx);
                     return;
@@ -504,6 +516,7 @@ impl NodeActor {
         tracing::info!(node = %self.shared.cfg.name, peer = %name, incarnation = inc, "peer up");
         self.shared.publish(NodeEvent::Up { name: name.clone(), incarnation: inc });
         self.send_members(link);
+        self.groups_to(link);
         self.swim.announce(&name);
         self.apply_swim(ctx);
     }
@@ -788,7 +801,7 @@ impl NodeActor {
             q.push_back(m);
             return;
         }
-        if let Err(m) = (export.deliver)(m) {
+        if let Err(m) = export.actor.try_deliver(m) {
             self.shared.counters.delivery_retries.fetch_add(1, Ordering::Relaxed);
             let id = export.id;
             self.stalled.insert(id, (export, VecDeque::from([m])));
@@ -829,7 +842,7 @@ impl Handler<RetryStalled> for NodeActor {
         self.retry_armed = false;
         self.stalled.retain(|_, (export, q)| {
             while let Some(m) = q.pop_front() {
-                if let Err(m) = (export.deliver)(m) {
+                if let Err(m) = export.actor.try_deliver(m) {
                     q.push_front(m);
                     return true;
                 }

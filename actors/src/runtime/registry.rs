@@ -9,12 +9,14 @@
 //! the cell already says it is not alive.
 
 use std::any::{Any, TypeId};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
 
-use super::cell::{ActorCell, GroupKey};
+use super::cell::{ActorCell, GroupKey, Watcher};
+use super::envelope::Erased;
 
 struct Registered {
     id: u64,
@@ -22,9 +24,39 @@ struct Registered {
     actor: Box<dyn Any + Send + Sync>,
 }
 
-/// A group member: its id and its reference as `dyn Any` (the typed side
-/// puts a `Recipient<M>` in).
-pub(crate) type Member = (u64, Arc<dyn Any + Send + Sync>);
+/// A group member.
+#[derive(Clone)]
+pub(crate) struct Member {
+    /// Its id (a remote member's: its stand-in's).
+    pub(crate) id: u64,
+    /// Its reference as `dyn Any` (the typed side puts a `Recipient<M>` in).
+    pub(crate) typed: Arc<dyn Any + Send + Sync>,
+    /// The actor itself when it runs on this node (`None`: a stand-in for a
+    /// member of another node). The node spreads only these.
+    pub(crate) local: Option<Arc<dyn Reachable>>,
+}
+
+/// A local actor as another node reaches it: what the distributed layer
+/// needs to deliver a peer's message to it without waiting, to hear of its
+/// stop, and to hand its typed reference back. Implemented by the typed
+/// `ActorRef`, so the layers above the runtime can export an actor without
+/// knowing its type.
+pub(crate) trait Reachable: Send + Sync {
+    /// The actor's id.
+    fn id(&self) -> u64;
+    /// The actor's type (decoders are registered per actor type).
+    fn actor_type(&self) -> TypeId;
+    /// The actor type's name.
+    fn type_name(&self) -> &'static str;
+    /// Delivers without waiting; a full transport queue hands it back.
+    fn try_deliver(&self, m: Box<dyn Erased>) -> Result<(), Box<dyn Erased>>;
+    /// Runs `w` once when the actor stops (at once if it has).
+    fn watch(&self, w: Watcher);
+    /// Whether it still runs.
+    fn is_alive(&self) -> bool;
+    /// Its typed reference (`ActorRef<A>`).
+    fn typed(&self) -> &(dyn Any + Send + Sync);
+}
 
 /// The registry shared by a system and its shards: names, and groups.
 #[derive(Default)]
@@ -32,6 +64,9 @@ pub(crate) struct Registry {
     names: DashMap<String, Registered>,
     /// Group (name, message type) -> its members, in join order.
     groups: DashMap<GroupKey, Vec<Member>>,
+    /// Counts changes of group membership (joins and leaves that changed
+    /// something), so a reader can tell cheaply that nothing changed.
+    group_changes: AtomicU64,
 }
 
 impl Registry {
@@ -105,22 +140,36 @@ impl Registry {
         self.names.len()
     }
 
-    /// Adds member `id` to `group` unless it is in already; true if added.
-    pub(crate) fn join(&self, group: &GroupKey, id: u64, r: Arc<dyn Any + Send + Sync>) -> bool {
+    /// Adds `member` to `group` unless it is in already; true if added.
+    pub(crate) fn join(&self, group: &GroupKey, member: Member) -> bool {
         let mut members = self.groups.entry(group.clone()).or_default();
-        if members.iter().any(|(m, _)| *m == id) {
+        if members.iter().any(|m| m.id == member.id) {
             return false;
         }
-        members.push((id, r));
+        members.push(member);
+        drop(members);
+        self.group_changes.fetch_add(1, Ordering::Release);
         true
     }
 
     /// Removes member `id` from `group` (an empty group goes).
     pub(crate) fn leave(&self, group: &GroupKey, id: u64) {
+        let mut left = false;
         if let Some(mut members) = self.groups.get_mut(group) {
-            members.retain(|(m, _)| *m != id);
+            let before = members.len();
+            members.retain(|m| m.id != id);
+            left = members.len() != before;
         }
         self.groups.remove_if(group, |_, m| m.is_empty());
+        if left {
+            self.group_changes.fetch_add(1, Ordering::Release);
+        }
+    }
+
+    /// How many times group membership has changed so far (compare two
+    /// readings to learn whether anything changed between them).
+    pub(crate) fn group_changes(&self) -> u64 {
+        self.group_changes.load(Ordering::Acquire)
     }
 
     /// The members of `group`, in join order.
@@ -182,5 +231,21 @@ mod tests {
         dead.set_stopped(StopReason::Normal);
         r.replace("svc", &dead, TypeId::of::<u32>(), Box::new(3u32));
         assert_eq!(r.len(), 0);
+    }
+
+    #[test]
+    fn group_changes_count_only_what_changed() {
+        let r = Registry::default();
+        let key: GroupKey = ("g".into(), TypeId::of::<u32>());
+        let member = |id| Member { id, typed: Arc::new(id), local: None };
+        let c0 = r.group_changes();
+        assert!(r.join(&key, member(1)));
+        assert!(!r.join(&key, member(1)), "in already");
+        assert_eq!(r.group_changes(), c0 + 1);
+        r.leave(&key, 2); // not a member
+        assert_eq!(r.group_changes(), c0 + 1);
+        r.leave(&key, 1);
+        assert_eq!(r.group_changes(), c0 + 2);
+        assert!(r.members(&key).is_empty());
     }
 }

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use super::WireError;
 
 /// The protocol version this build speaks.
-pub const PROTOCOL_VERSION: u16 = 4;
+pub const PROTOCOL_VERSION: u16 = 5;
 
 /// Default largest frame (16 MiB).
 pub const DEFAULT_MAX_FRAME: usize = 16 << 20;
@@ -119,6 +119,18 @@ pub enum Frame {
     Blocked {
         /// The target actor's id on the node that receives this frame.
         to: u64,
+    },
+    /// Group membership: the sender's own members of the group `name` of
+    /// message type `ty`, all of them (the state, not a change: it replaces
+    /// whatever the sender said of that group before). Sent when they change
+    /// and when a connection comes up.
+    Group {
+        /// The group's name.
+        name: String,
+        /// The registered type of the messages its members handle.
+        ty: u64,
+        /// The members' actor ids on the sending node, in join order.
+        members: Vec<u64>,
     },
 }
 
@@ -745,6 +757,8 @@ mod tests {
                 Frame::Stopped { id: to, reason: name.clone() },
                 Frame::Credit { to, bytes: ty },
                 Frame::Blocked { to },
+                Frame::Group { name: name.clone(), ty, members: vec![to, req, ty] },
+                Frame::Group { name: name.clone(), ty, members: vec![] },
             ] {
                 let mut buf = Vec::new();
                 encode(&f, &mut buf, DEFAULT_MAX_FRAME).unwrap();
@@ -754,7 +768,7 @@ mod tests {
 
         /// `decode_in_place` gives the same answer as `decode`.
         #[test]
-        fn decoding_in_place_agrees_with_decode(bytes in proptest::collection::vec(any::<u8>(), 0..64), tag in 0u8..8) {
+        fn decoding_in_place_agrees_with_decode(bytes in proptest::collection::vec(any::<u8>(), 0..64), tag in 0u8..17) {
             // Bodies that start with a real variant tag, so Tell and Ask
             // bodies of every shape (short, trailing, non-canonical) are met.
             let mut buf = ((bytes.len() + 1) as u32).to_be_bytes().to_vec();

@@ -18,7 +18,7 @@ use std::time::Instant;
 use ringmail_wire::frame::{self, Decoded, Frame};
 use ringmail_wire::WireError;
 
-use super::{ExportStopped, NodeActor, SendReply};
+use super::{NodeActor, SendReply};
 use crate::actor::Context;
 use crate::error::StopReason;
 use crate::remote::link::{Step, Unit};
@@ -154,14 +154,7 @@ impl NodeActor {
                 let found = self.shared.exports.get(&name).map(|e| e.clone());
                 let actor = found.as_ref().map(|e| (e.id, e.type_name.to_string()));
                 if let Some(e) = found {
-                    self.watchers.entry(e.id).or_default().insert(link);
-                    if !e.watched.swap(true, Ordering::AcqRel) {
-                        let me = self.me();
-                        let id = e.id;
-                        (e.watch)(Box::new(move |r| {
-                            me.deliver_forced(ExportStopped { id, reason: reason_text(r) })
-                        }));
-                    }
+                    self.watch_export(&e, link);
                 }
                 self.queue(link, &Frame::Found { req, actor });
                 Ok(())
@@ -192,6 +185,10 @@ impl NodeActor {
                 // A stand-in made from a lookup answered just before the
                 // stop is registered later: it finds this.
                 self.recently_stopped.insert((peer, inc, id), (Instant::now(), reason));
+                Ok(())
+            }
+            Frame::Group { name, ty, members } => {
+                self.group_state(link, (name, ty), members);
                 Ok(())
             }
             Frame::Listening { addr } => {
@@ -318,7 +315,7 @@ impl NodeActor {
     }
 }
 
-fn reason_text(r: &StopReason) -> String {
+pub(super) fn reason_text(r: &StopReason) -> String {
     match r {
         StopReason::Normal => "normal".into(),
         StopReason::Shutdown => "shutdown".into(),

@@ -12,6 +12,7 @@
 //!   owed either way) and nothing has arrived on it for [`RETIRE_AFTER`];
 //! * forgets addresses given up on (see `remote::dial`) and dials every
 //!   address that is due and where no peer is up or connecting;
+//! * sends the members of spread groups that changed (`remote::groups`);
 //! * seals and sends what is pending.
 //!
 //! Membership (`remote::swim`) answers every input with effects, which
@@ -155,6 +156,7 @@ impl NodeActor {
                 d.free(); // no thread now: try again at the next tick
             }
         }
+        self.spread_groups();
         ctx.send_after(TICK, Tick);
         self.flush(ctx);
     }

@@ -1,0 +1,244 @@
+//! Groups and pub-sub across nodes (three nodes in one process, over
+//! loopback), through the public API.
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ringmail::remote::{Node, NodeConfig, NodeEvent};
+use ringmail::{Actor, ActorRef, Context, Group, Handler, Message, System, SystemConfig};
+use serde::{Deserialize, Serialize};
+
+const SECRET: &str = "5b1c0f2e9a7d4c3b8e6f1a2d0c9b7e4f3a6d8c1b2e5f7a9c0d3b6e8f1a4c7d2e";
+const T: Duration = Duration::from_secs(20);
+
+/// A publication: from publisher `from`, number `n`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Note {
+    from: u32,
+    n: u64,
+}
+impl Message for Note {
+    type Reply = ();
+}
+
+/// Per publisher, the next number expected; publications counted; any
+/// out of order (a loss, a duplicate or a reordering) counted.
+#[derive(Default, Debug)]
+struct Seen {
+    next: HashMap<u32, u64>,
+    count: u64,
+    out_of_order: u64,
+}
+
+struct Sub {
+    seen: Arc<Mutex<Seen>>,
+    /// Time taken per publication (a slow subscriber).
+    pause: Duration,
+}
+impl Actor for Sub {}
+impl Handler<Note> for Sub {
+    fn handle(&mut self, Note { from, n }: Note, _: &mut Context<Self>) {
+        if !self.pause.is_zero() {
+            std::thread::sleep(self.pause);
+        }
+        let mut s = self.seen.lock().unwrap();
+        let expected = s.next.insert(from, n + 1).unwrap_or(0);
+        if expected != n {
+            s.out_of_order += 1;
+        }
+        s.count += 1;
+    }
+}
+
+fn loopback() -> SocketAddr {
+    "127.0.0.1:0".parse().unwrap()
+}
+
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    while !f() {
+        assert!(start.elapsed() < T, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    start.elapsed()
+}
+
+/// A node named `name` on a system of its own, joined through `seed`,
+/// spreading the group "subs" of `Note`.
+fn node(name: &str, seed: Option<SocketAddr>, sys: SystemConfig, window: u64) -> (System, Node) {
+    let system = System::with_config(sys);
+    let mut cfg = NodeConfig::new(name, loopback(), SECRET).window(window);
+    if let Some(s) = seed {
+        cfg = cfg.seeds([s]);
+    }
+    let node = Node::start(&system, cfg).unwrap();
+    node.register::<Sub, Note>();
+    (system, node)
+}
+
+fn subs(node: &Node) -> Group<Note> {
+    node.group::<Note>("subs").unwrap()
+}
+
+/// Spawns `n` subscribers on `system` and joins them to `group`.
+type Joined = Vec<(ActorRef<Sub>, Arc<Mutex<Seen>>)>;
+
+fn join(system: &System, group: &Group<Note>, n: usize, pause: Duration) -> Joined {
+    (0..n)
+        .map(|_| {
+            let seen = Arc::new(Mutex::new(Seen::default()));
+            let a: ActorRef<Sub> = system.spawn(Sub { seen: seen.clone(), pause }).unwrap();
+            group.join(&a);
+            (a, seen)
+        })
+        .collect()
+}
+
+/// The ids a group lists, checked for duplicates.
+fn ids(group: &Group<Note>) -> HashSet<u64> {
+    let members = group.members();
+    let ids: HashSet<u64> = members.iter().map(|m| m.id()).collect();
+    assert_eq!(ids.len(), members.len(), "a member listed twice");
+    ids
+}
+
+/// 300 members from three nodes are listed on every node; a partition
+/// between two nodes takes each side's members out of the other's list and
+/// the heal brings them back; a node that goes down leaves every list, and
+/// its restart comes back with new members.
+#[test]
+fn members_of_every_node_are_listed_everywhere_and_follow_their_nodes() {
+    let cfg = || SystemConfig::default();
+    let (sa, a) = node("ga", None, cfg(), 1 << 20);
+    let (sb, b) = node("gb", Some(a.local_addr()), cfg(), 1 << 20);
+    let (sc, c) = node("gc", Some(a.local_addr()), cfg(), 1 << 20);
+    for n in [&a, &b, &c] {
+        assert!(n.wait_for_peers(2, T), "{} sees both others", n.name());
+    }
+    let (ga, gb, gc) = (subs(&a), subs(&b), subs(&c));
+    let a_members = join(&sa, &ga, 100, Duration::ZERO);
+    join(&sb, &gb, 100, Duration::ZERO);
+    let c_seen = join(&sc, &gc, 100, Duration::ZERO);
+    let took =
+        wait_until("300 members on every node", || [&ga, &gb, &gc].iter().all(|g| g.len() == 300));
+    println!("300 members listed on all 3 nodes {took:?} after the last join");
+    for g in [&ga, &gb, &gc] {
+        assert_eq!(ids(g).len(), 300);
+    }
+
+    // A publish from a reaches every member once, c's too.
+    assert_eq!(ga.publish(Note { from: 0, n: 0 }), 300);
+    wait_until("c's members got it", || c_seen.iter().all(|(_, s)| s.lock().unwrap().count == 1));
+
+    // A member that leaves, and one that stops, leave every list.
+    ga.leave(&a_members[0].0);
+    a_members[1].0.stop();
+    let took =
+        wait_until("two of a's members gone on b and c", || gb.len() == 298 && gc.len() == 298);
+    println!("a leave and a stop shown on the other nodes within {took:?}");
+    ga.join(&a_members[0].0);
+    wait_until("the member back", || gb.len() == 299 && gc.len() == 299);
+    let expect = 299;
+
+    // Cut a <-> c: each drops the other's members, b keeps all; the redial
+    // heals it and the lists converge again.
+    let events = a.events();
+    a.disconnect("gc");
+    loop {
+        match events.recv_timeout(T).expect("c goes down on a") {
+            NodeEvent::Down { name, .. } if name == "gc" => break,
+            _ => {}
+        }
+    }
+    // (Redialled only after 50 ms.)
+    assert_eq!(ga.len(), expect - 100, "c's members left a's list with the link");
+    wait_until("the partition heals", || [&ga, &gb, &gc].iter().all(|g| g.len() == expect));
+
+    // c goes away: its members leave a's and b's lists, once.
+    let c_ids_on_a: HashSet<u64> = ids(&ga);
+    c.shutdown();
+    drop(sc);
+    let took = wait_until("c's members gone", || ga.len() == 199 && gb.len() == 199);
+    println!("c's members left within {took:?}");
+    let after = ids(&ga);
+    assert!(after.is_subset(&c_ids_on_a), "no member appeared meanwhile");
+
+    // c restarts (a new incarnation): 100 new members, never the old ones.
+    let (sc2, c2) = node("gc", Some(a.local_addr()), cfg(), 1 << 20);
+    let gc2 = subs(&c2);
+    join(&sc2, &gc2, 100, Duration::ZERO);
+    wait_until("the restarted c's members everywhere", || {
+        [&ga, &gb, &gc2].iter().all(|g| g.len() == expect)
+    });
+    let now = ids(&ga);
+    assert_eq!(now.intersection(&c_ids_on_a).count(), 199, "only a's and b's are old");
+    for g in [&ga, &gb, &gc2] {
+        assert_eq!(ids(g).len(), expect);
+    }
+    b.shutdown();
+    drop((b, sb));
+    wait_until("b's members gone", || ga.len() == 199 && gc2.len() == 199);
+}
+
+/// Three publishers (one per node) each publish to 30 subscribers (10 per
+/// node): every subscriber gets every publication once, in each
+/// publisher's order; a slow subscriber, behind small credit windows and
+/// mailboxes, holds the publishers back and loses nothing.
+#[test]
+fn every_subscriber_on_every_node_gets_every_publication_once_in_order() {
+    const N: u64 = 1_000;
+    // Small windows and mailboxes: the slow subscriber's backlog is bounded
+    // by them, and publishers wait.
+    let cfg = || SystemConfig::default().mailbox_capacity(32);
+    let window = 4 << 10;
+    let (sa, a) = node("pa", None, cfg(), window);
+    let (sb, b) = node("pb", Some(a.local_addr()), cfg(), window);
+    let (sc, c) = node("pc", Some(a.local_addr()), cfg(), window);
+    for n in [&a, &b, &c] {
+        assert!(n.wait_for_peers(2, T), "{} sees both others", n.name());
+    }
+    let groups = [subs(&a), subs(&b), subs(&c)];
+    let mut seen = Vec::new();
+    for (system, g) in [&sa, &sb, &sc].into_iter().zip(&groups) {
+        seen.extend(join(system, g, 10, Duration::ZERO));
+    }
+    // The slow one, on c: 200 µs per publication.
+    seen.extend(join(&sc, &groups[2], 1, Duration::from_micros(200)));
+    wait_until("31 members everywhere", || groups.iter().all(|g| g.len() == 31));
+
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for (i, g) in groups.iter().enumerate() {
+            s.spawn(move || {
+                for n in 0..N {
+                    assert_eq!(g.publish(Note { from: i as u32, n }), 31, "publication {n}");
+                }
+            });
+        }
+    });
+    let published = start.elapsed();
+    wait_until("every subscriber has every publication", || {
+        seen.iter().all(|(_, s)| s.lock().unwrap().count == 3 * N)
+    });
+    println!(
+        "3 x {N} publications to 31 subscribers: published in {published:?}, all in {:?}",
+        start.elapsed()
+    );
+    for (i, (_, s)) in seen.iter().enumerate() {
+        let s = s.lock().unwrap();
+        assert_eq!(s.out_of_order, 0, "subscriber {i}: {s:?}");
+        assert_eq!(s.count, 3 * N, "subscriber {i}");
+        for from in 0..3 {
+            assert_eq!(s.next.get(&from), Some(&N), "subscriber {i}, publisher {from}");
+        }
+    }
+    // The slow subscriber held the publishers back (3 000 x 200 µs).
+    assert!(published >= Duration::from_millis(500), "published in {published:?}");
+    let waits: u64 = [&a, &b].iter().map(|n| n.stats().credit_waits).sum();
+    assert!(waits > 0, "publishers on a and b waited for c's credit");
+    for (sys, n) in [(&sa, &a), (&sb, &b), (&sc, &c)] {
+        assert_eq!(sys.dead_letters(), 0, "{}", n.name());
+    }
+}
