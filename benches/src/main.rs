@@ -20,6 +20,7 @@ mod harness;
 mod kv;
 mod msg_lat;
 mod ping_pong;
+mod pubsub;
 mod raw;
 mod remote;
 mod report;
@@ -29,8 +30,8 @@ mod throughput;
 
 use harness::Comparison;
 
-const CASES: [&str; 8] =
-    ["ping-pong", "throughput", "msg-lat", "fd-handoff", "spawn", "echo", "kv", "remote"];
+const CASES: [&str; 9] =
+    ["ping-pong", "throughput", "msg-lat", "fd-handoff", "spawn", "echo", "kv", "remote", "pubsub"];
 
 fn machine_line() -> String {
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
@@ -141,6 +142,7 @@ fn main() {
             "echo" => echo::run(quick, rounds),
             "kv" => kv::run(quick, rounds),
             "remote" => remote::run(quick, rounds),
+            "pubsub" => pubsub::run(quick, rounds),
             _ => unreachable!(),
         };
         for comparison in &got {

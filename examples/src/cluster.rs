@@ -150,6 +150,40 @@ impl Handler<Quit> for Control {
     }
 }
 
+/// The group of `SeqCheck`s spread across the cluster (see
+/// [`join_checkers`]).
+pub const CHECKERS: &str = "checkers";
+
+/// Asks how many members the group [`CHECKERS`] lists on the node.
+#[derive(Serialize, Deserialize)]
+pub struct Checkers;
+impl Message for Checkers {
+    type Reply = usize;
+}
+impl Handler<Checkers> for Control {
+    fn handle(&mut self, _: Checkers, ctx: &mut Context<Self>) -> usize {
+        // The system's group of that name and type is the one the node spreads.
+        ctx.group::<Seq>(CHECKERS).len()
+    }
+}
+
+/// Spreads the group [`CHECKERS`] from `node` and joins `n` new `SeqCheck`s
+/// to it (after [`register_all`]).
+pub fn join_checkers(
+    system: &System,
+    node: &Node,
+    n: usize,
+) -> Result<Vec<ActorRef<SeqCheck>>, Box<dyn std::error::Error>> {
+    let group = node.group::<Seq>(CHECKERS)?;
+    let mut joined = Vec::with_capacity(n);
+    for _ in 0..n {
+        let c = system.spawn(SeqCheck::default())?;
+        group.join(&c);
+        joined.push(c);
+    }
+    Ok(joined)
+}
+
 // ANCHOR: register
 /// Registers every message type that crosses nodes (on every node), under
 /// wire names of its own that stay when a type moves or a compiler
@@ -162,6 +196,7 @@ pub fn register_all(node: &Node) -> Result<(), ringmail::remote::RegisterError> 
     node.register_as::<SeqCheck, SeqReport>("cluster.SeqReport")?;
     node.register_as::<SeqCheck, SeqSeen>("cluster.SeqSeen")?;
     node.register_as::<Control, Quit>("cluster.Quit")?;
+    node.register_as::<Control, Checkers>("cluster.Checkers")?;
     Ok(())
 }
 // ANCHOR_END: register

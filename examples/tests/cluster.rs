@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use ringmail::remote::{Node, NodeConfig, NodeEvent};
 use ringmail::{Actor, Context, Down, Handler, StopReason, System, TellError};
-use ringmail_examples::cluster::{self, Ping, Pong, Seq, SeqCheck, SeqReport};
+use ringmail_examples::cluster::{self, Checkers, Control, Ping, Pong, Seq, SeqCheck, SeqReport};
 
 const SECRET: &str = "cb3433c425b35a296be3b07da99b1580539a02b9508a6ff9f320a031f13840c6";
 const T: Duration = Duration::from_secs(20);
@@ -36,7 +36,18 @@ fn worker(name: &str, listen: SocketAddr, secret: &str) -> Proc {
 }
 
 fn worker_joining(name: &str, listen: SocketAddr, secret: &str, join: &[SocketAddr]) -> Proc {
+    worker_with(name, listen, secret, join, &[])
+}
+
+fn worker_with(
+    name: &str,
+    listen: SocketAddr,
+    secret: &str,
+    join: &[SocketAddr],
+    extra: &[&str],
+) -> Proc {
     let mut args = vec!["--name".to_string(), name.into(), "--listen".into(), listen.to_string()];
+    args.extend(extra.iter().map(|a| a.to_string()));
     if !join.is_empty() {
         let join: Vec<String> = join.iter().map(|a| a.to_string()).collect();
         args.extend(["--join".into(), join.join(",")]);
@@ -496,5 +507,62 @@ fn kill_9_during_a_stream_counts_every_unacknowledged_message_in_doubt() {
     assert!(in_doubt > 0, "a stream was in flight");
     assert_eq!(node.stats().sent - sent_before, in_doubt, "written once each, none resent");
     assert_eq!(node.stats().in_doubt, in_doubt);
+    system.shutdown();
+}
+
+/// A group spread over three processes (100 members each): every node lists
+/// all 300; kill -9 one: its members leave the lists of both others within
+/// the detection bound, exactly (each list is 200, then stays 200); its
+/// restart brings 100 new members, never the old ones.
+#[test]
+fn kill_9_takes_a_nodes_group_members_out_everywhere_and_a_restart_brings_new_ones() {
+    let _serial = one_at_a_time();
+    let (a1, a2) = (free_addr(), free_addr());
+    let system = System::new();
+    let node = me(&system, &[a1, a2]);
+    let mine = cluster::join_checkers(&system, &node, 100).unwrap();
+    let group = system.group::<Seq>(cluster::CHECKERS);
+    let extra = ["--checkers", "100"];
+    let _w1 = worker_with("g1", a1, SECRET, &[], &extra);
+    let mut w2 = worker_with("g2", a2, SECRET, &[a1], &extra);
+    assert!(node.wait_for_peers(2, T));
+    let c1 = lookup::<Control>(&node, "g1", "control");
+    let c2 = lookup::<Control>(&node, "g2", "control");
+    let lists = |c: &ringmail::ActorRef<Control>| c.ask(Checkers, T).unwrap();
+    let deadline = Instant::now() + T;
+    while group.len() != 300 || lists(&c1) != 300 || lists(&c2) != 300 {
+        assert!(Instant::now() < deadline, "300 members on every node: {}", group.len());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let before: std::collections::HashSet<u64> = group.members().iter().map(|m| m.id()).collect();
+    assert_eq!(before.len(), 300);
+
+    let killed = Instant::now();
+    w2.0.kill().unwrap(); // SIGKILL
+    w2.0.wait().unwrap();
+    let bound = NodeConfig::new("x", a1, "s").detection_bound(3);
+    while group.len() != 200 || lists(&c1) != 200 {
+        assert!(killed.elapsed() <= bound, "g2's members still listed after {bound:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    println!("g2's members left both lists {:?} after kill -9", killed.elapsed());
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!((group.len(), lists(&c1)), (200, 200), "left once, nobody came back");
+    let left: std::collections::HashSet<u64> = group.members().iter().map(|m| m.id()).collect();
+    assert!(left.is_subset(&before));
+    for m in &mine {
+        assert!(left.contains(&m.id()), "this node's members stay");
+    }
+
+    // Restarted: a new incarnation, 100 new members.
+    let _w2 = worker_with("g2", a2, SECRET, &[a1], &extra);
+    let deadline = Instant::now() + T;
+    while group.len() != 300 || lists(&c1) != 300 {
+        assert!(Instant::now() < deadline, "the restarted node's members: {}", group.len());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let after: std::collections::HashSet<u64> = group.members().iter().map(|m| m.id()).collect();
+    assert_eq!(after.len(), 300);
+    assert_eq!(after.intersection(&before).count(), 200, "100 new members, none of the old ones");
     system.shutdown();
 }

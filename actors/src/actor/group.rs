@@ -38,7 +38,7 @@ use std::sync::Arc;
 
 use super::{ActorRef, Handler, Message, Recipient};
 use crate::error::TellError;
-use crate::runtime::registry::{Member, Registry};
+use crate::runtime::registry::{Member, Reachable, Registry};
 
 /// A named group of actors that handle `M` (see the module docs). Made by
 /// [`crate::System::group`] or [`crate::Context::group`]; cheap to clone.
@@ -83,11 +83,12 @@ impl<M: Message> Group<M> {
         if !actor.cell.add_group(&self.key) {
             return;
         }
-        let member = Member {
-            id: actor.id(),
-            typed: Arc::new(actor.recipient::<M>()),
-            local: Some(Arc::new(actor.clone())),
-        };
+        // A reference to a remote actor (a lookup's) is a member here, but
+        // not one of this node's own: a node spreads only its own, so no
+        // member is ever relayed (and reached twice).
+        let local: Option<Arc<dyn Reachable>> =
+            if actor.cell.is_stand_in() { None } else { Some(Arc::new(actor.clone())) };
+        let member = Member { id: actor.id(), typed: Arc::new(actor.recipient::<M>()), local };
         self.registry.join(&self.key, member);
         if !actor.is_alive() {
             self.registry.leave(&self.key, actor.id());
@@ -254,16 +255,21 @@ fn weight(key: u64, id: u64) -> u64 {
 
 /// Tells a clone of `msg` to each of `to`; a copy not taken is counted as a
 /// dead letter (a `Stopped` one is counted by the send already).
+///
+/// The copies leave in one batch (`batched`): from a thread that is not a
+/// shard, one `io_uring_enter` per publication instead of one per member.
 fn send_each<M: Message + Clone>(to: &[Recipient<M>], msg: &M) -> usize {
-    let mut took = 0;
-    for m in to {
-        match m.tell(msg.clone()) {
-            Ok(()) => took += 1,
-            Err(TellError::Stopped(_)) => {}
-            Err(_) => m.count_dead_letter(),
+    crate::runtime::route::batched(|| {
+        let mut took = 0;
+        for m in to {
+            match m.tell(msg.clone()) {
+                Ok(()) => took += 1,
+                Err(TellError::Stopped(_)) => {}
+                Err(_) => m.count_dead_letter(),
+            }
         }
-    }
-    took
+        took
+    })
 }
 
 #[cfg(test)]

@@ -44,7 +44,7 @@
 //! sides list each other's current members again.
 
 use std::any::Any;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::marker::PhantomData;
 use std::sync::Arc;
 
@@ -153,8 +153,15 @@ impl Table {
     }
 
     /// What to change so the local group holds exactly the remote members
-    /// peers declared (`live(peer, inc)`: that incarnation is up now).
-    pub(crate) fn changes(&self, group: &WireGroup, live: impl Fn(&str, u64) -> bool) -> Changes {
+    /// peers declared (`live(peer, inc)`: that incarnation is up now). A
+    /// member whose stand-in is no longer `present` (it stopped, or was
+    /// taken out of the group by hand) is joined again.
+    pub(crate) fn changes(
+        &self,
+        group: &WireGroup,
+        live: impl Fn(&str, u64) -> bool,
+        present: impl Fn(&ActorCell) -> bool,
+    ) -> Changes {
         let mut want: Vec<RemoteId> = Vec::new();
         if let Some(by_peer) = self.remote.get(group) {
             let mut peers: Vec<_> = by_peer.iter().collect();
@@ -166,17 +173,29 @@ impl Table {
             }
         }
         let have = self.joined.get(group);
-        let join =
-            want.iter().filter(|m| !have.is_some_and(|h| h.contains_key(*m))).cloned().collect();
+        let join = want
+            .iter()
+            .filter(|m| !have.and_then(|h| h.get(*m)).is_some_and(|c| present(c)))
+            .cloned()
+            .collect();
+        let wanted: HashSet<&RemoteId> = want.iter().collect();
         let leave = have
             .map(|h| {
                 h.iter()
-                    .filter(|(m, _)| !want.contains(m))
+                    .filter(|(m, _)| !wanted.contains(m))
                     .map(|(m, cell)| (m.clone(), cell.id))
                     .collect()
             })
             .unwrap_or_default();
         Changes { join, leave }
+    }
+
+    /// The groups with remote members or states (to check on the tick).
+    pub(crate) fn known(&self) -> Vec<WireGroup> {
+        let mut v: Vec<WireGroup> = self.remote.keys().chain(self.joined.keys()).cloned().collect();
+        v.sort();
+        v.dedup();
+        v
     }
 
     /// A remote member was joined through stand-in `cell`.
@@ -234,18 +253,18 @@ mod tests {
         let mut next = 100;
         assert!(t.remote_state(&g(), "b", 1, vec![10, 11]));
         assert!(!t.remote_state(&g(), "b", 1, vec![10, 11]), "the same state again");
-        let c = t.changes(&g(), |_, _| true);
+        let c = t.changes(&g(), |_, _| true, |_| true);
         assert_eq!(c.join, vec![m("b", 1, 10), m("b", 1, 11)]);
         assert!(c.leave.is_empty());
         apply(&mut t, &c, &mut next);
-        assert_eq!(t.changes(&g(), |_, _| true), Changes::default(), "up to date");
+        assert_eq!(t.changes(&g(), |_, _| true, |_| true), Changes::default(), "up to date");
 
         assert!(t.remote_state(&g(), "b", 1, vec![11, 12]));
-        let c = t.changes(&g(), |_, _| true);
+        let c = t.changes(&g(), |_, _| true, |_| true);
         assert_eq!(c.join, vec![m("b", 1, 12)]);
         assert_eq!(c.leave, vec![(m("b", 1, 10), 101)]);
         apply(&mut t, &c, &mut next);
-        assert_eq!(t.changes(&g(), |_, _| true), Changes::default());
+        assert_eq!(t.changes(&g(), |_, _| true, |_| true), Changes::default());
     }
 
     #[test]
@@ -254,21 +273,37 @@ mod tests {
         let mut next = 0;
         t.remote_state(&g(), "b", 1, vec![10]);
         t.remote_state(&g(), "c", 5, vec![10]);
-        let c = t.changes(&g(), |_, _| true);
+        let c = t.changes(&g(), |_, _| true, |_| true);
         assert_eq!(c.join, vec![m("b", 1, 10), m("c", 5, 10)], "by peer, then join order");
         apply(&mut t, &c, &mut next);
         // An incarnation not up (its link is gone) counts as no members.
-        let c = t.changes(&g(), |p, _| p != "c");
+        let c = t.changes(&g(), |p, _| p != "c", |_| true);
         assert_eq!(c.leave, vec![(m("c", 5, 10), 2)]);
         assert_eq!(t.peer_down("b", 0), Vec::<WireGroup>::new(), "another incarnation");
         assert_eq!(t.peer_down("b", 1), vec![g()]);
-        let c = t.changes(&g(), |_, _| true);
+        let c = t.changes(&g(), |_, _| true, |_| true);
         apply(&mut t, &c, &mut next);
         // b restarted: its members are new members.
         t.remote_state(&g(), "b", 2, vec![10]);
-        let c = t.changes(&g(), |_, _| true);
+        let c = t.changes(&g(), |_, _| true, |_| true);
         assert_eq!(c.join, vec![m("b", 2, 10)]);
         assert!(c.leave.is_empty(), "b/1's member left when b/1 went down");
+    }
+
+    #[test]
+    fn a_member_whose_stand_in_is_gone_is_joined_again() {
+        let mut t = Table::default();
+        let mut next = 0;
+        t.remote_state(&g(), "b", 1, vec![10, 11]);
+        let c = t.changes(&g(), |_, _| true, |_| true);
+        apply(&mut t, &c, &mut next);
+        // Stand-in 1 (for b/1/10) stopped or left the group by hand.
+        let c = t.changes(&g(), |_, _| true, |cell| cell.id != 1);
+        assert_eq!(c.join, vec![m("b", 1, 10)]);
+        assert!(c.leave.is_empty());
+        apply(&mut t, &c, &mut next);
+        assert_eq!(t.changes(&g(), |_, _| true, |cell| cell.id != 1), Changes::default());
+        assert_eq!(t.known(), vec![g()]);
     }
 
     #[test]

@@ -703,7 +703,7 @@ pub(crate) struct NodeShared {
     pub(crate) subscribers: Mutex<Vec<mpsc::Sender<NodeEvent>>>,
     pub(crate) counters: Arc<Counters>,
     /// Stand-ins already made, by (peer, incarnation, remote id).
-    pub(crate) proxies: Mutex<HashMap<(String, u64, u64), Weak<ActorCell>>>,
+    pub(crate) proxies: Mutex<HashMap<groups::RemoteId, Weak<ActorCell>>>,
     /// The system's names and groups.
     pub(crate) registry: Arc<Registry>,
     /// The groups this node spreads ([`Node::group`]).
@@ -719,37 +719,70 @@ impl NodeShared {
     pub(crate) fn stand_in(
         &self,
         node: &ActorRef<NodeActor>,
-        peer: &str,
-        incarnation: u64,
-        remote_id: u64,
+        id: &groups::RemoteId,
+        register: bool,
+    ) -> (Arc<ActorCell>, Arc<ShardHandle>) {
+        let mut proxies = lock(&self.proxies);
+        Self::stand_in_locked(&mut proxies, node, id, register)
+    }
+
+    /// As [`NodeShared::stand_in`] for the node's actor, which never waits
+    /// for the lock (a client thread holds it while it sends to the gateway
+    /// shard, which may wait for that very shard): `None` when it is taken.
+    pub(crate) fn try_stand_in(
+        &self,
+        node: &ActorRef<NodeActor>,
+        id: &groups::RemoteId,
+    ) -> Option<(Arc<ActorCell>, Arc<ShardHandle>)> {
+        let mut proxies = self.proxies.try_lock().ok()?;
+        Some(Self::stand_in_locked(&mut proxies, node, id, false))
+    }
+
+    fn stand_in_locked(
+        proxies: &mut HashMap<groups::RemoteId, Weak<ActorCell>>,
+        node: &ActorRef<NodeActor>,
+        id: &groups::RemoteId,
         register: bool,
     ) -> (Arc<ActorCell>, Arc<ShardHandle>) {
         let gateway = node.shard.clone();
-        let key = (peer.to_string(), incarnation, remote_id);
-        let mut proxies = lock(&self.proxies);
         // A live stand-in is shared; one stopped by a dropped connection
         // (same incarnation) is replaced.
-        if let Some(s) = proxies.get(&key).and_then(Weak::upgrade).filter(|s| s.is_alive()) {
+        if let Some(s) = proxies.get(id).and_then(Weak::upgrade).filter(|s| s.is_alive()) {
             return (s, gateway);
         }
-        proxies.retain(|_, w| w.strong_count() > 0);
         let cell = Arc::new(ActorCell::new(ShardHandle::next_id(), gateway.mailbox_capacity()));
-        proxies.insert(key, Arc::downgrade(&cell));
+        cell.set_stand_in();
+        proxies.insert(id.clone(), Arc::downgrade(&cell));
         // Still under the lock: another lookup of the same actor gets this
         // stand-in only once it is spawned and registered (in that order,
         // ahead of any message sent to it).
         let proxy = stand_in::Proxy { cell: cell.clone(), node: node.clone() };
         gateway.spawn_hosted(&cell, Box::new(proxy));
         if register {
+            let (peer, incarnation, remote_id) = id.clone();
             node.deliver_forced(stand_in::RegisterProxy {
                 proxy: cell.id,
-                peer: peer.to_string(),
+                peer,
                 incarnation,
                 remote_id,
             });
         }
-        drop(proxies);
         (cell, gateway)
+    }
+
+    /// Forgets stand-ins that are being stopped (taken from the node's
+    /// table), so the next lookup or group member makes a new one instead
+    /// of sharing one whose stop is on its way; and ones already gone.
+    /// Never waits for the lock (see `try_stand_in`): false when taken.
+    pub(crate) fn forget_stand_ins(&self, stopping: &[(u64, groups::RemoteId)]) -> bool {
+        let Ok(mut proxies) = self.proxies.try_lock() else { return false };
+        for (cell, id) in stopping {
+            if proxies.get(id).and_then(Weak::upgrade).is_some_and(|c| c.id == *cell) {
+                proxies.remove(id);
+            }
+        }
+        proxies.retain(|_, w| w.upgrade().is_some_and(|c| c.is_alive()));
+        true
     }
 
     pub(crate) fn publish(&self, ev: NodeEvent) {
@@ -1020,7 +1053,8 @@ impl Node {
     /// The stand-in for remote actor `remote_id` of `peer`/`incarnation`
     /// (one per remote actor, made on first use).
     fn proxy<A: Actor>(&self, peer: &str, incarnation: u64, remote_id: u64) -> ActorRef<A> {
-        let (cell, gateway) = self.shared.stand_in(&self.actor, peer, incarnation, remote_id, true);
+        let id = (peer.to_string(), incarnation, remote_id);
+        let (cell, gateway) = self.shared.stand_in(&self.actor, &id, true);
         ActorRef { cell, shard: gateway, _a: std::marker::PhantomData }
     }
 

@@ -54,6 +54,7 @@ use ringmail_wire::frame::Frame;
 use ringmail_wire::handshake::Identity;
 
 use super::dial::{self, Dial, Duplicate};
+use super::groups::RemoteId;
 use super::link::{Held, Link, QueueError};
 use super::pending::{Found, Pending};
 use super::stand_in::{self, Outbound, Proxies, ProxyEntry, RegisterProxy};
@@ -214,6 +215,9 @@ pub(crate) struct NodeActor {
     retry_armed: bool,
     /// Groups across nodes: what peers said, what was sent.
     groups: super::groups::Table,
+    /// Stopped stand-ins still to forget in the shared map (its lock was
+    /// taken when they stopped).
+    forget_later: Vec<(u64, RemoteId)>,
 }
 
 impl NodeActor {
@@ -261,6 +265,7 @@ impl NodeActor {
             stalled: HashMap::new(),
             retry_armed: false,
             groups: super::groups::Table::default(),
+            forget_later: Vec::new(),
         }
     }
 
@@ -433,9 +438,8 @@ impl NodeActor {
             let d = self.dials.entry(addr).or_insert(Dial::new(min, false));
             d.again_after_backoff(Instant::now());
         }
-        for id in self.proxies.take_of_peer(&name, inc) {
-            self.stop_proxy(id, StopReason::NodeDown(name.clone()));
-        }
+        let taken = self.proxies.take_of_peer(&name, inc);
+        self.stop_stand_ins(taken, StopReason::NodeDown(name.clone()));
         self.groups_peer_down(&name, inc);
         tracing::warn!(node = %self.shared.cfg.name, peer = %name, incarnation = inc, reason, in_doubt, "peer down");
         self.shared.publish(NodeEvent::Down {
@@ -448,6 +452,21 @@ impl NodeActor {
 
     fn stop_proxy(&self, id: u64, reason: StopReason) {
         stand_in::stop_proxy(&self.me().shard, id, reason);
+    }
+
+    /// Stops stand-ins taken from the table, first making sure no lookup or
+    /// group shares them any more (`NodeShared::forget_stand_ins`; retried
+    /// on the tick if a client thread holds the map).
+    pub(super) fn stop_stand_ins(&mut self, taken: Vec<(u64, RemoteId)>, reason: StopReason) {
+        if taken.is_empty() {
+            return;
+        }
+        if !self.shared.forget_stand_ins(&taken) {
+            self.forget_later.extend(taken.iter().cloned());
+        }
+        for (id, _) in taken {
+            self.stop_proxy(id, reason.clone());
+        }
     }
 
     /// A link authenticated its peer.
@@ -558,9 +577,8 @@ impl Actor for NodeActor {
         for id in ids {
             self.close(id, "node shut down", ctx);
         }
-        for id in self.proxies.take_all() {
-            self.stop_proxy(id, StopReason::NodeDown(self.shared.cfg.name.clone()));
-        }
+        let taken = self.proxies.take_all();
+        self.stop_stand_ins(taken, StopReason::NodeDown(self.shared.cfg.name.clone()));
         self.pending.drop_asks();
         // Deliveries still waiting for room: the node is going, so are they.
         for (_, (_, q)) in self.stalled.drain() {

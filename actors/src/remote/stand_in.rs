@@ -31,6 +31,8 @@ use crate::runtime::envelope::{Body, Envelope, Erased, Hosted};
 use crate::runtime::route::send_control;
 use crate::runtime::shard::ShardHandle;
 
+use super::groups::RemoteId;
+
 /// The stand-in for an actor of another node, hosted on the gateway shard:
 /// every message it gets goes to the node's actor `N` to be sent.
 pub(crate) struct Proxy<N: Actor> {
@@ -117,28 +119,35 @@ impl Proxies {
     }
 
     /// Takes the stand-ins for the actors of `peer`'s incarnation `inc`
-    /// (it went down).
-    pub(crate) fn take_of_peer(&mut self, peer: &str, inc: u64) -> Vec<u64> {
+    /// (it went down): their ids and what they stood in for.
+    pub(crate) fn take_of_peer(&mut self, peer: &str, inc: u64) -> Vec<(u64, RemoteId)> {
         self.take(|p| p.peer == peer && p.incarnation == inc)
     }
 
     /// Takes the stand-ins for actor `remote_id` of `peer`'s incarnation
     /// `inc` (it stopped).
-    pub(crate) fn take_of_actor(&mut self, peer: &str, inc: u64, remote_id: u64) -> Vec<u64> {
+    pub(crate) fn take_of_actor(
+        &mut self,
+        peer: &str,
+        inc: u64,
+        remote_id: u64,
+    ) -> Vec<(u64, RemoteId)> {
         self.take(|p| p.peer == peer && p.incarnation == inc && p.remote_id == remote_id)
     }
 
     /// Takes every stand-in (the node stops).
-    pub(crate) fn take_all(&mut self) -> Vec<u64> {
-        self.0.drain().map(|(id, _)| id).collect()
+    pub(crate) fn take_all(&mut self) -> Vec<(u64, RemoteId)> {
+        self.take(|_| true)
     }
 
-    fn take(&mut self, which: impl Fn(&ProxyEntry) -> bool) -> Vec<u64> {
+    fn take(&mut self, which: impl Fn(&ProxyEntry) -> bool) -> Vec<(u64, RemoteId)> {
         let gone: Vec<u64> = self.0.iter().filter(|(_, p)| which(p)).map(|(id, _)| *id).collect();
-        for id in &gone {
-            self.0.remove(id);
-        }
-        gone
+        gone.into_iter()
+            .filter_map(|id| {
+                let p = self.0.remove(&id)?;
+                Some((id, (p.peer, p.incarnation, p.remote_id)))
+            })
+            .collect()
     }
 }
 
@@ -156,7 +165,8 @@ mod tests {
         ProxyEntry { peer: peer.into(), incarnation, remote_id }
     }
 
-    fn sorted(mut v: Vec<u64>) -> Vec<u64> {
+    fn sorted(v: Vec<(u64, RemoteId)>) -> Vec<u64> {
+        let mut v: Vec<u64> = v.into_iter().map(|(id, _)| id).collect();
         v.sort();
         v
     }
@@ -168,7 +178,9 @@ mod tests {
         p.insert(2, entry("b", 10, 101));
         p.insert(3, entry("b", 11, 100)); // a newer incarnation of b
         p.insert(4, entry("c", 10, 100));
-        assert_eq!(sorted(p.take_of_peer("b", 10)), vec![1, 2]);
+        let taken = p.take_of_peer("b", 10);
+        assert!(taken.contains(&(1, ("b".into(), 10, 100))), "with what it stood in for");
+        assert_eq!(sorted(taken), vec![1, 2]);
         assert!(p.get(1).is_none() && p.get(2).is_none());
         assert_eq!(p.get(3).map(|e| e.incarnation), Some(11));
         assert!(p.take_of_peer("b", 10).is_empty(), "taken once");

@@ -70,6 +70,8 @@ pub(crate) struct ActorCell {
     wakers: ModelMutex<Vec<Waker>>,
     /// The actor this one is paused on, while it is.
     waiting_on: Mutex<Option<Weak<ActorCell>>>,
+    /// A stand-in for an actor of another node (set once, when made).
+    stand_in: AtomicBool,
 }
 
 pub(crate) type Watcher = Box<dyn FnOnce(&StopReason) + Send>;
@@ -100,7 +102,18 @@ impl ActorCell {
             generation: std::sync::atomic::AtomicU32::new(0),
             wakers: ModelMutex::new(Vec::new()),
             waiting_on: Mutex::new(None),
+            stand_in: AtomicBool::new(false),
         }
+    }
+
+    /// Marks the cell as a stand-in for an actor of another node.
+    pub(crate) fn set_stand_in(&self) {
+        self.stand_in.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the cell is a stand-in for an actor of another node.
+    pub(crate) fn is_stand_in(&self) -> bool {
+        self.stand_in.load(Ordering::Relaxed)
     }
 
     /// Registers `w` to run once this mailbox has drained to half its
@@ -202,6 +215,11 @@ impl ActorCell {
         }
         g.push(key.clone());
         true
+    }
+
+    /// Whether the actor is in group `key` (as far as its cell knows).
+    pub(crate) fn in_group(&self, key: &GroupKey) -> bool {
+        lock(&self.groups).contains(key)
     }
 
     /// The actor left group `key`.

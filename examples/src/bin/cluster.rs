@@ -47,6 +47,9 @@ struct Args {
     /// with --gen-secret).
     #[arg(long, env = "RINGMAIL_SECRET", hide_env_values = true, value_parser = strong)]
     secret: Option<String>,
+    /// Worker: spread the group `checkers` and join this many actors to it.
+    #[arg(long, default_value_t = 0)]
+    checkers: usize,
     /// Print a new random cluster secret and exit.
     #[arg(long, exclusive = true)]
     gen_secret: bool,
@@ -165,7 +168,7 @@ fn run_node(name: &str, args: Args) {
         eprintln!("cluster: set RINGMAIL_SECRET (or --secret) to the cluster secret, the same on every node");
         std::process::exit(2);
     };
-    let (listen, seeds, role) = (args.listen, args.join, args.role);
+    let (listen, seeds, role, checkers) = (args.listen, args.join, args.role, args.checkers);
     let system = System::new();
     let mut cfg = NodeConfig::new(name, listen, secret).seeds(seeds);
     if let Some(a) = args.advertise {
@@ -183,7 +186,7 @@ fn run_node(name: &str, args: Args) {
         std::process::id()
     );
     let code = match role {
-        Role::Worker => worker(name, &system, &node),
+        Role::Worker => worker(name, &system, &node, checkers),
         Role::Driver => driver(name, &node),
         Role::Watch => watch(name, &system, &node),
     };
@@ -192,8 +195,15 @@ fn run_node(name: &str, args: Args) {
     std::process::exit(code);
 }
 
-fn worker(name: &str, system: &System, node: &Node) -> i32 {
+fn worker(name: &str, system: &System, node: &Node, checkers: usize) -> i32 {
     let w = cluster::start_worker(system, node).expect("spawn the worker's actors");
+    if checkers > 0 {
+        if let Err(e) = cluster::join_checkers(system, node, checkers) {
+            eprintln!("{name}: cannot join the checkers: {e}");
+            return 1;
+        }
+        println!("{name}: {checkers} actors in the group {}", cluster::CHECKERS);
+    }
     println!(
         "{name}: actors pong, words, seq, control live here ({} pid {})",
         node.local_addr(),

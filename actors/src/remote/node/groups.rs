@@ -13,6 +13,7 @@ use crate::actor::{Context, Handler};
 use crate::remote::groups::WireGroup;
 use crate::remote::stand_in::ProxyEntry;
 use crate::remote::Export;
+use crate::runtime::cell::ActorCell;
 use crate::runtime::lock;
 use crate::runtime::registry::{Member, Reachable};
 
@@ -94,7 +95,8 @@ impl NodeActor {
     }
 
     /// Brings the local group's remote members in line with what the peers
-    /// that are up said.
+    /// that are up said. Never waits: a member whose stand-in cannot be
+    /// made now (a client thread holds the map) is joined on a later tick.
     pub(super) fn sync_group(&mut self, group: &WireGroup) {
         let Some(spread) = lock(&self.shared.spread).get(group).cloned() else { return };
         let (up, links) = (&self.up, &self.links);
@@ -102,12 +104,14 @@ impl NodeActor {
             up.get(peer).and_then(|l| links.get(l)).and_then(|l| l.peer.as_ref()).map(|p| p.1)
                 == Some(inc)
         };
-        let changes = self.groups.changes(group, live);
+        let key = &spread.key;
+        let present = |cell: &ActorCell| cell.is_alive() && cell.in_group(key);
+        let changes = self.groups.changes(group, live, present);
         let registry = self.shared.registry.clone();
         for (member, _) in changes.leave {
             if let Some(cell) = self.groups.left(group, &member) {
-                cell.remove_group(&spread.key);
-                registry.leave(&spread.key, cell.id);
+                cell.remove_group(key);
+                registry.leave(key, cell.id);
             }
         }
         let me = self.me();
@@ -117,20 +121,31 @@ impl NodeActor {
             if self.recently_stopped.contains_key(&member) {
                 continue;
             }
+            let Some((cell, gateway)) = self.shared.try_stand_in(&me, &member) else { return };
             let (peer, inc, remote_id) = member.clone();
-            let (cell, gateway) = self.shared.stand_in(&me, &peer, inc, remote_id, false);
             if self.proxies.get(cell.id).is_none() {
                 self.proxies.insert(cell.id, ProxyEntry { peer, incarnation: inc, remote_id });
             }
             // Noted on the cell first: its stop leaves every group it lists.
-            if cell.add_group(&spread.key) {
+            if cell.add_group(key) {
                 let typed = (spread.recipient)(cell.clone(), gateway);
-                registry.join(&spread.key, Member { id: cell.id, typed, local: None });
+                registry.join(key, Member { id: cell.id, typed, local: None });
                 if !cell.is_alive() {
-                    registry.leave(&spread.key, cell.id);
+                    registry.leave(key, cell.id);
                 }
             }
             self.groups.joined(group, member, cell);
+        }
+    }
+
+    /// On the tick: stand-ins to forget, and every group brought in line
+    /// (members whose stand-in stopped or could not be made are joined).
+    pub(super) fn groups_tick(&mut self) {
+        if !self.forget_later.is_empty() && self.shared.forget_stand_ins(&self.forget_later) {
+            self.forget_later.clear();
+        }
+        for g in self.groups.known() {
+            self.sync_group(&g);
         }
     }
 

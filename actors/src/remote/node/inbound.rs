@@ -179,9 +179,8 @@ impl NodeActor {
                 let Some((peer, inc)) = self.links.get(&link).and_then(|l| l.peer.clone()) else {
                     return Ok(());
                 };
-                for pid in self.proxies.take_of_actor(&peer, inc, id) {
-                    self.stop_proxy(pid, reason_from_text(&reason));
-                }
+                let taken = self.proxies.take_of_actor(&peer, inc, id);
+                self.stop_stand_ins(taken, reason_from_text(&reason));
                 // A stand-in made from a lookup answered just before the
                 // stop is registered later: it finds this.
                 self.recently_stopped.insert((peer, inc, id), (Instant::now(), reason));

@@ -157,6 +157,7 @@ impl NodeActor {
             }
         }
         self.spread_groups();
+        self.groups_tick();
         ctx.send_after(TICK, Tick);
         self.flush(ctx);
     }
