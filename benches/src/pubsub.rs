@@ -3,10 +3,14 @@
 //! figure is deliveries per second (N x S over the time from the first
 //! publish until every subscriber has all N). Peers in the same run:
 //!
+//! * `publish-batched`: the publisher's whole loop inside
+//!   `ringmail::batched` (copies leave in batches of up to 64 per shard,
+//!   instead of one flush, and so one wake-up per shard, per publication);
 //! * `publish-in-actor`: the same publications made by an actor, from its
 //!   handler (on a shard, where sends are batched per turn of the loop);
 //! * `tell-loop`: the same subscribers, the publisher `tell`ing each one in
-//!   a hand-written loop: the ratio to it is the group's overhead;
+//!   a hand-written loop, one batch per publication as `publish` does: the
+//!   ratio to it is the group's overhead;
 //! * `kameo-pubsub`: kameo_actors' `PubSub` (used as an object, as its docs
 //!   show, with `DeliveryStrategy::Guaranteed`: no publication skipped, as
 //!   ours) publishing to the same number of kameo actors (bounded mailboxes
@@ -98,10 +102,14 @@ fn local(
     (group, refs, count)
 }
 
+/// One publication by hand: a tell to each, in one batch (as
+/// `Group::publish` sends its copies).
 fn tell_all(refs: &[Recipient<Tick>], i: u64) {
-    for r in refs {
-        r.tell(Tick(i)).expect("tell");
-    }
+    ringmail::batched(|| {
+        for r in refs {
+            r.tell(Tick(i)).expect("tell");
+        }
+    })
 }
 
 pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
@@ -132,6 +140,20 @@ pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
                 Peer {
                     name: "tell-loop",
                     run: Box::new(|| rate(&count, n, s, |i| tell_all(&refs, i))),
+                },
+                Peer {
+                    name: "publish-batched",
+                    run: Box::new(|| {
+                        let start = count.load(Relaxed);
+                        let t = Instant::now();
+                        ringmail::batched(|| {
+                            for i in 0..n {
+                                group.publish(Tick(i));
+                            }
+                        });
+                        wait_for(&count, start + n * s);
+                        (n * s) as f64 / t.elapsed().as_secs_f64()
+                    }),
                 },
                 Peer {
                     name: "publish-in-actor",

@@ -283,3 +283,40 @@ fn least_loaded_routing_avoids_a_busy_member() {
     drop(held);
     assert_eq!(counts.lock().unwrap()[0], 50, "every job went to the idle worker");
 }
+
+/// Hashed routing over a group is consistent hashing: while the group does
+/// not change a key stays on its member, a member that joins takes about
+/// 1/n of the keys and no key moves between the others, and when it leaves
+/// every key goes back where it was.
+#[test]
+fn hashed_routing_moves_only_a_newcomers_share_of_the_keys() {
+    let system = System::new();
+    let (workers, _) = pool(&system, 9);
+    let group = system.group::<Job>("hashed");
+    for w in &workers[..8] {
+        group.join(w);
+    }
+    let router = Router::over(group.clone(), Routing::Hashed(Box::new(|j: &Job| j.key)));
+    let owners = |router: &Router<Job>| -> Vec<u64> {
+        (0..20_000u64).map(|key| router.pick(&Job { key }).expect("a member").id()).collect()
+    };
+    let before = owners(&router);
+    assert_eq!(before, owners(&router), "stable while the group is");
+    let mut per: HashMap<u64, usize> = HashMap::new();
+    before.iter().for_each(|o| *per.entry(*o).or_default() += 1);
+    assert_eq!(per.len(), 8);
+    assert!(per.values().all(|&n| (2_000..3_000).contains(&n)), "even spread: {per:?}");
+
+    group.join(&workers[8]);
+    let after = owners(&router);
+    let newcomer = workers[8].id();
+    let moved = before.iter().zip(&after).filter(|(b, a)| b != a).count();
+    for (b, a) in before.iter().zip(&after) {
+        assert!(b == a || *a == newcomer, "a key moved between two old members");
+    }
+    let share = moved as f64 / before.len() as f64;
+    assert!((0.08..0.15).contains(&share), "{share} of the keys moved, not about 1/9");
+
+    group.leave(&workers[8]);
+    assert_eq!(owners(&router), before, "its keys went back where they were");
+}

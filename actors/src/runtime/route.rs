@@ -157,6 +157,11 @@ pub(crate) fn batched<R>(f: impl FnOnce() -> R) -> R {
             }
         }
     }
+    // A shard's thread batches always (its loop flushes once per turn):
+    // flushing here would cost a syscall per batch inside handlers.
+    if super::thread::on_a_shard() {
+        return f();
+    }
     BATCHING.with(|b| b.set(b.get() + 1));
     let _guard = Guard;
     f()
