@@ -145,6 +145,14 @@ pub enum StopReason {
     /// A reference to an actor of another node: that node (name) is down
     /// or the connection to it was lost.
     NodeDown(String),
+    /// An actor of another node it was linked to stopped abnormally (that
+    /// node's name and the actor's id there).
+    RemoteLinked {
+        /// The linked actor's node.
+        node: String,
+        /// The linked actor's id on its node.
+        actor: u64,
+    },
 }
 
 impl fmt::Display for StopReason {
@@ -160,6 +168,9 @@ impl fmt::Display for StopReason {
             }
             StopReason::Failed(m) => write!(f, "failed: {m}"),
             StopReason::NodeDown(n) => write!(f, "node {n} is down or unreachable"),
+            StopReason::RemoteLinked { node, actor } => {
+                write!(f, "linked actor {actor} of node {node} failed")
+            }
         }
     }
 }
@@ -175,6 +186,7 @@ impl StopReason {
                 | StopReason::RestartIntensity
                 | StopReason::Failed(_)
                 | StopReason::NodeDown(_)
+                | StopReason::RemoteLinked { .. }
         )
     }
 }

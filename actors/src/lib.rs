@@ -77,8 +77,8 @@ mod supervisor;
 mod system;
 
 pub use actor::{
-    Actor, ActorRef, AsyncHandler, Context, Down, FdHandler, Group, Handler, Message, NameTaken,
-    Recipient, ReplyHandle, Router, Routing, TimerId, WeakActorRef,
+    Actor, ActorRef, AsyncHandler, Context, Down, Exited, FdHandler, Group, Handler, Message,
+    NameTaken, Recipient, ReplyHandle, Router, Routing, TimerId, WeakActorRef,
 };
 pub use error::{AskError, SpawnError, StopReason, TellError};
 

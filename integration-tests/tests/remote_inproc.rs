@@ -1058,3 +1058,139 @@ fn a_reference_from_a_lookup_that_raced_the_actors_stop_stops_too() {
     sa.shutdown();
     sb.shutdown();
 }
+
+/// Counts what it is told; traps exits when asked to (and reports them).
+struct Linkee {
+    trap: bool,
+    exits: std::sync::mpsc::Sender<ringmail::Exited>,
+    n: u64,
+}
+impl Actor for Linkee {
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        if self.trap {
+            ctx.trap_exits();
+        }
+    }
+}
+impl Handler<ringmail::Exited> for Linkee {
+    fn handle(&mut self, e: ringmail::Exited, _: &mut Context<Self>) {
+        let _ = self.exits.send(e);
+    }
+}
+impl Handler<Add> for Linkee {
+    fn handle(&mut self, Add(n): Add, _: &mut Context<Self>) {
+        self.n += n;
+    }
+}
+impl Handler<Get> for Linkee {
+    fn handle(&mut self, _: Get, _: &mut Context<Self>) -> Vec<u64> {
+        vec![self.n]
+    }
+}
+
+/// Holds a reference to a remote actor and links to it when it starts;
+/// panics on `Boom`.
+struct Holder(ringmail::ActorRef<Linkee>);
+impl Actor for Holder {
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        ctx.link(&self.0);
+    }
+}
+struct Boom;
+impl Message for Boom {
+    type Reply = ();
+}
+impl Handler<Boom> for Holder {
+    fn handle(&mut self, _: Boom, _: &mut Context<Self>) {
+        panic!("boom (a holder fails on purpose)");
+    }
+}
+struct Alive;
+impl Message for Alive {
+    type Reply = bool;
+}
+impl Handler<Alive> for Holder {
+    fn handle(&mut self, _: Alive, _: &mut Context<Self>) -> bool {
+        true
+    }
+}
+
+/// Erlang's link semantics across nodes: two holders linked to one remote
+/// actor (through one shared reference); one fails: the remote actor gets
+/// the exit (trapped here), the other holder and its reference go on. A
+/// remote actor that does not trap stops, linked, and its stop comes back
+/// to the other holder's link. `stop()` through a reference stops the
+/// remote actor, and the reference follows.
+#[test]
+fn links_to_a_remote_actor_carry_exits_both_ways_and_each_holder_is_its_own() {
+    let (sa, sb) = (System::new(), System::new());
+    let a = Node::start(&sa, patient(NodeConfig::new("la", loopback(), SECRET))).unwrap();
+    let b = Node::start(
+        &sb,
+        patient(NodeConfig::new("lb", loopback(), SECRET).seeds([a.local_addr()])),
+    )
+    .unwrap();
+    for n in [&a, &b] {
+        n.register::<Linkee, Add>();
+        n.register::<Linkee, Get>();
+    }
+    assert!(a.wait_for_peers(1, T) && b.wait_for_peers(1, T));
+    let (tx, exits) = std::sync::mpsc::channel();
+    let linkee = |trap| Linkee { trap, exits: tx.clone(), n: 0 };
+    let trapper = sa.spawn(linkee(true)).unwrap();
+    let plain = sa.spawn(linkee(false)).unwrap();
+    let stoppable = sa.spawn(linkee(false)).unwrap();
+    a.export("trapper", &trapper);
+    a.export("plain", &plain);
+    a.export("stoppable", &stoppable);
+    let (dtx, downs) = std::sync::mpsc::channel();
+    let watcher = sa.spawn(Watcher(dtx)).unwrap();
+    plain.monitor(&watcher);
+    stoppable.monitor(&watcher);
+    let down_of = |id: u64| loop {
+        let d = downs.recv_timeout(T).expect("a DOWN on a");
+        if d.actor == id {
+            return d.reason;
+        }
+    };
+
+    // Two holders of one reference; one fails.
+    let r1 = b.lookup::<Linkee>("la", "trapper", T).unwrap();
+    let r2 = b.lookup::<Linkee>("la", "trapper", T).unwrap();
+    assert_eq!(r1.id(), r2.id(), "one stand-in, shared");
+    let x = sb.spawn(Holder(r1.clone())).unwrap();
+    let y = sb.spawn(Holder(r2.clone())).unwrap();
+    assert!(x.ask(Alive, T).unwrap() && y.ask(Alive, T).unwrap(), "both linked");
+    r1.tell(Add(5)).unwrap();
+    x.tell(Boom).unwrap();
+    let e = exits.recv_timeout(T).expect("the remote actor got the exit");
+    assert_eq!((e.actor, e.node.as_deref()), (x.id(), Some("lb")));
+    assert!(matches!(&e.reason, StopReason::Failed(s) if s.contains("boom")), "{:?}", e.reason);
+    assert!(matches!(x.wait_stopped(T), Some(StopReason::Panicked(_))));
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(y.ask(Alive, T).unwrap(), "the other holder goes on");
+    assert!(r2.is_alive() && r1.is_alive(), "the reference is not stopped by a holder's failure");
+    assert_eq!(r2.ask(Get, T).unwrap(), vec![5], "and still reaches the actor, which runs");
+
+    // A remote actor that does not trap exits stops, linked to the failed
+    // holder; its stop reaches the other holder through its own link.
+    let p = b.lookup::<Linkee>("la", "plain", T).unwrap();
+    let x2 = sb.spawn(Holder(p.clone())).unwrap();
+    let y2 = sb.spawn(Holder(p.clone())).unwrap();
+    assert!(x2.ask(Alive, T).unwrap() && y2.ask(Alive, T).unwrap());
+    x2.tell(Boom).unwrap();
+    assert_eq!(down_of(plain.id()), StopReason::RemoteLinked { node: "lb".into(), actor: x2.id() });
+    assert_eq!(y2.wait_stopped(T), Some(StopReason::Linked(p.id())), "the stop came back");
+    assert!(!p.is_alive());
+
+    // stop() through a reference stops the remote actor; the reference
+    // stops when it has.
+    let s = b.lookup::<Linkee>("la", "stoppable", T).unwrap();
+    s.tell(Add(1)).unwrap();
+    s.stop();
+    assert_eq!(down_of(stoppable.id()), StopReason::Normal);
+    assert_eq!(s.wait_stopped(T), Some(StopReason::Normal));
+    drop((a, b));
+    sa.shutdown();
+    sb.shutdown();
+}

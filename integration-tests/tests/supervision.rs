@@ -136,6 +136,57 @@ fn a_link_stops_the_partner_of_a_failed_actor() {
     assert_eq!(linker.wait_stopped(Duration::from_secs(10)), Some(StopReason::Linked(crashy.id())));
 }
 
+/// Links itself to `peer` and traps exits; reports what it traps, and
+/// stops trapping on `Untrap`.
+struct Trapper(ActorRef<Crashy>, mpsc::Sender<ringmail::Exited>);
+impl Actor for Trapper {
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        ctx.trap_exits();
+        ctx.link(&self.0);
+    }
+}
+impl Handler<ringmail::Exited> for Trapper {
+    fn handle(&mut self, e: ringmail::Exited, _: &mut Context<Self>) {
+        let _ = self.1.send(e);
+    }
+}
+struct Untrap;
+impl Message for Untrap {
+    type Reply = ();
+}
+impl Handler<Untrap> for Trapper {
+    fn handle(&mut self, _: Untrap, ctx: &mut Context<Self>) {
+        ctx.untrap_exits();
+    }
+}
+
+#[test]
+fn trapped_exits_arrive_as_messages_and_untrapped_ones_stop() {
+    let system = System::new();
+    let first = system.spawn(Crashy(Arc::default())).unwrap();
+    let (tx, exits) = mpsc::channel();
+    let trapper = system.spawn(Trapper(first.clone(), tx)).unwrap();
+    std::thread::sleep(Duration::from_millis(20)); // linked in `started`
+    first.tell(Crash).unwrap();
+    let e = exits.recv_timeout(Duration::from_secs(10)).expect("the exit, as a message");
+    assert_eq!((e.actor, e.node), (first.id(), None));
+    assert!(matches!(e.reason, StopReason::Panicked(_)), "{:?}", e.reason);
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(trapper.is_alive(), "a trapping actor outlives what it is linked to");
+
+    // Not trapping any more: the next linked failure stops it.
+    let second = system.spawn(Crashy(Arc::default())).unwrap();
+    trapper.tell(Untrap).unwrap();
+    let (tx2, _) = mpsc::channel();
+    let linker = system.spawn(Trapper(second.clone(), tx2)).unwrap(); // traps, links
+    std::thread::sleep(Duration::from_millis(20));
+    linker.tell(Untrap).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    second.tell(Crash).unwrap();
+    assert_eq!(linker.wait_stopped(Duration::from_secs(10)), Some(StopReason::Linked(second.id())));
+    assert!(exits.try_recv().is_err(), "no second exit for the first trapper");
+}
+
 /// Finds the current instance of "worker" from inside an actor.
 struct Finder;
 impl Actor for Finder {}

@@ -285,6 +285,13 @@ impl<A: Actor> ActorRef<A> {
         self.stop_with(StopReason::Normal);
     }
 
+    /// Tells this stand-in that linked actor `from` failed with `reason`
+    /// (it passes the exit to its remote actor).
+    pub(crate) fn send_exit(&self, from: u64, reason: StopReason) {
+        let env = Envelope { to: self.cell.id, body: Body::Exit { from, reason } };
+        send_control(self.shard.id, &self.shard.addr, env, true, Some(&self.shard.stats));
+    }
+
     pub(crate) fn stop_with(&self, reason: StopReason) {
         let env = Envelope { to: self.cell.id, body: Body::Stop(reason) };
         if outbox::parked_for(&self.cell) {
@@ -713,5 +720,11 @@ impl<A: Actor> crate::runtime::registry::Reachable for ActorRef<A> {
     }
     fn typed(&self) -> &(dyn std::any::Any + Send + Sync) {
         self
+    }
+    fn stop_with(&self, reason: StopReason) {
+        ActorRef::stop_with(self, reason);
+    }
+    fn exit(&self, from: u64, node: String, reason: StopReason) {
+        super::monitor::exit_local(self, from, Some(node), reason);
     }
 }

@@ -84,9 +84,33 @@ impl<A: Actor> Context<A> {
 
     /// Links this actor and `other`: when either stops abnormally
     /// ([`StopReason::is_abnormal`]), the other is stopped with
-    /// [`StopReason::Linked`].
+    /// [`StopReason::Linked`] ([`StopReason::RemoteLinked`] for an actor of
+    /// another node), unless it traps exits ([`Context::trap_exits`]).
+    /// `other` may be a reference to an actor of another node: the link is
+    /// with that actor, not with this node's reference to it (a failure
+    /// here reaches the remote actor; only its stop, or its node going
+    /// down, comes back), so other holders of the reference are not
+    /// affected.
     pub fn link<B: Actor>(&self, other: &ActorRef<B>) {
         monitor::link(&self.me, other);
+    }
+
+    /// From now on a linked actor's failure does not stop this actor: it
+    /// gets an [`Exited`](crate::Exited) message instead (past its mailbox
+    /// bound, as `Down`), Erlang's `trap_exit`. A supervisor-like actor
+    /// uses it to outlive what it is linked to. Lasts until
+    /// [`Context::untrap_exits`] or the actor stops (a restart in place
+    /// keeps it).
+    pub fn trap_exits(&self)
+    where
+        A: Handler<crate::Exited>,
+    {
+        monitor::trap_exits(&self.me);
+    }
+
+    /// Stops trapping exits (see [`Context::trap_exits`]).
+    pub fn untrap_exits(&self) {
+        self.me.cell.set_trap(None);
     }
 
     /// The group `name` of actors that handle `M`, in this actor's system

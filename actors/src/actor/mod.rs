@@ -27,7 +27,7 @@ mod request;
 pub use actor_ref::{ActorRef, WeakActorRef};
 pub use context::{Context, ShardFd, TimerId};
 pub use group::{Group, Router, Routing};
-pub use monitor::Down;
+pub use monitor::{Down, Exited};
 pub use recipient::Recipient;
 pub use registry::NameTaken;
 pub use request::ReplyHandle;

@@ -4,10 +4,19 @@
 //! [`Down`] to the watcher when the watched actor stops, with the reason;
 //! DOWN messages bypass the watcher's mailbox capacity (the watcher asked
 //! for them). A link ([`Context::link`](super::Context::link)) is two watches: when either actor
-//! stops abnormally ([`StopReason::is_abnormal`]), the other is stopped with
-//! [`StopReason::Linked`]. Both rest on the cell's watcher list, which runs
-//! each watcher exactly once, at the stop or at once if the actor already
-//! stopped.
+//! stops abnormally ([`StopReason::is_abnormal`]), an *exit* goes to the
+//! other: it is stopped with [`StopReason::Linked`], or, if it traps exits
+//! ([`Context::trap_exits`](super::Context::trap_exits)), gets an
+//! [`Exited`] message instead (Erlang's `trap_exit`). Both rest on the
+//! cell's watcher list, which runs each watcher exactly once, at the stop
+//! or at once if the actor already stopped.
+//!
+//! A link to a reference to an actor of another node (a stand-in) is the
+//! link to that actor (Erlang's semantics): the exit of the local actor is
+//! sent to the remote one (`Body::Exit` to the stand-in, which passes it to
+//! its node), and the remote one's failure comes back when it stops. The
+//! stand-in itself is not stopped by the exit, so other holders of it (and
+//! their links and monitors) are not touched unless the remote actor goes.
 
 use super::{Actor, ActorRef, Handler, Message};
 use crate::error::StopReason;
@@ -42,21 +51,74 @@ pub(super) fn monitor<A: Actor, W: Handler<Down>>(target: &ActorRef<A>, watcher:
     );
 }
 
-/// Links `a` and `b`: when either stops abnormally, the other is stopped
-/// with [`StopReason::Linked`] naming the one that failed.
+/// A linked actor stopped abnormally: what an actor that traps exits
+/// ([`Context::trap_exits`](super::Context::trap_exits)) gets instead of
+/// being stopped. Delivered past the mailbox bound, like [`Down`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exited {
+    /// The linked actor's id (on its node, when `node` is set).
+    pub actor: u64,
+    /// The linked actor's node, when it is an actor of another node.
+    pub node: Option<String>,
+    /// Why it stopped.
+    pub reason: StopReason,
+}
+
+impl Message for Exited {
+    type Reply = ();
+}
+
+/// Links `a` and `b`: when either stops abnormally, an exit goes to the
+/// other (see the module docs).
 pub(super) fn link<A: Actor, B: Actor>(a: &ActorRef<A>, b: &ActorRef<B>) {
     let a2 = a.clone();
     let b_id = b.id();
     b.cell.watch(Box::new(move |r| {
         if r.is_abnormal() {
-            a2.stop_with(StopReason::Linked(b_id));
+            exit(&a2, b_id, r);
         }
     }));
     let b2 = b.clone();
     let a_id = a.id();
     a.cell.watch(Box::new(move |r| {
         if r.is_abnormal() {
-            b2.stop_with(StopReason::Linked(a_id));
+            exit(&b2, a_id, r);
         }
     }));
+}
+
+/// Actor `from`, linked to `to`, stopped abnormally with `reason`: a
+/// stand-in sends the exit to its remote actor; an actor that traps exits
+/// gets [`Exited`]; any other stops with [`StopReason::Linked`].
+fn exit<T: Actor>(to: &ActorRef<T>, from: u64, reason: &StopReason) {
+    if to.cell.is_stand_in() {
+        to.send_exit(from, reason.clone());
+    } else {
+        exit_local(to, from, None, reason.clone());
+    }
+}
+
+/// An exit for a local actor (from a local actor, or from one of another
+/// node: `node`): trapped, or a stop.
+pub(crate) fn exit_local<T: Actor>(
+    to: &ActorRef<T>,
+    from: u64,
+    node: Option<String>,
+    reason: StopReason,
+) {
+    match to.cell.trap() {
+        Some(trap) => trap(from, node, reason),
+        None => to.stop_with(match node {
+            Some(node) => StopReason::RemoteLinked { node, actor: from },
+            None => StopReason::Linked(from),
+        }),
+    }
+}
+
+/// Makes `me` trap exits: an exit is delivered as [`Exited`].
+pub(super) fn trap_exits<A: Handler<Exited>>(me: &ActorRef<A>) {
+    let me2 = me.clone();
+    me.cell.set_trap(Some(std::sync::Arc::new(move |actor, node, reason| {
+        me2.deliver_forced(Exited { actor, node, reason });
+    })));
 }

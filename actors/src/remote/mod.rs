@@ -22,6 +22,18 @@
 //! both nodes with [`Node::register`]; a message of an unregistered type
 //! is a dead letter on the sending side (and logged).
 //!
+//! A reference to a remote actor stands for that actor in stops and links,
+//! as in Erlang: `stop()` on it stops the remote actor (the reference stops
+//! once the remote actor has), and a local actor linked to it
+//! ([`crate::Context::link`]) is linked to the remote actor: its failure
+//! reaches the remote actor as an exit (a stop with
+//! [`StopReason::RemoteLinked`](crate::StopReason::RemoteLinked), or an
+//! [`crate::Exited`] message if it traps exits), and the remote actor's
+//! failure, or its node going down, stops the local one. The shared
+//! stand-in is not stopped by one holder's failure, so each holder's links
+//! and monitors are its own. Exits and stops travel in order behind the
+//! messages the same reference sent before them.
+//!
 //! # Wire and authentication
 //!
 //! Frames are length-prefixed postcard ([`ringmail_wire`]). A
@@ -761,7 +773,7 @@ impl NodeShared {
         if register {
             let (peer, incarnation, remote_id) = id.clone();
             node.deliver_forced(stand_in::RegisterProxy {
-                proxy: cell.id,
+                proxy: cell.clone(),
                 peer,
                 incarnation,
                 remote_id,

@@ -57,7 +57,7 @@ use super::dial::{self, Dial, Duplicate};
 use super::groups::RemoteId;
 use super::link::{Held, Link, QueueError};
 use super::pending::{Found, Pending};
-use super::stand_in::{self, Outbound, Proxies, ProxyEntry, RegisterProxy};
+use super::stand_in::{self, Outbound, Proxies, ProxyEntry, RegisterProxy, RemoteExit, Taken};
 use super::swim::{Member, Swim, Timer};
 use super::window::{self, Offer};
 use super::{Export, LookupError, NodeEvent, NodeShared};
@@ -170,7 +170,35 @@ impl Message for Rearm {
 }
 
 /// Deliveries to one exported actor that wait for room, in order.
-type Stalled = (Arc<Export>, VecDeque<Box<dyn Erased>>);
+type Stalled = (Arc<Export>, VecDeque<Delivery>);
+
+/// What waits to be handed to a local actor, in arrival order.
+enum Delivery {
+    /// A message (a full transport queue handed it back).
+    Msg(Box<dyn Erased>),
+    /// An exit that came behind stalled messages: applied after them.
+    Exit(ExitFrom),
+}
+
+/// An exit from a peer for a local actor.
+pub(super) struct ExitFrom {
+    /// The peer's name.
+    pub(super) node: String,
+    /// The failed linked actor (its id on the peer), or `None`: a stop.
+    pub(super) from: Option<u64>,
+    pub(super) reason: StopReason,
+}
+
+impl ExitFrom {
+    /// Stops the actor (a stop asked through a reference), or passes it a
+    /// linked actor's failure (trapped, or a stop).
+    fn apply(self, export: &Export) {
+        match self.from {
+            None => export.actor.stop_with(self.reason),
+            Some(from) => export.actor.exit(from, self.node, self.reason),
+        }
+    }
+}
 
 /// Why a connection to an old incarnation is closed.
 const QUARANTINED: &str = "an old incarnation of the node (quarantined)";
@@ -218,6 +246,9 @@ pub(crate) struct NodeActor {
     /// Stopped stand-ins still to forget in the shared map (its lock was
     /// taken when they stopped).
     forget_later: Vec<(u64, RemoteId)>,
+    /// Exits for remote actors queued behind messages to them that wait
+    /// for credit, by (link, target).
+    exits_waiting: HashMap<(u64, u64), VecDeque<Frame>>,
 }
 
 impl NodeActor {
@@ -266,6 +297,7 @@ impl NodeActor {
             retry_armed: false,
             groups: super::groups::Table::default(),
             forget_later: Vec::new(),
+            exits_waiting: HashMap::new(),
         }
     }
 
@@ -409,6 +441,8 @@ impl NodeActor {
         let Some(l) = self.links.get_mut(&link) else { return };
         // Never sent: dead letters (each gives its stand-in's slot back).
         drop(l.out.take_held());
+        // Exits that waited behind them: their actors are out of reach.
+        self.exits_waiting.retain(|(l, _), _| *l != link);
         let Some(l) = self.links.get(&link) else { return };
         let in_doubt = l.in_doubt();
         self.shared.counters.in_doubt.fetch_add(in_doubt, Ordering::Relaxed);
@@ -450,22 +484,23 @@ impl NodeActor {
         });
     }
 
-    fn stop_proxy(&self, id: u64, reason: StopReason) {
-        stand_in::stop_proxy(&self.me().shard, id, reason);
+    fn stop_proxy(&self, cell: &crate::runtime::cell::ActorCell, reason: StopReason) {
+        stand_in::stop_proxy(&self.me().shard, cell, reason);
     }
 
     /// Stops stand-ins taken from the table, first making sure no lookup or
     /// group shares them any more (`NodeShared::forget_stand_ins`; retried
     /// on the tick if a client thread holds the map).
-    pub(super) fn stop_stand_ins(&mut self, taken: Vec<(u64, RemoteId)>, reason: StopReason) {
+    pub(super) fn stop_stand_ins(&mut self, taken: Vec<Taken>, reason: StopReason) {
         if taken.is_empty() {
             return;
         }
-        if !self.shared.forget_stand_ins(&taken) {
-            self.forget_later.extend(taken.iter().cloned());
+        let keys: Vec<(u64, RemoteId)> = taken.iter().map(|(k, _)| k.clone()).collect();
+        if !self.shared.forget_stand_ins(&keys) {
+            self.forget_later.extend(keys);
         }
-        for (id, _) in taken {
-            self.stop_proxy(id, reason.clone());
+        for (_, cell) in taken {
+            self.stop_proxy(&cell, reason.clone());
         }
     }
 
@@ -582,9 +617,11 @@ impl Actor for NodeActor {
         self.pending.drop_asks();
         // Deliveries still waiting for room: the node is going, so are they.
         for (_, (_, q)) in self.stalled.drain() {
-            for m in q {
-                dead_letter();
-                drop(m);
+            for d in q {
+                if let Delivery::Msg(m) = d {
+                    dead_letter();
+                    drop(m);
+                }
             }
         }
     }
@@ -816,14 +853,23 @@ impl NodeActor {
     fn deliver_to(&mut self, export: Arc<Export>, m: Box<dyn Erased>, ctx: &Context<Self>) {
         if let Some((_, q)) = self.stalled.get_mut(&export.id) {
             self.shared.counters.delivery_retries.fetch_add(1, Ordering::Relaxed);
-            q.push_back(m);
+            q.push_back(Delivery::Msg(m));
             return;
         }
         if let Err(m) = export.actor.try_deliver(m) {
             self.shared.counters.delivery_retries.fetch_add(1, Ordering::Relaxed);
             let id = export.id;
-            self.stalled.insert(id, (export, VecDeque::from([m])));
+            self.stalled.insert(id, (export, VecDeque::from([Delivery::Msg(m)])));
             self.arm_retry(ctx);
+        }
+    }
+
+    /// An exit from a peer for a local actor: after its stalled messages,
+    /// if any (they came first).
+    pub(super) fn exit_to(&mut self, export: Arc<Export>, exit: ExitFrom) {
+        match self.stalled.get_mut(&export.id) {
+            Some((_, q)) => q.push_back(Delivery::Exit(exit)),
+            None => exit.apply(&export),
         }
     }
 
@@ -859,10 +905,15 @@ impl Handler<RetryStalled> for NodeActor {
     fn handle(&mut self, _: RetryStalled, ctx: &mut Context<Self>) {
         self.retry_armed = false;
         self.stalled.retain(|_, (export, q)| {
-            while let Some(m) = q.pop_front() {
-                if let Err(m) = export.actor.try_deliver(m) {
-                    q.push_front(m);
-                    return true;
+            while let Some(d) = q.pop_front() {
+                match d {
+                    Delivery::Msg(m) => {
+                        if let Err(m) = export.actor.try_deliver(m) {
+                            q.push_front(Delivery::Msg(m));
+                            return true;
+                        }
+                    }
+                    Delivery::Exit(e) => e.apply(export),
                 }
             }
             false
@@ -883,7 +934,7 @@ impl Handler<RegisterProxy> for NodeActor {
             .is_some_and(|p| p.1 == r.incarnation);
         if !live {
             // Whatever it already forwarded was a dead letter and released.
-            self.stop_proxy(r.proxy, StopReason::NodeDown(r.peer));
+            self.stop_proxy(&r.proxy, StopReason::NodeDown(r.peer));
             return;
         }
         // The remote actor stopped between its lookup's answer and now: the
@@ -891,11 +942,63 @@ impl Handler<RegisterProxy> for NodeActor {
         let key = (r.peer, r.incarnation, r.remote_id);
         if let Some((_, reason)) = self.recently_stopped.get(&key) {
             let reason = inbound::reason_from_text(reason);
-            self.stop_proxy(r.proxy, reason);
+            self.stop_proxy(&r.proxy, reason);
             return;
         }
         let (peer, incarnation, remote_id) = key;
-        self.proxies.insert(r.proxy, ProxyEntry { peer, incarnation, remote_id });
+        let cell = r.proxy;
+        self.proxies.insert(cell.id, ProxyEntry { peer, incarnation, remote_id, cell });
+    }
+}
+
+impl Handler<RemoteExit> for NodeActor {
+    fn handle(&mut self, mut e: RemoteExit, ctx: &mut Context<Self>) {
+        let live = self.proxies.get(e.cell.id).and_then(|p| {
+            let link = *self.up.get(&p.peer)?;
+            let current = self.links.get(&link)?.peer.as_ref()?.1 == p.incarnation;
+            current.then_some((link, p.remote_id))
+        });
+        if live.is_none() && !e.retried && self.proxies.get(e.cell.id).is_none() {
+            // Its binding (`RegisterProxy`, from the thread that looked it
+            // up) may still be on its way from another ring: once more,
+            // a moment later.
+            e.retried = true;
+            ctx.send_after(Duration::from_millis(20), e);
+            return;
+        }
+        let Some((link, to)) = live else {
+            // Not bound to a live remote actor (its node is down, or it
+            // stopped): the stand-in stops itself, as a stop of a stopped
+            // actor would find it stopped.
+            let reason = match e.from {
+                Some(from) => StopReason::Linked(from),
+                None => e.reason,
+            };
+            self.stop_proxy(&e.cell, reason);
+            return;
+        };
+        let f = Frame::Exit { to, from: e.from, reason: inbound::reason_text(&e.reason) };
+        // Behind the messages to it that wait for credit, as it is behind
+        // them in the stand-in's order.
+        let waits = self.links.get(&link).is_some_and(|l| l.out.holds(to));
+        if waits || self.exits_waiting.contains_key(&(link, to)) {
+            self.exits_waiting.entry((link, to)).or_default().push_back(f);
+        } else {
+            self.queue(link, &f);
+        }
+    }
+}
+
+impl NodeActor {
+    /// Sends the exits that waited for messages to `to` on `link` once
+    /// none wait for credit any more.
+    pub(super) fn send_waiting_exits(&mut self, link: u64, to: u64) {
+        if self.links.get(&link).is_some_and(|l| l.out.holds(to)) {
+            return;
+        }
+        for f in self.exits_waiting.remove(&(link, to)).unwrap_or_default() {
+            self.queue(link, &f);
+        }
     }
 }
 

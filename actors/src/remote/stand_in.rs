@@ -40,7 +40,7 @@ pub(crate) struct Proxy<N: Actor> {
     pub(crate) node: ActorRef<N>,
 }
 
-impl<N: Handler<Outbound>> Hosted for Proxy<N> {
+impl<N: Handler<Outbound> + Handler<RemoteExit>> Hosted for Proxy<N> {
     fn actor_name(&self) -> &'static str {
         "a stand-in for an actor of another node"
     }
@@ -65,6 +65,41 @@ impl<N: Handler<Outbound>> Hosted for Proxy<N> {
     fn is_stand_in(&self) -> bool {
         true
     }
+    fn stop_request(&mut self, reason: &StopReason) -> bool {
+        if self.cell.is_released() {
+            return false; // its node stops it: the remote actor stopped or is gone
+        }
+        self.node.deliver_forced(RemoteExit {
+            cell: self.cell.clone(),
+            from: None,
+            reason: reason.clone(),
+            retried: false,
+        });
+        true
+    }
+    fn exit(&mut self, from: u64, reason: &StopReason) -> bool {
+        self.node.deliver_forced(RemoteExit {
+            cell: self.cell.clone(),
+            from: Some(from),
+            reason: reason.clone(),
+            retried: false,
+        });
+        true
+    }
+}
+
+/// An exit for a remote actor, from its stand-in: a stop asked through the
+/// reference (`from: None`), or the failure of a local actor linked to it.
+/// The stand-in stays: it stops when the remote actor does.
+pub(crate) struct RemoteExit {
+    pub(crate) cell: Arc<ActorCell>,
+    pub(crate) from: Option<u64>,
+    pub(crate) reason: StopReason,
+    /// Tried once already, before the stand-in was bound.
+    pub(crate) retried: bool,
+}
+impl Message for RemoteExit {
+    type Reply = ();
 }
 
 /// A message for a remote actor, from its stand-in.
@@ -89,7 +124,7 @@ impl Message for Outbound {
 
 /// A stand-in was made: bind it to its peer and remote actor.
 pub(crate) struct RegisterProxy {
-    pub(crate) proxy: u64,
+    pub(crate) proxy: Arc<ActorCell>,
     pub(crate) peer: String,
     pub(crate) incarnation: u64,
     pub(crate) remote_id: u64,
@@ -98,12 +133,17 @@ impl Message for RegisterProxy {
     type Reply = ();
 }
 
-/// What a stand-in stands in for.
+/// What a stand-in stands in for, and its cell.
 pub(crate) struct ProxyEntry {
     pub(crate) peer: String,
     pub(crate) incarnation: u64,
     pub(crate) remote_id: u64,
+    pub(crate) cell: Arc<ActorCell>,
 }
+
+/// A stand-in taken from the table: its id and what it stood in for, and
+/// its cell.
+pub(crate) type Taken = ((u64, RemoteId), Arc<ActorCell>);
 
 /// The node's stand-ins: stand-in id -> what it stands in for.
 #[derive(Default)]
@@ -120,39 +160,37 @@ impl Proxies {
 
     /// Takes the stand-ins for the actors of `peer`'s incarnation `inc`
     /// (it went down): their ids and what they stood in for.
-    pub(crate) fn take_of_peer(&mut self, peer: &str, inc: u64) -> Vec<(u64, RemoteId)> {
+    pub(crate) fn take_of_peer(&mut self, peer: &str, inc: u64) -> Vec<Taken> {
         self.take(|p| p.peer == peer && p.incarnation == inc)
     }
 
     /// Takes the stand-ins for actor `remote_id` of `peer`'s incarnation
     /// `inc` (it stopped).
-    pub(crate) fn take_of_actor(
-        &mut self,
-        peer: &str,
-        inc: u64,
-        remote_id: u64,
-    ) -> Vec<(u64, RemoteId)> {
+    pub(crate) fn take_of_actor(&mut self, peer: &str, inc: u64, remote_id: u64) -> Vec<Taken> {
         self.take(|p| p.peer == peer && p.incarnation == inc && p.remote_id == remote_id)
     }
 
     /// Takes every stand-in (the node stops).
-    pub(crate) fn take_all(&mut self) -> Vec<(u64, RemoteId)> {
+    pub(crate) fn take_all(&mut self) -> Vec<Taken> {
         self.take(|_| true)
     }
 
-    fn take(&mut self, which: impl Fn(&ProxyEntry) -> bool) -> Vec<(u64, RemoteId)> {
+    fn take(&mut self, which: impl Fn(&ProxyEntry) -> bool) -> Vec<Taken> {
         let gone: Vec<u64> = self.0.iter().filter(|(_, p)| which(p)).map(|(id, _)| *id).collect();
         gone.into_iter()
             .filter_map(|id| {
                 let p = self.0.remove(&id)?;
-                Some((id, (p.peer, p.incarnation, p.remote_id)))
+                Some(((id, (p.peer, p.incarnation, p.remote_id)), p.cell))
             })
             .collect()
     }
 }
 
-/// Stops stand-in `id`, hosted on `gateway`, with `reason`.
-pub(crate) fn stop_proxy(gateway: &ShardHandle, id: u64, reason: StopReason) {
+/// Stops stand-in `cell`, hosted on `gateway`, with `reason` (itself: a
+/// stop its node sends is never passed on to the remote actor).
+pub(crate) fn stop_proxy(gateway: &ShardHandle, cell: &ActorCell, reason: StopReason) {
+    cell.release_stand_in();
+    let id = cell.id;
     let env = Envelope { to: id, body: Body::Stop(reason) };
     send_control(gateway.id, &gateway.addr, env, true, Some(&gateway.stats));
 }
@@ -162,11 +200,16 @@ mod tests {
     use super::*;
 
     fn entry(peer: &str, incarnation: u64, remote_id: u64) -> ProxyEntry {
-        ProxyEntry { peer: peer.into(), incarnation, remote_id }
+        ProxyEntry {
+            peer: peer.into(),
+            incarnation,
+            remote_id,
+            cell: Arc::new(ActorCell::new(0, 1)),
+        }
     }
 
-    fn sorted(v: Vec<(u64, RemoteId)>) -> Vec<u64> {
-        let mut v: Vec<u64> = v.into_iter().map(|(id, _)| id).collect();
+    fn sorted(v: Vec<Taken>) -> Vec<u64> {
+        let mut v: Vec<u64> = v.into_iter().map(|((id, _), _)| id).collect();
         v.sort();
         v
     }
@@ -179,7 +222,10 @@ mod tests {
         p.insert(3, entry("b", 11, 100)); // a newer incarnation of b
         p.insert(4, entry("c", 10, 100));
         let taken = p.take_of_peer("b", 10);
-        assert!(taken.contains(&(1, ("b".into(), 10, 100))), "with what it stood in for");
+        assert!(
+            taken.iter().any(|(t, _)| t == &(1, ("b".into(), 10, 100))),
+            "with what it stood in for"
+        );
         assert_eq!(sorted(taken), vec![1, 2]);
         assert!(p.get(1).is_none() && p.get(2).is_none());
         assert_eq!(p.get(3).map(|e| e.incarnation), Some(11));

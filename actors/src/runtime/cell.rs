@@ -72,7 +72,18 @@ pub(crate) struct ActorCell {
     waiting_on: Mutex<Option<Weak<ActorCell>>>,
     /// A stand-in for an actor of another node (set once, when made).
     stand_in: AtomicBool,
+    /// A stand-in its node stops (its remote actor stopped or its node is
+    /// down): a stop is then the stand-in's own, not one for the remote
+    /// actor.
+    released: AtomicBool,
+    /// Set while the actor traps exits: a linked actor's failure is
+    /// delivered to it by this, instead of stopping it.
+    trap: Mutex<Option<Trap>>,
 }
+
+/// Delivers a trapped exit: (the linked actor's id, its node if remote,
+/// its stop reason).
+pub(crate) type Trap = Arc<dyn Fn(u64, Option<String>, StopReason) + Send + Sync>;
 
 pub(crate) type Watcher = Box<dyn FnOnce(&StopReason) + Send>;
 
@@ -103,7 +114,29 @@ impl ActorCell {
             wakers: ModelMutex::new(Vec::new()),
             waiting_on: Mutex::new(None),
             stand_in: AtomicBool::new(false),
+            released: AtomicBool::new(false),
+            trap: Mutex::new(None),
         }
+    }
+
+    /// The node stops this stand-in (see `released`).
+    pub(crate) fn release_stand_in(&self) {
+        self.released.store(true, Ordering::Release);
+    }
+
+    /// Whether the node stops this stand-in.
+    pub(crate) fn is_released(&self) -> bool {
+        self.released.load(Ordering::Acquire)
+    }
+
+    /// Traps exits from now on (`Some`), or not (`None`).
+    pub(crate) fn set_trap(&self, trap: Option<Trap>) {
+        *lock(&self.trap) = trap;
+    }
+
+    /// How a trapped exit reaches the actor, while it traps exits and runs.
+    pub(crate) fn trap(&self) -> Option<Trap> {
+        lock(&self.trap).clone().filter(|_| self.is_alive())
     }
 
     /// Marks the cell as a stand-in for an actor of another node.
@@ -285,6 +318,8 @@ impl ActorCell {
             r.get_or_insert(reason).clone()
         };
         self.alive.store(false, Ordering::Release);
+        // (The trap holds a reference to the actor: dropped with it.)
+        lock(&self.trap).take();
         let watchers = lock(&self.watchers).take();
         for (_, w) in watchers.into_iter().flatten() {
             w(&reason);

@@ -30,6 +30,9 @@ pub(crate) enum Body {
     FdMsg { key: u64, msg: Box<dyn ErasedFd> },
     /// Stop the actor after the messages before this one, with this reason.
     Stop(StopReason),
+    /// Actor `from`, linked to this one, stopped abnormally with `reason`
+    /// (sent to stand-ins only: a local actor's link acts at once).
+    Exit { from: u64, reason: StopReason },
     /// Install a new actor on the receiving shard.
     Spawn(Box<dyn Hosted>),
     /// The reply to ask `ask`; `None` when the actor stopped without
@@ -115,6 +118,16 @@ pub(crate) trait Hosted: Send {
     }
     /// True for a stand-in (it cannot take fds: they do not cross nodes).
     fn is_stand_in(&self) -> bool {
+        false
+    }
+    /// A stop for this actor: true when it takes it itself (a stand-in
+    /// sends it to its remote actor, and stops when that one does).
+    fn stop_request(&mut self, _reason: &StopReason) -> bool {
+        false
+    }
+    /// A linked actor failed: true when it takes the exit itself (a
+    /// stand-in sends it to its remote actor); else it stops, linked.
+    fn exit(&mut self, _from: u64, _reason: &StopReason) -> bool {
         false
     }
     /// True when a supervisor may restart it in place.

@@ -17,6 +17,7 @@ use dashmap::DashMap;
 
 use super::cell::{ActorCell, GroupKey, Watcher};
 use super::envelope::Erased;
+use crate::error::StopReason;
 
 struct Registered {
     id: u64,
@@ -56,6 +57,11 @@ pub(crate) trait Reachable: Send + Sync {
     fn is_alive(&self) -> bool;
     /// Its typed reference (`ActorRef<A>`).
     fn typed(&self) -> &(dyn Any + Send + Sync);
+    /// Stops it (a stop sent from another node).
+    fn stop_with(&self, reason: StopReason);
+    /// Actor `from` of node `node`, linked to it, failed with `reason`:
+    /// trapped, or a stop.
+    fn exit(&self, from: u64, node: String, reason: StopReason);
 }
 
 /// The registry shared by a system and its shards: names, and groups.

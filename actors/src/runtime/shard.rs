@@ -379,7 +379,11 @@ impl ShardLoop {
                     self.unpause_if_done(to, batch);
                     return true;
                 }
-                Body::Msg(_) | Body::FdMsg { .. } | Body::Stop(_) | Body::Restart(_) => {
+                Body::Msg(_)
+                | Body::FdMsg { .. }
+                | Body::Stop(_)
+                | Body::Exit { .. }
+                | Body::Restart(_) => {
                     p.held.push_back(env); // still counted against its mailbox
                     return true;
                 }
@@ -500,13 +504,23 @@ impl ShardLoop {
                 self.handled(to, outcome);
             }
             Body::Stop(reason) => {
-                if self.actors.contains_key(&to) {
+                if let Some(slot) = self.actors.get_mut(&to) {
+                    if slot.stop_request(&reason) {
+                        return true; // a stand-in sent it on
+                    }
                     self.stop_actor(to, reason);
                 } else if self.handle.pending().contains(&to) {
                     self.early
                         .entry(to)
                         .or_default()
                         .push(Envelope { to, body: Body::Stop(reason) });
+                }
+            }
+            Body::Exit { from, reason } => {
+                if let Some(slot) = self.actors.get_mut(&to) {
+                    if !slot.exit(from, &reason) {
+                        self.stop_actor(to, StopReason::Linked(from));
+                    }
                 }
             }
             // A reply after its ask gave up.

@@ -370,6 +370,7 @@ pub(crate) fn discard_in(env: Envelope, sys: Option<&SystemStats>) {
             drop(take_attached(key)); // closes the fd
         }
         Body::Stop(_)
+        | Body::Exit { .. }
         | Body::Shutdown
         | Body::Resume
         | Body::Poll

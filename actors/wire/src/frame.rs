@@ -132,6 +132,18 @@ pub enum Frame {
         /// The members' actor ids on the sending node, in join order.
         members: Vec<u64>,
     },
+    /// An exit signal for actor `to` of the receiving node, after every
+    /// message the sender sent it before: a stop asked through a reference
+    /// (`from` is `None`), or the failure of actor `from` of the sending
+    /// node, linked to it.
+    Exit {
+        /// The target actor's id on the receiving node.
+        to: u64,
+        /// The linked actor that failed (its id on the sending node).
+        from: Option<u64>,
+        /// The stop reason, in words (`"normal"`, `"shutdown"` or a text).
+        reason: String,
+    },
 }
 
 /// Seals batches of frames after the handshake: each *segment* is a 4-byte
@@ -759,6 +771,8 @@ mod tests {
                 Frame::Blocked { to },
                 Frame::Group { name: name.clone(), ty, members: vec![to, req, ty] },
                 Frame::Group { name: name.clone(), ty, members: vec![] },
+                Frame::Exit { to, from: Some(req), reason: name.clone() },
+                Frame::Exit { to, from: None, reason: name.clone() },
             ] {
                 let mut buf = Vec::new();
                 encode(&f, &mut buf, DEFAULT_MAX_FRAME).unwrap();
@@ -768,7 +782,7 @@ mod tests {
 
         /// `decode_in_place` gives the same answer as `decode`.
         #[test]
-        fn decoding_in_place_agrees_with_decode(bytes in proptest::collection::vec(any::<u8>(), 0..64), tag in 0u8..17) {
+        fn decoding_in_place_agrees_with_decode(bytes in proptest::collection::vec(any::<u8>(), 0..64), tag in 0u8..18) {
             // Bodies that start with a real variant tag, so Tell and Ask
             // bodies of every shape (short, trailing, non-canonical) are met.
             let mut buf = ((bytes.len() + 1) as u32).to_be_bytes().to_vec();

@@ -124,7 +124,8 @@ impl NodeActor {
             let Some((cell, gateway)) = self.shared.try_stand_in(&me, &member) else { return };
             let (peer, inc, remote_id) = member.clone();
             if self.proxies.get(cell.id).is_none() {
-                self.proxies.insert(cell.id, ProxyEntry { peer, incarnation: inc, remote_id });
+                let entry = ProxyEntry { peer, incarnation: inc, remote_id, cell: cell.clone() };
+                self.proxies.insert(cell.id, entry);
             }
             // Noted on the cell first: its stop leaves every group it lists.
             if cell.add_group(key) {

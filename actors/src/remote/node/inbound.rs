@@ -128,6 +128,9 @@ impl NodeActor {
                 if ask {
                     self.queue(link, &Frame::Blocked { to });
                 }
+                if !self.exits_waiting.is_empty() {
+                    self.send_waiting_exits(link, to);
+                }
                 Ok(())
             }
             Frame::Blocked { to } => {
@@ -184,6 +187,18 @@ impl NodeActor {
                 // A stand-in made from a lookup answered just before the
                 // stop is registered later: it finds this.
                 self.recently_stopped.insert((peer, inc, id), (Instant::now(), reason));
+                Ok(())
+            }
+            Frame::Exit { to, from, reason } => {
+                let Some(node) = self.links.get(&link).and_then(|l| l.peer.clone()) else {
+                    return Ok(());
+                };
+                // (An actor not here stopped already, its `Stopped` on its
+                // way, or never was: nothing to stop.)
+                if let Some(export) = self.shared.exports_by_id.get(&to).map(|e| e.clone()) {
+                    let reason = reason_from_text(&reason);
+                    self.exit_to(export, super::ExitFrom { node: node.0, from, reason });
+                }
                 Ok(())
             }
             Frame::Group { name, ty, members } => {
