@@ -1064,6 +1064,8 @@ struct Linkee {
     trap: bool,
     exits: std::sync::mpsc::Sender<ringmail::Exited>,
     n: u64,
+    /// Slow (1 ms per `Add`), counting into this.
+    slow: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
 }
 impl Actor for Linkee {
     fn started(&mut self, ctx: &mut Context<Self>) {
@@ -1080,6 +1082,10 @@ impl Handler<ringmail::Exited> for Linkee {
 impl Handler<Add> for Linkee {
     fn handle(&mut self, Add(n): Add, _: &mut Context<Self>) {
         self.n += n;
+        if let Some(total) = &self.slow {
+            std::thread::sleep(Duration::from_millis(1));
+            total.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
     }
 }
 impl Handler<Get> for Linkee {
@@ -1124,22 +1130,21 @@ impl Handler<Alive> for Holder {
 #[test]
 fn links_to_a_remote_actor_carry_exits_both_ways_and_each_holder_is_its_own() {
     let (sa, sb) = (System::new(), System::new());
-    let a = Node::start(&sa, patient(NodeConfig::new("la", loopback(), SECRET))).unwrap();
-    let b = Node::start(
-        &sb,
-        patient(NodeConfig::new("lb", loopback(), SECRET).seeds([a.local_addr()])),
-    )
-    .unwrap();
+    // A small credit window: messages to a slow actor wait for credit.
+    let cfg = |name: &str| patient(NodeConfig::new(name, loopback(), SECRET)).window(2048);
+    let a = Node::start(&sa, cfg("la")).unwrap();
+    let b = Node::start(&sb, cfg("lb").seeds([a.local_addr()])).unwrap();
     for n in [&a, &b] {
         n.register::<Linkee, Add>();
         n.register::<Linkee, Get>();
     }
     assert!(a.wait_for_peers(1, T) && b.wait_for_peers(1, T));
     let (tx, exits) = std::sync::mpsc::channel();
-    let linkee = |trap| Linkee { trap, exits: tx.clone(), n: 0 };
+    let linkee = |trap| Linkee { trap, exits: tx.clone(), n: 0, slow: None };
     let trapper = sa.spawn(linkee(true)).unwrap();
     let plain = sa.spawn(linkee(false)).unwrap();
-    let stoppable = sa.spawn(linkee(false)).unwrap();
+    let slow_total = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let stoppable = sa.spawn(Linkee { slow: Some(slow_total.clone()), ..linkee(false) }).unwrap();
     a.export("trapper", &trapper);
     a.export("plain", &plain);
     a.export("stoppable", &stoppable);
@@ -1180,16 +1185,33 @@ fn links_to_a_remote_actor_carry_exits_both_ways_and_each_holder_is_its_own() {
     assert!(x2.ask(Alive, T).unwrap() && y2.ask(Alive, T).unwrap());
     x2.tell(Boom).unwrap();
     assert_eq!(down_of(plain.id()), StopReason::RemoteLinked { node: "lb".into(), actor: x2.id() });
-    assert_eq!(y2.wait_stopped(T), Some(StopReason::Linked(p.id())), "the stop came back");
+    assert_eq!(
+        y2.wait_stopped(T),
+        Some(StopReason::RemoteLinked { node: "la".into(), actor: plain.id() }),
+        "the stop came back, naming the remote actor"
+    );
     assert!(!p.is_alive());
 
-    // stop() through a reference stops the remote actor; the reference
-    // stops when it has.
+    // stop() through a reference stops the remote actor, after every
+    // message sent through it before (here most wait for credit: the
+    // window is small and the actor slow); the reference stops when the
+    // actor has.
     let s = b.lookup::<Linkee>("la", "stoppable", T).unwrap();
-    s.tell(Add(1)).unwrap();
+    let waits_before = b.stats().credit_waits;
+    let sent = std::time::Instant::now();
+    for _ in 0..100 {
+        s.tell(Add(1)).unwrap();
+    }
+    let sent = sent.elapsed();
     s.stop();
     assert_eq!(down_of(stoppable.id()), StopReason::Normal);
     assert_eq!(s.wait_stopped(T), Some(StopReason::Normal));
+    assert_eq!(
+        slow_total.load(std::sync::atomic::Ordering::SeqCst),
+        100,
+        "every message first: {sent:?}"
+    );
+    assert!(b.stats().credit_waits > waits_before, "messages waited for credit ahead of the stop");
     drop((a, b));
     sa.shutdown();
     sb.shutdown();

@@ -176,15 +176,13 @@ fn trapped_exits_arrive_as_messages_and_untrapped_ones_stop() {
 
     // Not trapping any more: the next linked failure stops it.
     let second = system.spawn(Crashy(Arc::default())).unwrap();
-    trapper.tell(Untrap).unwrap();
-    let (tx2, _) = mpsc::channel();
+    let (tx2, exits2) = mpsc::channel();
     let linker = system.spawn(Trapper(second.clone(), tx2)).unwrap(); // traps, links
-    std::thread::sleep(Duration::from_millis(20));
-    linker.tell(Untrap).unwrap();
-    std::thread::sleep(Duration::from_millis(20));
+                                                                      // (Answered after `started`, which linked; untrapped once answered.)
+    linker.ask(Untrap, Duration::from_secs(10)).unwrap();
     second.tell(Crash).unwrap();
     assert_eq!(linker.wait_stopped(Duration::from_secs(10)), Some(StopReason::Linked(second.id())));
-    assert!(exits.try_recv().is_err(), "no second exit for the first trapper");
+    assert!(exits2.try_recv().is_err(), "stopped, not trapped");
 }
 
 /// Finds the current instance of "worker" from inside an actor.

@@ -20,6 +20,7 @@
 
 use super::{Actor, ActorRef, Handler, Message};
 use crate::error::StopReason;
+use crate::runtime::cell::ActorCell;
 
 /// An actor stopped: the message a monitor delivers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,29 +73,33 @@ impl Message for Exited {
 /// other (see the module docs).
 pub(super) fn link<A: Actor, B: Actor>(a: &ActorRef<A>, b: &ActorRef<B>) {
     let a2 = a.clone();
-    let b_id = b.id();
+    let b2 = b.clone();
     b.cell.watch(Box::new(move |r| {
         if r.is_abnormal() {
-            exit(&a2, b_id, r);
+            exit(&a2, &b2.cell, r);
         }
     }));
-    let b2 = b.clone();
-    let a_id = a.id();
+    let (a3, b3) = (a.clone(), b.clone());
     a.cell.watch(Box::new(move |r| {
         if r.is_abnormal() {
-            exit(&b2, a_id, r);
+            exit(&b3, &a3.cell, r);
         }
     }));
 }
 
 /// Actor `from`, linked to `to`, stopped abnormally with `reason`: a
 /// stand-in sends the exit to its remote actor; an actor that traps exits
-/// gets [`Exited`]; any other stops with [`StopReason::Linked`].
-fn exit<T: Actor>(to: &ActorRef<T>, from: u64, reason: &StopReason) {
+/// gets [`Exited`]; any other stops with [`StopReason::Linked`]. When
+/// `from` is a stand-in, the exit names the remote actor and its node
+/// ([`StopReason::RemoteLinked`]).
+fn exit<T: Actor>(to: &ActorRef<T>, from: &ActorCell, reason: &StopReason) {
     if to.cell.is_stand_in() {
-        to.send_exit(from, reason.clone());
-    } else {
-        exit_local(to, from, None, reason.clone());
+        to.send_exit(from.id, reason.clone());
+        return;
+    }
+    match from.stands_for() {
+        Some((node, id)) => exit_local(to, *id, Some(node.clone()), reason.clone()),
+        None => exit_local(to, from.id, None, reason.clone()),
     }
 }
 

@@ -188,6 +188,8 @@ pub(crate) struct Held {
     /// The ask's request id, if it is one.
     pub(crate) req: Option<u64>,
     stand_in: Option<Arc<ActorCell>>,
+    /// An exit that left (it has no slot to mark that).
+    pub(crate) sent: bool,
 }
 
 impl Held {
@@ -198,7 +200,19 @@ impl Held {
         req: Option<u64>,
         stand_in: Arc<ActorCell>,
     ) -> Held {
-        Held { frame, to, cost, proxy, req, stand_in: Some(stand_in) }
+        Held { frame, to, cost, proxy, req, stand_in: Some(stand_in), sent: false }
+    }
+
+    /// An exit for target `to` (a stop through a reference, or a linked
+    /// actor's failure): no cost and no slot, but in line with the
+    /// messages held for the same target, behind them.
+    pub(crate) fn exit(frame: Frame, to: u64, proxy: u64) -> Held {
+        Held { frame, to, cost: 0, proxy, req: None, stand_in: None, sent: false }
+    }
+
+    /// True for an exit ([`Held::exit`]).
+    pub(crate) fn is_exit(&self) -> bool {
+        matches!(self.frame, Frame::Exit { .. })
     }
 
     /// The stand-in's capacity slot, now the caller's to release.
@@ -211,6 +225,9 @@ impl Drop for Held {
     fn drop(&mut self) {
         if let Some(s) = self.stand_in.take() {
             s.unreserve();
+            crate::runtime::dead_letter();
+        } else if self.is_exit() && !self.sent {
+            // Its link closed first: counted as a message would be.
             crate::runtime::dead_letter();
         }
     }

@@ -763,12 +763,12 @@ impl NodeShared {
             return (s, gateway);
         }
         let cell = Arc::new(ActorCell::new(ShardHandle::next_id(), gateway.mailbox_capacity()));
-        cell.set_stand_in();
+        cell.set_stand_in(&id.0, id.2);
         proxies.insert(id.clone(), Arc::downgrade(&cell));
         // Still under the lock: another lookup of the same actor gets this
         // stand-in only once it is spawned and registered (in that order,
         // ahead of any message sent to it).
-        let proxy = stand_in::Proxy { cell: cell.clone(), node: node.clone() };
+        let proxy = stand_in::Proxy { cell: cell.clone(), node: node.clone(), remote: id.clone() };
         gateway.spawn_hosted(&cell, Box::new(proxy));
         if register {
             let (peer, incarnation, remote_id) = id.clone();

@@ -246,9 +246,6 @@ pub(crate) struct NodeActor {
     /// Stopped stand-ins still to forget in the shared map (its lock was
     /// taken when they stopped).
     forget_later: Vec<(u64, RemoteId)>,
-    /// Exits for remote actors queued behind messages to them that wait
-    /// for credit, by (link, target).
-    exits_waiting: HashMap<(u64, u64), VecDeque<Frame>>,
 }
 
 impl NodeActor {
@@ -297,7 +294,6 @@ impl NodeActor {
             retry_armed: false,
             groups: super::groups::Table::default(),
             forget_later: Vec::new(),
-            exits_waiting: HashMap::new(),
         }
     }
 
@@ -441,8 +437,6 @@ impl NodeActor {
         let Some(l) = self.links.get_mut(&link) else { return };
         // Never sent: dead letters (each gives its stand-in's slot back).
         drop(l.out.take_held());
-        // Exits that waited behind them: their actors are out of reach.
-        self.exits_waiting.retain(|(l, _), _| *l != link);
         let Some(l) = self.links.get(&link) else { return };
         let in_doubt = l.in_doubt();
         self.shared.counters.in_doubt.fetch_add(in_doubt, Ordering::Relaxed);
@@ -616,11 +610,15 @@ impl Actor for NodeActor {
         self.stop_stand_ins(taken, StopReason::NodeDown(self.shared.cfg.name.clone()));
         self.pending.drop_asks();
         // Deliveries still waiting for room: the node is going, so are they.
-        for (_, (_, q)) in self.stalled.drain() {
+        for (_, (export, q)) in self.stalled.drain() {
             for d in q {
-                if let Delivery::Msg(m) = d {
-                    dead_letter();
-                    drop(m);
+                match d {
+                    Delivery::Msg(m) => {
+                        dead_letter();
+                        drop(m);
+                    }
+                    // A stop or exit still reaches its local actor.
+                    Delivery::Exit(e) => e.apply(&export),
                 }
             }
         }
@@ -806,7 +804,7 @@ impl NodeActor {
     /// sent (its cost goes back to the window).
     fn send_one(&mut self, link: u64, mut h: Held) -> Option<(u64, u64)> {
         #[cfg(feature = "fault-injection")]
-        if h.req.is_none() {
+        if h.req.is_none() && !h.is_exit() {
             match crate::fault::next() {
                 crate::fault::Fault::Lose => {
                     h.take_slot().unreserve(); // silently: no count anywhere
@@ -829,6 +827,12 @@ impl NodeActor {
                 }
                 crate::fault::Fault::None => {}
             }
+        }
+        if h.is_exit() {
+            // An exit: no slot, no count of messages; dropped unsent (too
+            // large: cannot be), it counts as a dead letter.
+            h.sent = self.queue(link, &h.frame);
+            return None;
         }
         if self.queue(link, &h.frame) {
             let slot = h.take_slot();
@@ -952,52 +956,24 @@ impl Handler<RegisterProxy> for NodeActor {
 }
 
 impl Handler<RemoteExit> for NodeActor {
-    fn handle(&mut self, mut e: RemoteExit, ctx: &mut Context<Self>) {
-        let live = self.proxies.get(e.cell.id).and_then(|p| {
-            let link = *self.up.get(&p.peer)?;
-            let current = self.links.get(&link)?.peer.as_ref()?.1 == p.incarnation;
-            current.then_some((link, p.remote_id))
+    fn handle(&mut self, e: RemoteExit, _ctx: &mut Context<Self>) {
+        let (peer, inc, to) = e.remote.clone();
+        let link = self.up.get(&peer).copied().filter(|l| {
+            self.links.get(l).and_then(|l| l.peer.as_ref()).is_some_and(|p| p.1 == inc)
         });
-        if live.is_none() && !e.retried && self.proxies.get(e.cell.id).is_none() {
-            // Its binding (`RegisterProxy`, from the thread that looked it
-            // up) may still be on its way from another ring: once more,
-            // a moment later.
-            e.retried = true;
-            ctx.send_after(Duration::from_millis(20), e);
-            return;
-        }
-        let Some((link, to)) = live else {
-            // Not bound to a live remote actor (its node is down, or it
-            // stopped): the stand-in stops itself, as a stop of a stopped
-            // actor would find it stopped.
-            let reason = match e.from {
-                Some(from) => StopReason::Linked(from),
-                None => e.reason,
-            };
-            self.stop_proxy(&e.cell, reason);
+        let Some(link) = link else {
+            // Its node is down (or a newer incarnation replaced it): the
+            // reference stops as the node's own stop would stop it.
+            self.stop_proxy(&e.cell, StopReason::NodeDown(peer));
             return;
         };
         let f = Frame::Exit { to, from: e.from, reason: inbound::reason_text(&e.reason) };
-        // Behind the messages to it that wait for credit, as it is behind
-        // them in the stand-in's order.
-        let waits = self.links.get(&link).is_some_and(|l| l.out.holds(to));
-        if waits || self.exits_waiting.contains_key(&(link, to)) {
-            self.exits_waiting.entry((link, to)).or_default().push_back(f);
-        } else {
-            self.queue(link, &f);
-        }
-    }
-}
-
-impl NodeActor {
-    /// Sends the exits that waited for messages to `to` on `link` once
-    /// none wait for credit any more.
-    pub(super) fn send_waiting_exits(&mut self, link: u64, to: u64) {
-        if self.links.get(&link).is_some_and(|l| l.out.holds(to)) {
-            return;
-        }
-        for f in self.exits_waiting.remove(&(link, to)).unwrap_or_default() {
-            self.queue(link, &f);
+        // In line with the messages to it that wait for credit: behind
+        // them, as it is behind them in the stand-in's order.
+        let held = Held::exit(f, to, e.cell.id);
+        let l = self.links.get_mut(&link).expect("the peer's link");
+        if let Offer::Send(h) = l.out.offer(to, 0, held) {
+            self.send_now(link, h);
         }
     }
 }

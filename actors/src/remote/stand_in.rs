@@ -38,6 +38,8 @@ use super::groups::RemoteId;
 pub(crate) struct Proxy<N: Actor> {
     pub(crate) cell: Arc<ActorCell>,
     pub(crate) node: ActorRef<N>,
+    /// What it stands for: (peer, incarnation, id there).
+    pub(crate) remote: RemoteId,
 }
 
 impl<N: Handler<Outbound> + Handler<RemoteExit>> Hosted for Proxy<N> {
@@ -65,24 +67,34 @@ impl<N: Handler<Outbound> + Handler<RemoteExit>> Hosted for Proxy<N> {
     fn is_stand_in(&self) -> bool {
         true
     }
-    fn stop_request(&mut self, reason: &StopReason) -> bool {
-        if self.cell.is_released() {
-            return false; // its node stops it: the remote actor stopped or is gone
+    fn stop_request(&mut self, reason: StopReason) -> Option<StopReason> {
+        if let Some(own) = self.cell.released() {
+            return Some(own); // its node stops it: the remote actor is gone
+        }
+        if !self.node.is_alive() {
+            // No node to carry it: the reference stops, as the node's would.
+            return Some(StopReason::NodeDown(self.remote.0.clone()));
         }
         self.node.deliver_forced(RemoteExit {
             cell: self.cell.clone(),
+            remote: self.remote.clone(),
             from: None,
-            reason: reason.clone(),
-            retried: false,
+            reason,
         });
-        true
+        None
     }
     fn exit(&mut self, from: u64, reason: &StopReason) -> bool {
+        if self.cell.released().is_some() {
+            return true; // stopping already, with its own reason
+        }
+        if !self.node.is_alive() {
+            return false;
+        }
         self.node.deliver_forced(RemoteExit {
             cell: self.cell.clone(),
+            remote: self.remote.clone(),
             from: Some(from),
             reason: reason.clone(),
-            retried: false,
         });
         true
     }
@@ -93,10 +105,10 @@ impl<N: Handler<Outbound> + Handler<RemoteExit>> Hosted for Proxy<N> {
 /// The stand-in stays: it stops when the remote actor does.
 pub(crate) struct RemoteExit {
     pub(crate) cell: Arc<ActorCell>,
+    /// The remote actor: (peer, incarnation, id there).
+    pub(crate) remote: RemoteId,
     pub(crate) from: Option<u64>,
     pub(crate) reason: StopReason,
-    /// Tried once already, before the stand-in was bound.
-    pub(crate) retried: bool,
 }
 impl Message for RemoteExit {
     type Reply = ();
@@ -189,7 +201,7 @@ impl Proxies {
 /// Stops stand-in `cell`, hosted on `gateway`, with `reason` (itself: a
 /// stop its node sends is never passed on to the remote actor).
 pub(crate) fn stop_proxy(gateway: &ShardHandle, cell: &ActorCell, reason: StopReason) {
-    cell.release_stand_in();
+    cell.release_stand_in(reason.clone());
     let id = cell.id;
     let env = Envelope { to: id, body: Body::Stop(reason) };
     send_control(gateway.id, &gateway.addr, env, true, Some(&gateway.stats));

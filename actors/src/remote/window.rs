@@ -216,11 +216,6 @@ impl<T> SendWindows<T> {
         }
     }
 
-    /// Whether messages for `to` wait for credit.
-    pub(crate) fn holds(&self, to: u64) -> bool {
-        self.by_target.get(&to).is_some_and(|w| !w.held.is_empty())
-    }
-
     /// Messages waiting for credit on this link.
     pub(crate) fn held(&self) -> usize {
         self.held

@@ -70,12 +70,13 @@ pub(crate) struct ActorCell {
     wakers: ModelMutex<Vec<Waker>>,
     /// The actor this one is paused on, while it is.
     waiting_on: Mutex<Option<Weak<ActorCell>>>,
-    /// A stand-in for an actor of another node (set once, when made).
-    stand_in: AtomicBool,
+    /// For a stand-in: the actor of another node it stands for (its node's
+    /// name and its id there). Set once, when made.
+    stand_in: std::sync::OnceLock<(String, u64)>,
     /// A stand-in its node stops (its remote actor stopped or its node is
-    /// down): a stop is then the stand-in's own, not one for the remote
-    /// actor.
-    released: AtomicBool,
+    /// down), with the reason: a stop is then the stand-in's own, not one
+    /// for the remote actor.
+    released: Mutex<Option<StopReason>>,
     /// Set while the actor traps exits: a linked actor's failure is
     /// delivered to it by this, instead of stopping it.
     trap: Mutex<Option<Trap>>,
@@ -113,20 +114,20 @@ impl ActorCell {
             generation: std::sync::atomic::AtomicU32::new(0),
             wakers: ModelMutex::new(Vec::new()),
             waiting_on: Mutex::new(None),
-            stand_in: AtomicBool::new(false),
-            released: AtomicBool::new(false),
+            stand_in: std::sync::OnceLock::new(),
+            released: Mutex::new(None),
             trap: Mutex::new(None),
         }
     }
 
-    /// The node stops this stand-in (see `released`).
-    pub(crate) fn release_stand_in(&self) {
-        self.released.store(true, Ordering::Release);
+    /// The node stops this stand-in, with `reason` (see `released`).
+    pub(crate) fn release_stand_in(&self, reason: StopReason) {
+        lock(&self.released).get_or_insert(reason);
     }
 
-    /// Whether the node stops this stand-in.
-    pub(crate) fn is_released(&self) -> bool {
-        self.released.load(Ordering::Acquire)
+    /// Why the node stops this stand-in, once it does.
+    pub(crate) fn released(&self) -> Option<StopReason> {
+        lock(&self.released).clone()
     }
 
     /// Traps exits from now on (`Some`), or not (`None`).
@@ -139,14 +140,19 @@ impl ActorCell {
         lock(&self.trap).clone().filter(|_| self.is_alive())
     }
 
-    /// Marks the cell as a stand-in for an actor of another node.
-    pub(crate) fn set_stand_in(&self) {
-        self.stand_in.store(true, Ordering::Relaxed);
+    /// Marks the cell as a stand-in for actor `id` of node `node`.
+    pub(crate) fn set_stand_in(&self, node: &str, id: u64) {
+        let _ = self.stand_in.set((node.to_string(), id));
     }
 
     /// Whether the cell is a stand-in for an actor of another node.
     pub(crate) fn is_stand_in(&self) -> bool {
-        self.stand_in.load(Ordering::Relaxed)
+        self.stand_in.get().is_some()
+    }
+
+    /// For a stand-in: the remote actor's node and its id there.
+    pub(crate) fn stands_for(&self) -> Option<&(String, u64)> {
+        self.stand_in.get()
     }
 
     /// Registers `w` to run once this mailbox has drained to half its

@@ -120,10 +120,11 @@ pub(crate) trait Hosted: Send {
     fn is_stand_in(&self) -> bool {
         false
     }
-    /// A stop for this actor: true when it takes it itself (a stand-in
-    /// sends it to its remote actor, and stops when that one does).
-    fn stop_request(&mut self, _reason: &StopReason) -> bool {
-        false
+    /// A stop for this actor: the reason to stop with, or `None` when it
+    /// takes the stop itself (a stand-in sends it to its remote actor, and
+    /// stops when that one does).
+    fn stop_request(&mut self, reason: StopReason) -> Option<StopReason> {
+        Some(reason)
     }
     /// A linked actor failed: true when it takes the exit itself (a
     /// stand-in sends it to its remote actor); else it stops, linked.

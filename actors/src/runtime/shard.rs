@@ -505,10 +505,10 @@ impl ShardLoop {
             }
             Body::Stop(reason) => {
                 if let Some(slot) = self.actors.get_mut(&to) {
-                    if slot.stop_request(&reason) {
-                        return true; // a stand-in sent it on
+                    // (A stand-in sends it on to its remote actor.)
+                    if let Some(reason) = slot.stop_request(reason) {
+                        self.stop_actor(to, reason);
                     }
-                    self.stop_actor(to, reason);
                 } else if self.handle.pending().contains(&to) {
                     self.early
                         .entry(to)
@@ -521,6 +521,10 @@ impl ShardLoop {
                     if !slot.exit(from, &reason) {
                         self.stop_actor(to, StopReason::Linked(from));
                     }
+                } else if self.handle.pending().contains(&to) {
+                    // A stand-in not installed yet: after its Spawn.
+                    let env = Envelope { to, body: Body::Exit { from, reason } };
+                    self.early.entry(to).or_default().push(env);
                 }
             }
             // A reply after its ask gave up.

@@ -128,9 +128,6 @@ impl NodeActor {
                 if ask {
                     self.queue(link, &Frame::Blocked { to });
                 }
-                if !self.exits_waiting.is_empty() {
-                    self.send_waiting_exits(link, to);
-                }
                 Ok(())
             }
             Frame::Blocked { to } => {
