@@ -16,6 +16,8 @@
 //!   message per target shard for everything one receive brought in.
 //! * Multi-key commands (MGET, MSET, DEL, EXISTS) are split by shard and
 //!   their parts combined; DBSIZE and FLUSHALL go to every shard.
+//! * A transaction on one shard is one batch to it; one across shards takes
+//!   its shards in ascending order, then runs ([`TxLock`], [`TxRun`]).
 //! * Replies are written in request order per connection (pipelining),
 //!   whatever order the shards answer in.
 //! * Malformed RESP gets `-ERR Protocol error: ...` after the replies to
@@ -54,6 +56,11 @@ enum Step {
 /// A transaction's keys on two shards (Redis Cluster's error and word).
 const CROSSSLOT: &str = "CROSSSLOT Keys in request don't hash to the same slot (a transaction's \
                          keys must live on one shard: put the common part of their names in {braces})";
+
+/// One command's keys on two shards (Redis Cluster's error and word).
+const CROSSSLOT_COMMAND: &str = "CROSSSLOT Keys in request don't hash to the same slot (one \
+                                 command's keys must live on one shard: put the common part of \
+                                 their names in {braces})";
 
 /// The commands a transaction may queue (the ones this server runs).
 const QUEUEABLE: &[&[u8]] = &[
@@ -178,16 +185,15 @@ fn single_key(cmd: &[u8]) -> bool {
 
 /// `MULTI` / `EXEC` / `DISCARD`, and queueing between them, as Redis does.
 /// `n`: the number of shards. As in Redis Cluster, a queued command whose
-/// keys are not on the shard of the ones before is refused with
-/// `CROSSSLOT`, and the transaction is then aborted at `EXEC`.
+/// keys are on two shards is refused with `CROSSSLOT`, and the transaction
+/// is then aborted at `EXEC`; different commands may live on different
+/// shards (see [`KvWorker::exec_across`]).
 fn transaction_step(c: &mut Client, args: Vec<Vec<u8>>, n: usize) -> Step {
     let cmd = Lower::of(&args[0]);
     match (cmd.as_bytes(), c.multi.is_some()) {
         (b"multi", false) => {
             c.multi = Some(Vec::new());
             c.multi_failed = false;
-            // Watched keys and the transaction's live on one shard.
-            c.multi_shard = c.watch;
             Step::Answer(Reply::Simple("OK"))
         }
         (b"multi", true) => Step::Answer(Reply::Error("ERR MULTI calls can not be nested".into())),
@@ -236,15 +242,16 @@ fn transaction_step(c: &mut Client, args: Vec<Vec<u8>>, n: usize) -> Step {
                     String::from_utf8_lossy(&args[0])
                 )));
             }
+            // The commands of a transaction may live on different shards
+            // (run across shards at EXEC); each command's own keys on one,
+            // as Redis Cluster asks of every command.
             let mut shards = shards_of(&args, n);
-            shards.extend(c.multi_shard);
             shards.sort_unstable();
             shards.dedup();
             if shards.len() > 1 {
                 c.multi_failed = true;
-                return Step::Answer(Reply::Error(CROSSSLOT.into()));
+                return Step::Answer(Reply::Error(CROSSSLOT_COMMAND.into()));
             }
-            c.multi_shard = shards.first().copied();
             c.multi.as_mut().expect("in MULTI").push(args);
             Step::Answer(Reply::Simple("QUEUED"))
         }
@@ -361,7 +368,6 @@ fn connection_command(
             c.name = None;
             c.multi = None; // RESET discards a transaction too
             c.multi_failed = false;
-            c.multi_shard = None;
             Reply::Simple("RESET")
         }
         b"client" => match arg(1).as_deref() {
@@ -493,6 +499,89 @@ pub struct KeyShard {
     blocked: Blocked,
     /// Keys `WATCH`ed here (see [`Watches`]).
     watches: Watches,
+    /// The transaction across shards that holds this shard, if any (see
+    /// [`TxLock`]): everything else waits in `deferred`, in arrival order.
+    locked_by: Option<u64>,
+    deferred: VecDeque<Deferred>,
+}
+
+/// What waits while a transaction across shards holds the shard.
+enum Deferred {
+    Batch(Batch),
+    Lock(TxLock),
+}
+
+/// A transaction across shards asks for this shard: once it has it (every
+/// request before has run), nothing else runs here until its [`TxRun`].
+/// Workers take the shards of a transaction one by one in ascending order,
+/// each after the one before answered [`TxLocked`]: two transactions never
+/// wait for each other in a cycle (no deadlock, and no global lock).
+pub struct TxLock {
+    from: ActorRef<KvWorker>,
+    tx: u64,
+    conn: ConnId,
+}
+impl Message for TxLock {
+    type Reply = ();
+}
+
+/// This shard is held for transaction `tx`; `dirty`: a key its connection
+/// `WATCH`es here changed (the watch is forgotten).
+pub struct TxLocked {
+    tx: u64,
+    dirty: bool,
+}
+impl Message for TxLocked {
+    type Reply = ();
+}
+
+/// The transaction's commands for this shard (none when it aborted); the
+/// shard runs them and is free again.
+pub struct TxRun {
+    from: ActorRef<KvWorker>,
+    reqs: Vec<Req>,
+}
+impl Message for TxRun {
+    type Reply = ();
+}
+
+impl Handler<TxLock> for KeyShard {
+    fn handle(&mut self, l: TxLock, _ctx: &mut Context<Self>) {
+        if self.locked_by.is_some() {
+            self.deferred.push_back(Deferred::Lock(l));
+            return;
+        }
+        self.lock(l);
+    }
+}
+
+impl Handler<TxRun> for KeyShard {
+    fn handle(&mut self, run: TxRun, ctx: &mut Context<Self>) {
+        self.run_batch(run.from, run.reqs, ctx);
+        self.locked_by = None;
+        while let Some(d) = self.deferred.pop_front() {
+            match d {
+                Deferred::Batch(b) => self.run_batch(b.from, b.reqs, ctx),
+                Deferred::Lock(l) => {
+                    self.lock(l);
+                    break;
+                }
+            }
+        }
+    }
+}
+
+impl KeyShard {
+    fn lock(&mut self, l: TxLock) {
+        self.locked_by = Some(l.tx);
+        let w = (l.from.id(), l.conn);
+        let dirty = self.watches.dirty.contains(&w);
+        self.watches.forget(w);
+        // (A stopped worker: its transaction is gone, and so is the hold.)
+        if l.from.tell(TxLocked { tx: l.tx, dirty }).is_err() {
+            self.locked_by = None;
+        }
+    }
 }
 
 /// A watching connection: its worker's actor id and its id there.
@@ -727,6 +816,18 @@ impl Message for Batch {
 
 impl Handler<Batch> for KeyShard {
     fn handle(&mut self, batch: Batch, ctx: &mut Context<Self>) {
+        if self.locked_by.is_some() {
+            self.deferred.push_back(Deferred::Batch(batch));
+            return;
+        }
+        self.run_batch(batch.from, batch.reqs, ctx);
+    }
+}
+
+impl KeyShard {
+    /// Runs one worker's requests in order and sends their replies back.
+    fn run_batch(&mut self, from: ActorRef<KvWorker>, reqs: Vec<Req>, ctx: &Context<Self>) {
+        let batch = Batch { from, reqs };
         let now = Instant::now();
         let mut replies = Vec::with_capacity(batch.reqs.len());
         let mut writes = Vec::with_capacity(batch.reqs.len());
@@ -1300,10 +1401,11 @@ struct Client {
     multi: Option<Vec<Vec<Vec<u8>>>>,
     /// A queued command was refused: `EXEC` aborts.
     multi_failed: bool,
-    /// The shard the queued commands' keys live on.
-    multi_shard: Option<usize>,
     /// The shard of the keys this connection `WATCH`es, if any.
     watch: Option<usize>,
+    /// A transaction across shards of this connection is under way: its
+    /// next requests wait (unparsed) until it has run, so they see it.
+    in_tx: bool,
     /// Authenticated (always, when the server has no password).
     authed: bool,
 }
@@ -1331,6 +1433,28 @@ pub struct KvWorker {
     /// Per connection, the shards it sent a blocking pop to: told when it
     /// closes, so that nothing is popped for it afterwards.
     blocking: HashMap<ConnId, Vec<usize>>,
+    /// Transactions across shards under way, by id (see [`TxLock`]).
+    txs: HashMap<u64, CrossTx>,
+    next_tx: u64,
+    /// Shard holds to ask for once this turn's batches have gone (so that
+    /// the requests before a transaction reach its shards first).
+    tx_out: Vec<(usize, TxLock)>,
+}
+
+/// A transaction whose commands live on several shards.
+struct CrossTx {
+    conn: ConnId,
+    seq: u64,
+    /// Its shards, ascending: held one after the other.
+    shards: Vec<usize>,
+    /// How many are held.
+    held: usize,
+    /// A watched key changed: nothing runs.
+    dirty: bool,
+    /// Each shard's commands (same order as `shards`).
+    reqs: Vec<Vec<Req>>,
+    /// The queued commands' count (the watch check is the part after them).
+    count: usize,
 }
 
 impl Actor for KvWorker {
@@ -1431,19 +1555,10 @@ impl Handler<Replies> for KvWorker {
     fn handle(&mut self, Replies(items): Replies, ctx: &mut Context<Self>) {
         let mut touched = Vec::new();
         for (conn, seq, part, reply) in items {
-            let Some(c) = self.clients.get_mut(&conn) else { continue };
-            let Some(p) = seq.checked_sub(c.first_seq).and_then(|i| c.pending.get_mut(i as usize))
-            else {
+            if !self.clients.contains_key(&conn) {
                 continue;
-            };
-            if let Some(slot) = p.parts.get_mut(part as usize) {
-                if slot.replace(reply).is_none() {
-                    p.left -= 1;
-                }
             }
-            if p.left == 0 && p.done.is_none() {
-                p.finish();
-            }
+            self.fill(conn, seq, part, reply);
             if touched.last() != Some(&conn) {
                 touched.push(conn);
             }
@@ -1455,6 +1570,44 @@ impl Handler<Replies> for KvWorker {
     }
 }
 // ANCHOR_END: worker
+
+impl Handler<TxLocked> for KvWorker {
+    fn handle(&mut self, TxLocked { tx, dirty }: TxLocked, ctx: &mut Context<Self>) {
+        let me = self.me.clone().expect("started");
+        let Some(t) = self.txs.get_mut(&tx) else { return };
+        t.held += 1;
+        t.dirty |= dirty;
+        if t.held < t.shards.len() {
+            let next = t.shards[t.held];
+            let conn = t.conn;
+            let _ = self.shards[next].tell(TxLock { from: me, tx, conn });
+            return;
+        }
+        let t = self.txs.remove(&tx).expect("under way");
+        let check = if t.dirty { Reply::NullArray } else { Reply::Simple("OK") };
+        for (s, reqs) in t.shards.iter().zip(t.reqs) {
+            if t.dirty {
+                // Aborted: the commands do not run (their parts are filled
+                // here), the shard is freed.
+                for r in &reqs {
+                    self.fill(r.conn, r.seq, r.part, Reply::NullArray);
+                }
+                let _ = self.shards[*s].tell(TxRun { from: me.clone(), reqs: Vec::new() });
+            } else {
+                let _ = self.shards[*s].tell(TxRun { from: me.clone(), reqs });
+            }
+        }
+        self.fill(t.conn, t.seq, t.count as u32, check);
+        // The connection's next requests, behind the transaction's.
+        if let Some(c) = self.clients.get_mut(&t.conn) {
+            c.in_tx = false;
+            self.received(t.conn, &[]);
+        }
+        self.answer(t.conn, ctx);
+        self.send_batches();
+        self.conns.flush(ctx);
+    }
+}
 
 impl KvWorker {
     /// A worker routing to `shards`; `info` is what `INFO` reads, whose
@@ -1474,6 +1627,9 @@ impl KvWorker {
             subs: Subscriptions::default(),
             group: None,
             blocking: HashMap::new(),
+            txs: HashMap::new(),
+            next_tx: 1,
+            tx_out: Vec::new(),
         }
     }
 
@@ -1486,6 +1642,9 @@ impl KvWorker {
         c.inbuf.extend_from_slice(bytes);
         let mut used = 0;
         loop {
+            if c.in_tx {
+                break; // parsed once its transaction has run
+            }
             match resp::parse(&c.inbuf[used..], &self.limits) {
                 Ok(Parsed::Request(args, n)) => {
                     used += n;
@@ -1517,7 +1676,9 @@ impl KvWorker {
                             Step::Answer(reply) => Pending::ready(reply),
                             Step::Exec(cmds) => {
                                 let watch = c.watch.take();
-                                self.exec(conn, seq, cmds, watch)
+                                let p = self.exec(conn, seq, cmds, watch);
+                                c.in_tx = self.txs.values().any(|t| t.conn == conn);
+                                p
                             }
                             Step::Run(args) if is_watch(&args[0]) => {
                                 self.watch(&mut c, conn, seq, args)
@@ -1714,10 +1875,9 @@ impl KvWorker {
         }
     }
 
-    /// Runs a transaction's commands. All their keys must live on one
-    /// shard (or the transaction is refused with Redis Cluster's
-    /// `CROSSSLOT`): they go to it in one batch, which it runs in one turn,
-    /// so no other command comes between them (atomic and isolated).
+    /// Runs a transaction's commands. All on one shard: they go to it in
+    /// one batch, which it runs in one turn, so no other command comes
+    /// between them (atomic and isolated). On several: [`Self::exec_across`].
     /// Keyless commands are answered here, in their place.
     fn exec(
         &mut self,
@@ -1732,7 +1892,7 @@ impl KvWorker {
         shards.sort_unstable();
         shards.dedup();
         if shards.len() > 1 {
-            return Pending::ready(Reply::Error(CROSSSLOT.into())); // refused when queued
+            return self.exec_across(conn, seq, cmds, shards);
         }
         let count = cmds.len();
         let mut parts = vec![None; count + usize::from(watch.is_some())];
@@ -1763,6 +1923,64 @@ impl KvWorker {
             p.finish();
         }
         p
+    }
+
+    /// Runs a transaction whose commands live on several shards (each
+    /// command on one): its shards are held one by one in ascending order
+    /// ([`TxLock`]; other requests wait on a held shard), the watched keys
+    /// checked as each is taken, and once all are held each runs its
+    /// commands and is free again ([`TxRun`]). No other command runs on
+    /// any of them in between: atomic and isolated, as on one shard, at
+    /// the cost of a round trip per shard before it runs.
+    fn exec_across(
+        &mut self,
+        conn: ConnId,
+        seq: u64,
+        cmds: Vec<Vec<Vec<u8>>>,
+        shards: Vec<usize>,
+    ) -> Pending {
+        let n = self.shards.len();
+        let count = cmds.len();
+        // One part per command, then the watch check.
+        let mut parts = vec![None; count + 1];
+        let mut left = 1;
+        let mut reqs: Vec<Vec<Req>> = shards.iter().map(|_| Vec::new()).collect();
+        for (i, args) in cmds.into_iter().enumerate() {
+            match shards_of(&args, n).first() {
+                Some(s) => {
+                    let k = shards.binary_search(s).expect("a shard of the transaction");
+                    reqs[k].push(Req { conn, seq, part: i as u32, args });
+                    left += 1;
+                }
+                None if args[0].eq_ignore_ascii_case(b"unwatch") => {
+                    parts[i] = Some(Reply::Simple("OK"))
+                }
+                None => parts[i] = self.scratch.execute(&args, Instant::now()),
+            }
+        }
+        let tx = self.next_tx;
+        self.next_tx += 1;
+        let from = self.me.clone().expect("started");
+        self.tx_out.push((shards[0], TxLock { from, tx, conn }));
+        self.txs.insert(tx, CrossTx { conn, seq, shards, held: 0, dirty: false, reqs, count });
+        Pending { left, parts, combine: Combine::Exec { watched: true }, done: None, resp3: false }
+    }
+
+    /// Sets part `part` of request `seq` of `conn` (if still waited for).
+    fn fill(&mut self, conn: ConnId, seq: u64, part: u32, reply: Reply) {
+        let Some(c) = self.clients.get_mut(&conn) else { return };
+        let Some(p) = seq.checked_sub(c.first_seq).and_then(|i| c.pending.get_mut(i as usize))
+        else {
+            return;
+        };
+        if let Some(slot) = p.parts.get_mut(part as usize) {
+            if slot.replace(reply).is_none() {
+                p.left -= 1;
+            }
+        }
+        if p.left == 0 && p.done.is_none() {
+            p.finish();
+        }
     }
 
     /// `WATCH key...` (all on one shard, the one watched before if any)
@@ -1853,6 +2071,14 @@ impl KvWorker {
 
     /// Sends what this event gathered: one batch per shard.
     fn send_batches(&mut self) {
+        self.send_request_batches();
+        // Behind the requests before them (same sender, same shard: in order).
+        for (s, lock) in std::mem::take(&mut self.tx_out) {
+            let _ = self.shards[s].tell(lock);
+        }
+    }
+
+    fn send_request_batches(&mut self) {
         let me = self.me.clone().expect("started");
         for (s, reqs) in self.outgoing.iter_mut().enumerate() {
             if reqs.is_empty() {
@@ -1914,6 +2140,8 @@ impl KeyShard {
             held: VecDeque::new(),
             blocked: Blocked::default(),
             watches: Watches::default(),
+            locked_by: None,
+            deferred: VecDeque::new(),
         }
     }
 }
