@@ -241,6 +241,33 @@ pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
             );
         }
     }
+    // Transactions (redis-benchmark has none): 4 commands each, 16 per
+    // write, 8 connections.
+    let mut figures = vec![Vec::new(); 2];
+    for round in 0..=rounds {
+        for (i, p) in ports.iter().enumerate() {
+            let r = bench_transactions(*p, n / 2, 8, client_cpu);
+            let label =
+                if round == 0 { "warm-up".into() } else { format!("round {round}/{rounds}") };
+            eprintln!("  [kv MULTI/EXEC] {label} {:<12} {r:.0} transactions/s", names[i]);
+            if round > 0 {
+                figures[i].push(r);
+            }
+        }
+    }
+    out.push(
+        from_figures(
+            "kv MULTI + 4 commands + EXEC, 16 per write",
+            "transactions/s",
+            Better::Higher,
+            &names,
+            figures,
+        )
+        .tagged(
+            "transactions_per_s",
+            serde_json::json!({"commands": 4, "pipeline": 16, "clients": 8}),
+        ),
+    );
     // SAFETY: plain kill(2) on our own child.
     unsafe { libc::kill(ringmail.id() as i32, libc::SIGTERM) };
     let status = ringmail.wait().expect("ringmail kv server exits");
@@ -248,6 +275,62 @@ pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
     drop(redis);
     out.iter().for_each(Comparison::print);
     out
+}
+
+/// Transactions per second: `conns` connections, each on a thread of its
+/// own pinned to `cpu`, each sending 16 transactions per write (`MULTI`,
+/// `INCR`, `INCR`, `INCRBY`, `DECR`, `EXEC`: four commands, integer
+/// replies) and reading the replies before the next 16, `total` in all.
+/// A transaction is done when its `EXEC` array (`*4`) has come back.
+fn bench_transactions(port: u16, total: usize, conns: usize, cpu: usize) -> f64 {
+    use std::io::{Read, Write};
+    const DEPTH: usize = 16;
+    let per = total / conns / DEPTH;
+    let go = std::sync::Arc::new(std::sync::Barrier::new(conns + 1));
+    let threads: Vec<_> = (0..conns)
+        .map(|i| {
+            let go = go.clone();
+            std::thread::spawn(move || {
+                // SAFETY: a zeroed cpu_set_t is valid; CPU_SET writes a bit
+                // inside it; sched_setaffinity(0) pins this thread.
+                unsafe {
+                    let mut set: libc::cpu_set_t = std::mem::zeroed();
+                    libc::CPU_SET(cpu, &mut set);
+                    libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+                }
+                let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+                s.set_nodelay(true).unwrap();
+                let one = format!(
+                    "MULTI\r\nINCR tx{i}:a\r\nINCR tx{i}:b\r\nINCRBY tx{i}:a 2\r\n\
+                     DECR tx{i}:b\r\nEXEC\r\n"
+                );
+                let batch = one.repeat(DEPTH);
+                let mut buf = vec![0u8; 64 << 10];
+                go.wait();
+                for _ in 0..per {
+                    s.write_all(batch.as_bytes()).expect("write");
+                    let (mut done, mut tail) = (0, Vec::new());
+                    while done < DEPTH {
+                        let n = s.read(&mut buf).expect("read");
+                        assert!(n > 0, "the server closed the connection");
+                        tail.extend_from_slice(&buf[..n]);
+                        // Count complete `*4\r\n` heads; keep a partial one.
+                        let text = &tail[..];
+                        done += text.windows(4).filter(|w| w == b"*4\r\n").count();
+                        let keep = text.len().min(3);
+                        tail = text[text.len() - keep..].to_vec();
+                    }
+                }
+                go.wait();
+            })
+        })
+        .collect();
+    go.wait();
+    let t = std::time::Instant::now();
+    go.wait();
+    let secs = t.elapsed().as_secs_f64();
+    threads.into_iter().for_each(|h| h.join().unwrap());
+    (per * DEPTH * conns) as f64 / secs
 }
 
 /// The server side of the case, run in a child process: the Ringmail KV
