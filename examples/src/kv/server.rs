@@ -499,9 +499,10 @@ pub struct KeyShard {
     blocked: Blocked,
     /// Keys `WATCH`ed here (see [`Watches`]).
     watches: Watches,
-    /// The transaction across shards that holds this shard, if any (see
-    /// [`TxLock`]): everything else waits in `deferred`, in arrival order.
-    locked_by: Option<u64>,
+    /// The transaction across shards that holds this shard, if any (its
+    /// worker's actor id and its number there; see [`TxLock`]): everything
+    /// else waits in `deferred`, in arrival order.
+    locked_by: Option<(u64, u64)>,
     deferred: VecDeque<Deferred>,
 }
 
@@ -557,14 +558,19 @@ impl Handler<TxLock> for KeyShard {
 
 impl Handler<TxRun> for KeyShard {
     fn handle(&mut self, run: TxRun, ctx: &mut Context<Self>) {
-        self.run_batch(run.from, run.reqs, ctx);
+        debug_assert_eq!(self.locked_by.map(|(w, _)| w), Some(run.from.id()), "run by its holder");
+        if !run.reqs.is_empty() {
+            self.run_batch(run.from, run.reqs, ctx);
+        }
         self.locked_by = None;
         while let Some(d) = self.deferred.pop_front() {
             match d {
                 Deferred::Batch(b) => self.run_batch(b.from, b.reqs, ctx),
                 Deferred::Lock(l) => {
                     self.lock(l);
-                    break;
+                    if self.locked_by.is_some() {
+                        break;
+                    }
                 }
             }
         }
@@ -573,7 +579,7 @@ impl Handler<TxRun> for KeyShard {
 
 impl KeyShard {
     fn lock(&mut self, l: TxLock) {
-        self.locked_by = Some(l.tx);
+        self.locked_by = Some((l.from.id(), l.tx));
         let w = (l.from.id(), l.conn);
         let dirty = self.watches.dirty.contains(&w);
         self.watches.forget(w);
@@ -1534,7 +1540,7 @@ impl Handler<NetEvent> for KvWorker {
             Some(Input::Closed(_)) => {}
             None => {}
         }
-        self.send_batches();
+        self.send_batches(ctx);
         self.conns.flush(ctx);
     }
 }
@@ -1578,25 +1584,54 @@ impl Handler<TxLocked> for KvWorker {
         t.held += 1;
         t.dirty |= dirty;
         if t.held < t.shards.len() {
-            let next = t.shards[t.held];
-            let conn = t.conn;
-            let _ = self.shards[next].tell(TxLock { from: me, tx, conn });
+            let (next, conn) = (t.shards[t.held], t.conn);
+            if self.shards[next].tell(TxLock { from: me, tx, conn }).is_err() {
+                self.end_tx(tx, Some("ERR shard unavailable"), ctx);
+            }
             return;
         }
-        let t = self.txs.remove(&tx).expect("under way");
-        let check = if t.dirty { Reply::NullArray } else { Reply::Simple("OK") };
-        for (s, reqs) in t.shards.iter().zip(t.reqs) {
-            if t.dirty {
-                // Aborted: the commands do not run (their parts are filled
-                // here), the shard is freed.
-                for r in &reqs {
-                    self.fill(r.conn, r.seq, r.part, Reply::NullArray);
-                }
-                let _ = self.shards[*s].tell(TxRun { from: me.clone(), reqs: Vec::new() });
+        self.end_tx(tx, None, ctx);
+    }
+}
+
+impl KvWorker {
+    /// Ends transaction `tx`. All its shards held and no watched key
+    /// changed: each runs its commands. Else (a watched key changed, or
+    /// `failed`: a shard is gone) nothing runs and every part is answered
+    /// here. Either way the shards it holds are freed and its connection's
+    /// next requests go on.
+    fn end_tx(&mut self, tx: u64, failed: Option<&str>, ctx: &Context<Self>) {
+        let me = self.me.clone().expect("started");
+        let Some(t) = self.txs.remove(&tx) else { return };
+        let run = failed.is_none() && !t.dirty && t.held == t.shards.len();
+        let instead = match failed {
+            Some(e) => Reply::Error(e.into()),
+            None => Reply::NullArray,
+        };
+        for (k, (s, reqs)) in t.shards.iter().zip(t.reqs).enumerate() {
+            let reqs = if run {
+                reqs
             } else {
-                let _ = self.shards[*s].tell(TxRun { from: me.clone(), reqs });
+                for r in &reqs {
+                    self.fill(r.conn, r.seq, r.part, instead.clone());
+                }
+                Vec::new()
+            };
+            if k >= t.held {
+                continue; // never taken: nothing to free
+            }
+            if let Err(e) = self.shards[*s].tell(TxRun { from: me.clone(), reqs }) {
+                // The shard is gone: its commands did not run.
+                for r in e.into_inner().reqs {
+                    self.fill(r.conn, r.seq, r.part, Reply::Error("ERR shard unavailable".into()));
+                }
             }
         }
+        let check = match failed {
+            Some(e) => Reply::Error(e.into()),
+            None if t.dirty => Reply::NullArray,
+            None => Reply::Simple("OK"),
+        };
         self.fill(t.conn, t.seq, t.count as u32, check);
         // The connection's next requests, behind the transaction's.
         if let Some(c) = self.clients.get_mut(&t.conn) {
@@ -1604,7 +1639,7 @@ impl Handler<TxLocked> for KvWorker {
             self.received(t.conn, &[]);
         }
         self.answer(t.conn, ctx);
-        self.send_batches();
+        self.send_batches(ctx);
         self.conns.flush(ctx);
     }
 }
@@ -2070,11 +2105,13 @@ impl KvWorker {
     }
 
     /// Sends what this event gathered: one batch per shard.
-    fn send_batches(&mut self) {
+    fn send_batches(&mut self, ctx: &Context<Self>) {
         self.send_request_batches();
         // Behind the requests before them (same sender, same shard: in order).
         for (s, lock) in std::mem::take(&mut self.tx_out) {
-            let _ = self.shards[s].tell(lock);
+            if let Err(e) = self.shards[s].tell(lock) {
+                self.end_tx(e.into_inner().tx, Some("ERR shard unavailable"), ctx);
+            }
         }
     }
 
