@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::actor::bridge::{self, Restart};
-use crate::actor::{registry, Actor, ActorRef, Context, Down, Handler, Message};
+use crate::actor::{registry, Actor, ActorRef, Context, Down, Handler, Message, Router, Routing};
 use crate::error::StopReason;
 use crate::runtime::envelope::RestartPolicy;
 use crate::runtime::lock;
@@ -289,6 +289,47 @@ impl Supervisor {
         make: impl FnMut() -> A + Send + 'static,
     ) -> Self {
         self.add(name, Some(shard.handle().clone()), make)
+    }
+
+    /// Spawns a *pool* on `system`: `size` actors made by `make(i)`, the
+    /// children of this supervisor (its strategy, intensity and restart
+    /// kind), each registered as `"{name}-{i}"`, behind a [`Router`] that
+    /// finds them by those names at each send. So the pool is supervised as
+    /// one unit (stop the supervisor to stop it) and sized at start, and
+    /// the router never goes stale: a child restarted in place keeps its
+    /// reference, one restarted fresh is found under its name again, and a
+    /// child not started yet (or between a stop and its restart) is passed
+    /// over. Returns the supervisor and the router.
+    pub fn pool<A, M>(
+        self,
+        system: &crate::System,
+        name: &str,
+        size: usize,
+        make: impl Fn(usize) -> A + Send + Sync + 'static,
+        routing: Routing<M>,
+    ) -> Result<(ActorRef<Supervisor>, Router<M>), crate::SpawnError>
+    where
+        A: Handler<M>,
+        M: Message,
+    {
+        let make = Arc::new(make);
+        let names: Vec<String> = (0..size).map(|i| format!("{name}-{i}")).collect();
+        let mut sup = self;
+        for (i, child) in names.iter().enumerate() {
+            let make = make.clone();
+            sup = sup.child(Some(child), move || make(i));
+        }
+        let sup = system.spawn(sup)?;
+        let names = names.clone();
+        let reg = system.registry().clone();
+        let resolve = move || {
+            names
+                .iter()
+                .filter_map(|n| registry::lookup::<A>(&reg, n))
+                .map(|r| r.recipient::<M>())
+                .collect()
+        };
+        Ok((sup, Router::resolved(Box::new(resolve), routing)))
     }
 
     fn add<A: Actor>(

@@ -320,3 +320,59 @@ fn hashed_routing_moves_only_a_newcomers_share_of_the_keys() {
     group.leave(&workers[8]);
     assert_eq!(owners(&router), before, "its keys went back where they were");
 }
+
+/// A pooled worker: counts its jobs; `Crash` makes it panic.
+struct PoolWorker(Arc<Mutex<HashMap<usize, u64>>>, usize);
+impl Actor for PoolWorker {}
+impl Handler<Job> for PoolWorker {
+    fn handle(&mut self, _: Job, _: &mut Context<Self>) {
+        *self.0.lock().unwrap().entry(self.1).or_default() += 1;
+    }
+}
+struct Crash;
+impl Message for Crash {
+    type Reply = ();
+}
+impl Handler<Crash> for PoolWorker {
+    fn handle(&mut self, _: Crash, _: &mut Context<Self>) {
+        panic!("a pooled worker fails on purpose");
+    }
+}
+
+/// A supervised pool is sized at start and supervised as one unit: a
+/// child's failure restarts it (in place, or fresh) and the router keeps
+/// reaching every child; stopping the supervisor stops the pool.
+#[test]
+fn a_supervised_pool_is_sized_at_start_and_its_router_survives_restarts() {
+    for restarts in [ringmail::Restarts::InPlace, ringmail::Restarts::Fresh] {
+        let system = System::new();
+        let counts = Arc::new(Mutex::new(HashMap::new()));
+        let c2 = counts.clone();
+        let (sup, router) = ringmail::Supervisor::new(ringmail::Strategy::OneForOne)
+            .restarts(restarts)
+            .pool(&system, "pool", 3, move |i| PoolWorker(c2.clone(), i), Routing::RoundRobin)
+            .unwrap();
+        wait_until("3 children started", || router.len() == 3);
+        for i in 0..30 {
+            router.tell(Job { key: i }).unwrap();
+        }
+        wait_until("30 jobs", || counts.lock().unwrap().values().sum::<u64>() == 30);
+        assert_eq!(counts.lock().unwrap().values().copied().collect::<Vec<_>>(), vec![10; 3]);
+        // One child fails; it is restarted and found again.
+        let one = system.lookup::<PoolWorker>("pool-1").unwrap();
+        one.tell(Crash).unwrap();
+        wait_until("a restart", || system.panics() == 1);
+        wait_until("3 children again", || {
+            router.len() == 3 && system.lookup::<PoolWorker>("pool-1").is_some_and(|r| r.is_alive())
+        });
+        for i in 0..30 {
+            router.tell(Job { key: i }).unwrap();
+        }
+        wait_until("60 jobs", || counts.lock().unwrap().values().sum::<u64>() == 60);
+        // Stopping the supervisor stops the pool.
+        sup.stop();
+        wait_until("the pool stopped", || router.is_empty());
+        assert!(matches!(router.tell(Job { key: 0 }), Err(ringmail::TellError::Stopped(_))));
+        system.shutdown();
+    }
+}

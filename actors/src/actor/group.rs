@@ -202,6 +202,8 @@ impl<M> std::fmt::Debug for Routing<M> {
 enum Members<M: Message> {
     Fixed(Vec<Recipient<M>>),
     Group(Group<M>),
+    /// Looked up at each send (a supervised pool's children, by name).
+    Resolved(Box<dyn Fn() -> Vec<Recipient<M>> + Send + Sync>),
 }
 
 /// One handle over several actors that handle `M` (see the module docs).
@@ -232,11 +234,31 @@ impl<M: Message> Router<M> {
         Router { members: Members::Group(group), routing, next: AtomicUsize::new(0) }
     }
 
+    /// A router over the members `resolve` gives at each send (see
+    /// `Supervisor::pool`).
+    pub(crate) fn resolved(
+        resolve: Box<dyn Fn() -> Vec<Recipient<M>> + Send + Sync>,
+        routing: Routing<M>,
+    ) -> Self {
+        Router { members: Members::Resolved(resolve), routing, next: AtomicUsize::new(0) }
+    }
+
     fn members(&self) -> Vec<Recipient<M>> {
         match &self.members {
             Members::Fixed(pool) => pool.iter().filter(|r| r.is_alive()).cloned().collect(),
             Members::Group(g) => g.members(),
+            Members::Resolved(f) => f().into_iter().filter(Recipient::is_alive).collect(),
         }
+    }
+
+    /// How many members it routes among now (those that run).
+    pub fn len(&self) -> usize {
+        self.members().len()
+    }
+
+    /// True when it has no member that runs.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// The member `msg` goes to, if any.

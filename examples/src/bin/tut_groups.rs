@@ -5,7 +5,7 @@
 use std::sync::mpsc;
 use std::time::Duration;
 
-use ringmail::{Actor, Context, Handler, Message, Router, Routing, Strategy, Supervisor, System};
+use ringmail::{Actor, Context, Handler, Message, Routing, Strategy, Supervisor, System};
 // ANCHOR_END: uses
 
 // ANCHOR: member
@@ -76,25 +76,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("{l}");
     }
 
-    // A pool of 3 supervised checkers behind a round-robin router: a
-    // restarted checker keeps its reference, so the router never goes stale.
-    let mut sup = Supervisor::new(Strategy::OneForOne);
-    for i in 0..3 {
-        sup = sup.child(Some(&format!("checker-{i}")), || Checker);
+    // A pool of 3 checkers, supervised as one unit, behind a round-robin
+    // router that finds them by name at each send: a restarted checker is
+    // reached again, so the router never goes stale.
+    let (_pool, router) = Supervisor::new(Strategy::OneForOne).pool(
+        &system,
+        "checker",
+        3,
+        |_| Checker,
+        Routing::RoundRobin,
+    )?;
+    while router.len() < 3 {
+        std::thread::yield_now(); // the supervisor starts them on its shard
     }
-    system.spawn(sup)?;
-    let mut pool = Vec::new();
-    for i in 0..3 {
-        let name = format!("checker-{i}");
-        let checker = loop {
-            if let Some(c) = system.lookup::<Checker>(&name) {
-                break c;
-            }
-            std::thread::yield_now();
-        };
-        pool.push(checker.recipient::<Check>());
-    }
-    let router = Router::new(pool, Routing::RoundRobin);
     for word in ["the", "teh", "ring"] {
         let checker = router.pick(&Check(word.into())).expect("a checker");
         let ok = checker.ask(Check(word.into()), Duration::from_secs(5))?;
