@@ -73,15 +73,44 @@ fn wait_for(count: &AtomicU64, n: u64) {
     }
 }
 
-/// Deliveries per second of `n` publications by `send`, to `count`.
-fn rate(count: &AtomicU64, n: u64, subs: u64, mut send: impl FnMut(u64)) -> f64 {
+/// Deliveries per second: `publish` starts `deliveries` more deliveries
+/// to `count`, timed until they have all arrived.
+fn timed(count: &AtomicU64, deliveries: u64, publish: impl FnOnce()) -> f64 {
     let start = count.load(Relaxed);
     let t = Instant::now();
-    for i in 0..n {
-        send(i);
-    }
-    wait_for(count, start + n * subs);
-    (n * subs) as f64 / t.elapsed().as_secs_f64()
+    publish();
+    wait_for(count, start + deliveries);
+    deliveries as f64 / t.elapsed().as_secs_f64()
+}
+
+/// Deliveries per second of `n` publications by `send`, to `count`.
+fn rate(count: &AtomicU64, n: u64, subs: u64, mut send: impl FnMut(u64)) -> f64 {
+    timed(count, n * subs, || (0..n).for_each(&mut send))
+}
+
+/// The rows every case has: `Group::publish` per publication, and the
+/// same copies told by hand (one batch per publication).
+fn publish_and_tell_loop<'a>(
+    group: &'a Group<Tick>,
+    refs: &'a [Recipient<Tick>],
+    count: &'a AtomicU64,
+    n: u64,
+    subs: u64,
+) -> Vec<Peer<'a>> {
+    vec![
+        Peer {
+            name: "group-publish",
+            run: Box::new(move || {
+                rate(count, n, subs, |i| {
+                    group.publish(Tick(i));
+                })
+            }),
+        },
+        Peer {
+            name: "tell-loop",
+            run: Box::new(move || rate(count, n, subs, |i| tell_all(refs, i))),
+        },
+    ]
 }
 
 /// `subs` subscribers on `system`, in a group of their own.
@@ -128,45 +157,30 @@ pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
             "deliveries/s",
             Better::Higher,
             rounds,
-            vec![
-                Peer {
-                    name: "group-publish",
-                    run: Box::new(|| {
-                        rate(&count, n, s, |i| {
-                            group.publish(Tick(i));
-                        })
-                    }),
-                },
-                Peer {
-                    name: "tell-loop",
-                    run: Box::new(|| rate(&count, n, s, |i| tell_all(&refs, i))),
-                },
-                Peer {
-                    name: "publish-batched",
-                    run: Box::new(|| {
-                        let start = count.load(Relaxed);
-                        let t = Instant::now();
-                        ringmail::batched(|| {
-                            for i in 0..n {
-                                group.publish(Tick(i));
-                            }
-                        });
-                        wait_for(&count, start + n * s);
-                        (n * s) as f64 / t.elapsed().as_secs_f64()
-                    }),
-                },
-                Peer {
-                    name: "publish-in-actor",
-                    run: Box::new(|| {
-                        let start = count.load(Relaxed);
-                        let t = Instant::now();
-                        publisher.tell(Go(n)).expect("tell");
-                        wait_for(&count, start + n * s);
-                        (n * s) as f64 / t.elapsed().as_secs_f64()
-                    }),
-                },
-                Peer { name: "kameo-pubsub", run: Box::new(|| km.rate(n)) },
-            ],
+            publish_and_tell_loop(&group, &refs, &count, n, s)
+                .into_iter()
+                .chain([
+                    Peer {
+                        name: "publish-batched",
+                        run: Box::new(|| {
+                            timed(&count, n * s, || {
+                                ringmail::batched(|| {
+                                    for i in 0..n {
+                                        group.publish(Tick(i));
+                                    }
+                                })
+                            })
+                        }),
+                    },
+                    Peer {
+                        name: "publish-in-actor",
+                        run: Box::new(|| {
+                            timed(&count, n * s, || publisher.tell(Go(n)).expect("tell"))
+                        }),
+                    },
+                    Peer { name: "kameo-pubsub", run: Box::new(|| km.rate(n)) },
+                ])
+                .collect(),
         )
         .tagged("deliveries_per_s", serde_json::json!({"subscribers": subs, "nodes": 1}));
         c.print();
@@ -214,20 +228,7 @@ fn across(quick: bool, rounds: usize) -> Comparison {
         "deliveries/s",
         Better::Higher,
         rounds,
-        vec![
-            Peer {
-                name: "group-publish",
-                run: Box::new(|| {
-                    rate(&count, n, subs, |i| {
-                        near_group.publish(Tick(i));
-                    })
-                }),
-            },
-            Peer {
-                name: "tell-loop",
-                run: Box::new(|| rate(&count, n, subs, |i| tell_all(&refs, i))),
-            },
-        ],
+        publish_and_tell_loop(&near_group, &refs, &count, n, subs),
     )
     .tagged("deliveries_per_s", serde_json::json!({"subscribers": subs, "nodes": 2}));
     c.print();
