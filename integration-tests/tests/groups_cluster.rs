@@ -3,6 +3,9 @@
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::SeqCst;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -34,16 +37,21 @@ struct Seen {
 
 struct Sub {
     seen: Arc<Mutex<Seen>>,
-    /// Time taken per publication (a slow subscriber).
-    pause: Duration,
+    /// A slow subscriber: at its publication number `.0` (counted from 1)
+    /// it takes `.1` (its thread asleep), with `stalled` raised meanwhile.
+    stall: Option<(u64, Duration, Arc<AtomicBool>)>,
 }
 impl Actor for Sub {}
 impl Handler<Note> for Sub {
     fn handle(&mut self, Note { from, n }: Note, _: &mut Context<Self>) {
-        if !self.pause.is_zero() {
-            std::thread::sleep(self.pause);
-        }
         let mut s = self.seen.lock().unwrap();
+        if let Some((at, took, stalled)) = &self.stall {
+            if s.count + 1 == *at {
+                stalled.store(true, SeqCst);
+                std::thread::sleep(*took);
+                stalled.store(false, SeqCst);
+            }
+        }
         let expected = s.next.insert(from, n + 1).unwrap_or(0);
         if expected != n {
             s.out_of_order += 1;
@@ -92,15 +100,19 @@ fn subs(node: &Node) -> Group<Note> {
 /// Spawns `n` subscribers on `system` and joins them to `group`.
 type Joined = Vec<(ActorRef<Sub>, Arc<Mutex<Seen>>)>;
 
-fn join(system: &System, group: &Group<Note>, n: usize, pause: Duration) -> Joined {
-    (0..n)
-        .map(|_| {
-            let seen = Arc::new(Mutex::new(Seen::default()));
-            let a: ActorRef<Sub> = system.spawn(Sub { seen: seen.clone(), pause }).unwrap();
-            group.join(&a);
-            (a, seen)
-        })
-        .collect()
+fn join(system: &System, group: &Group<Note>, n: usize) -> Joined {
+    (0..n).map(|_| join_one(system, group, None)).collect()
+}
+
+fn join_one(
+    system: &System,
+    group: &Group<Note>,
+    stall: Option<(u64, Duration, Arc<AtomicBool>)>,
+) -> (ActorRef<Sub>, Arc<Mutex<Seen>>) {
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let a: ActorRef<Sub> = system.spawn(Sub { seen: seen.clone(), stall }).unwrap();
+    group.join(&a);
+    (a, seen)
 }
 
 /// The ids a group lists, checked for duplicates.
@@ -125,9 +137,9 @@ fn members_of_every_node_are_listed_everywhere_and_follow_their_nodes() {
         assert!(n.wait_for_peers(2, T), "{} sees both others", n.name());
     }
     let (ga, gb, gc) = (subs(&a), subs(&b), subs(&c));
-    let a_members = join(&sa, &ga, 100, Duration::ZERO);
-    join(&sb, &gb, 100, Duration::ZERO);
-    let c_seen = join(&sc, &gc, 100, Duration::ZERO);
+    let a_members = join(&sa, &ga, 100);
+    join(&sb, &gb, 100);
+    let c_seen = join(&sc, &gc, 100);
     let took =
         wait_until("300 members on every node", || [&ga, &gb, &gc].iter().all(|g| g.len() == 300));
     println!("300 members listed on all 3 nodes {took:?} after the last join");
@@ -178,7 +190,7 @@ fn members_of_every_node_are_listed_everywhere_and_follow_their_nodes() {
     // c restarts (a new incarnation): 100 new members, never the old ones.
     let (sc2, c2) = node("gc", Some(a.local_addr()), cfg(), 1 << 20);
     let gc2 = subs(&c2);
-    join(&sc2, &gc2, 100, Duration::ZERO);
+    join(&sc2, &gc2, 100);
     wait_until("the restarted c's members everywhere", || {
         [&ga, &gb, &gc2].iter().all(|g| g.len() == expect)
     });
@@ -192,13 +204,16 @@ fn members_of_every_node_are_listed_everywhere_and_follow_their_nodes() {
     wait_until("b's members gone", || ga.len() == 199 && gc2.len() == 199);
 }
 
-/// Three publishers (one per node) each publish to 30 subscribers (10 per
-/// node): every subscriber gets every publication once, in each
-/// publisher's order; a slow subscriber, behind small credit windows and
-/// mailboxes, holds the publishers back and loses nothing.
+/// Three publishers (one per node) each publish 100 000 notes to 30
+/// subscribers (10 per node): every subscriber gets every publication
+/// once, in each publisher's order; a subscriber that stalls, behind small
+/// credit windows and mailboxes, holds every publisher back (they make no
+/// progress while it takes nothing), memory stays bounded and nothing is
+/// lost.
 #[test]
 fn every_subscriber_on_every_node_gets_every_publication_once_in_order() {
-    const N: u64 = 1_000;
+    // The issue's scale: 3 publishers x 100 000 to 30 subscribers.
+    const N: u64 = 100_000;
     // Small windows and mailboxes: the slow subscriber's backlog is bounded
     // by them, and publishers wait.
     let cfg = || SystemConfig::default().mailbox_capacity(32);
@@ -211,30 +226,81 @@ fn every_subscriber_on_every_node_gets_every_publication_once_in_order() {
     }
     let groups = [subs(&a), subs(&b), subs(&c)];
     let mut seen = Vec::new();
-    for (system, g) in [&sa, &sb, &sc].into_iter().zip(&groups) {
-        seen.extend(join(system, g, 10, Duration::ZERO));
-    }
-    // The slow one, on c: 200 µs per publication.
-    seen.extend(join(&sc, &groups[2], 1, Duration::from_micros(200)));
-    wait_until("31 members everywhere", || groups.iter().all(|g| g.len() == 31));
+    seen.extend(join(&sa, &groups[0], 10));
+    seen.extend(join(&sb, &groups[1], 10));
+    seen.extend(join(&sc, &groups[2], 9));
+    // The slow one, on c: at its 30 000th publication it stops taking
+    // any for 2 s.
+    let stalled = Arc::new(AtomicBool::new(false));
+    seen.push(join_one(&sc, &groups[2], Some((30_000, STALL, stalled.clone()))));
+    wait_until("30 members everywhere", || groups.iter().all(|g| g.len() == 30));
 
+    let progress: [AtomicU64; 3] = Default::default();
+    let rss_before = rss();
+    let done = AtomicBool::new(false);
     let start = Instant::now();
-    std::thread::scope(|s| {
-        for (i, g) in groups.iter().enumerate() {
-            s.spawn(move || {
-                for n in 0..N {
-                    assert_eq!(g.publish(Note { from: i as u32, n }), 31, "publication {n}");
+    let (published, samples) = std::thread::scope(|s| {
+        // While the publications flow: memory, the messages waiting for
+        // credit, and how far the publishers get while the slow one stalls.
+        let sampler = s.spawn(|| {
+            let (mut rss_peak, mut waiting_peak, mut during_stall) = (0, 0, None);
+            let sum = || progress.iter().map(|p| p.load(SeqCst)).collect::<Vec<_>>();
+            while !done.load(SeqCst) {
+                rss_peak = rss_peak.max(rss());
+                let waiting: u64 = [&a, &b, &c].iter().map(|n| n.stats().waiting_for_credit).sum();
+                waiting_peak = waiting_peak.max(waiting);
+                if during_stall.is_none() && stalled.load(SeqCst) {
+                    // The windows and mailboxes on the way fill within
+                    // the first half second; then nobody moves.
+                    std::thread::sleep(STALL / 4);
+                    let before = sum();
+                    std::thread::sleep(STALL / 2);
+                    assert!(stalled.load(SeqCst), "still stalled");
+                    during_stall = Some((before, sum()));
                 }
-            });
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            (rss_peak, waiting_peak, during_stall)
+        });
+        let publishers: Vec<_> = groups
+            .iter()
+            .zip(&progress)
+            .enumerate()
+            .map(|(i, (g, progress))| {
+                s.spawn(move || {
+                    ringmail::batched(|| {
+                        for n in 0..N {
+                            assert_eq!(
+                                g.publish(Note { from: i as u32, n }),
+                                30,
+                                "publication {n}"
+                            );
+                            progress.store(n + 1, SeqCst);
+                        }
+                    })
+                })
+            })
+            .collect();
+        for p in publishers {
+            p.join().unwrap();
         }
+        let published = start.elapsed();
+        wait_until("every subscriber has every publication", || {
+            seen.iter().all(|(_, s)| s.lock().unwrap().count >= 3 * N)
+        });
+        done.store(true, SeqCst);
+        (published, sampler.join().unwrap())
     });
-    let published = start.elapsed();
-    wait_until("every subscriber has every publication", || {
-        seen.iter().all(|(_, s)| s.lock().unwrap().count == 3 * N)
-    });
+    let (rss_peak, waiting_peak, during_stall) = samples;
+    let (before, after) = during_stall.expect("the sampler saw the stall");
     println!(
-        "3 x {N} publications to 31 subscribers: published in {published:?}, all in {:?}",
-        start.elapsed()
+        "3 x {N} publications to 30 subscribers: published in {published:?}, all in {:?}; \
+         RSS {} MiB before, peak {} MiB; at most {waiting_peak} messages waiting for credit; \
+         publishers at {before:?} and {after:?}, {:?} apart in the stall",
+        start.elapsed(),
+        rss_before >> 20,
+        rss_peak >> 20,
+        STALL / 2,
     );
     for (i, (_, s)) in seen.iter().enumerate() {
         let s = s.lock().unwrap();
@@ -244,13 +310,34 @@ fn every_subscriber_on_every_node_gets_every_publication_once_in_order() {
             assert_eq!(s.next.get(&from), Some(&N), "subscriber {i}, publisher {from}");
         }
     }
-    // The slow subscriber held the publishers back (3 000 x 200 µs).
-    assert!(published >= Duration::from_millis(500), "published in {published:?}");
+    // The stalled subscriber held every publisher back, local and remote,
+    // as a full mailbox and full credit windows do.
+    assert_eq!(before, after, "publishers went on while a subscriber took nothing");
     let waits: u64 = [&a, &b].iter().map(|n| n.stats().credit_waits).sum();
     assert!(waits > 0, "publishers on a and b waited for c's credit");
+    // Nothing piled up meanwhile: a message waits for credit holding a
+    // slot of its stand-in's mailbox, so at most the 20 stand-ins of each
+    // node times their 32 slots wait; memory stays bounded by that.
+    assert!(waiting_peak <= 3 * 20 * 32, "{waiting_peak} messages waited for credit");
+    assert!(
+        rss_peak.saturating_sub(rss_before) < 256 << 20,
+        "RSS grew from {} to {} MiB",
+        rss_before >> 20,
+        rss_peak >> 20
+    );
     for (sys, n) in [(&sa, &a), (&sb, &b), (&sc, &c)] {
         assert_eq!(sys.dead_letters(), 0, "{}", n.name());
     }
+}
+
+/// How long the slow subscriber takes nothing.
+const STALL: Duration = Duration::from_secs(2);
+
+/// This process's resident set, in bytes (fails loudly when it cannot be read).
+fn rss() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").expect("/proc/self/statm");
+    let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+    pages * 4096
 }
 
 /// A reference to a remote actor (a lookup's) joined to a spread group is
@@ -264,7 +351,7 @@ fn a_looked_up_remote_actor_in_a_group_is_never_relayed() {
     assert!(a.wait_for_peers(1, T) && b.wait_for_peers(1, T));
     let (ga, gb) = (subs(&a), subs(&b));
     let seen = Arc::new(Mutex::new(Seen::default()));
-    let x: ActorRef<Sub> = sb.spawn(Sub { seen: seen.clone(), pause: Duration::ZERO }).unwrap();
+    let x: ActorRef<Sub> = sb.spawn(Sub { seen: seen.clone(), stall: None }).unwrap();
     b.export("x", &x);
     let remote_x = a.lookup::<Sub>("rb", "x", T).unwrap();
     ga.join(&remote_x);
