@@ -16,13 +16,20 @@
 //! * `dials`: the addresses dialled or to dial again (`remote::dial`);
 //! * `swim`: membership and failure detection (`remote::swim`).
 //!
-//! This file holds the actor itself, its messages and their handlers, and
-//! what a link coming up or going down means for the maps (`established`,
-//! `close`, `peer_down`). What arrives on a link (bytes -> handshake or
-//! segments -> frames -> local actors) is in `node/inbound.rs`; the
-//! periodic work (acknowledgements, handshake deadlines, retiring
-//! duplicates, dialling) and carrying out membership's effects are in
-//! `node/upkeep.rs`.
+//! This file holds the actor itself, its messages and the handlers of the
+//! socket events. The rest is in rooms beside it:
+//!
+//! * `node/links.rs`: what a link coming up or going down means for the
+//!   maps (`established`, `close`, `peer_down`, stopping stand-ins);
+//! * `node/inbound.rs`: what arrives on a link (bytes -> handshake or
+//!   segments -> frames -> local actors), and delivery to local actors
+//!   without waiting (`stalled`, retried);
+//! * `node/outbound.rs`: what local actors send out (a stand-in's message
+//!   through its target's credit window; exits through references);
+//! * `node/upkeep.rs`: the periodic work (acknowledgements, handshake
+//!   deadlines, retiring duplicates, dialling) and carrying out
+//!   membership's effects;
+//! * `node/groups.rs`: groups spread to and from peers.
 //!
 //! Invariants:
 //!
@@ -53,14 +60,13 @@ use ringmail_transport::FixedFd;
 use ringmail_wire::frame::Frame;
 use ringmail_wire::handshake::Identity;
 
-use super::dial::{self, Dial, Duplicate};
+use super::dial::Dial;
 use super::groups::RemoteId;
-use super::link::{Held, Link, QueueError};
+use super::link::{Link, QueueError};
 use super::pending::{Found, Pending};
-use super::stand_in::{self, Outbound, Proxies, ProxyEntry, RegisterProxy, RemoteExit, Taken};
+use super::stand_in::Proxies;
 use super::swim::{Member, Swim, Timer};
-use super::window::{self, Offer};
-use super::{Export, LookupError, NodeEvent, NodeShared};
+use super::{Export, LookupError, NodeShared};
 use crate::actor::{Actor, Context, FdHandler, Handler, Message};
 use crate::error::StopReason;
 use crate::io::Accept;
@@ -70,6 +76,8 @@ use crate::runtime::envelope::Erased;
 
 mod groups;
 mod inbound;
+mod links;
+mod outbound;
 mod upkeep;
 
 /// How often the node sends acknowledgements and checks handshake
@@ -397,197 +405,6 @@ impl NodeActor {
             }
         }
     }
-
-    /// Closes a link, with the reason (logged); a peer it carried goes down.
-    fn close(&mut self, link: u64, reason: &str, ctx: &Context<Self>) {
-        let Some(l) = self.links.get_mut(&link) else { return };
-        // Closed once. A link whose handshake step just failed reads nothing
-        // more but is not finished: its connection is closed here.
-        if l.is_finished() {
-            return;
-        }
-        // What this turn already framed still leaves, ahead of the FIN:
-        // the peer reads it before it sees the connection end.
-        if let Some(seg) = l.close() {
-            self.conns.write(l.conn, &seg);
-        }
-        let conn = l.conn;
-        if let Some(addr) = l.dialled {
-            if let Some(d) = self.dials.get_mut(&addr) {
-                d.link_closed(l.peer.is_some() && l.settled);
-            }
-        }
-        let quiet = [
-            "",
-            "node shut down",
-            "duplicate connection retired",
-            QUARANTINED, // warned about once per incarnation
-        ];
-        if l.peer.is_some() && !quiet.contains(&reason) {
-            tracing::info!(node = %self.shared.cfg.name, reason, "connection closed");
-        }
-        self.conns.close(conn, ctx);
-        self.peer_down(link, reason);
-    }
-
-    /// The link is gone: what waited on it is answered, what it carried
-    /// unacknowledged is in doubt, and if it was a peer's link, the peer is
-    /// down.
-    fn peer_down(&mut self, link: u64, reason: &str) {
-        let Some(l) = self.links.get_mut(&link) else { return };
-        // Never sent: dead letters (each gives its stand-in's slot back).
-        drop(l.out.take_held());
-        let Some(l) = self.links.get(&link) else { return };
-        let in_doubt = l.in_doubt();
-        self.shared.counters.in_doubt.fetch_add(in_doubt, Ordering::Relaxed);
-        self.pending.link_down(link);
-        // Lookups that came on a retired duplicate are the peer's all the
-        // same: its current link carries their `Stopped` from now on.
-        let successor = l.peer.as_ref().and_then(|p| self.up.get(&p.0).copied()).filter(|&cur| {
-            cur != link && self.links.get(&cur).and_then(|c| c.peer.as_ref()) == l.peer.as_ref()
-        });
-        for w in self.watchers.values_mut() {
-            if w.remove(&link) {
-                if let Some(cur) = successor {
-                    w.insert(cur);
-                }
-            }
-        }
-        let Some((name, inc)) = l.peer.clone() else { return };
-        let redial = l.peer_listen.or(l.dialled);
-        if self.up.get(&name) != Some(&link) {
-            return; // a retired duplicate: the peer is up on another link
-        }
-        self.up.remove(&name);
-        crate::runtime::lock(&self.shared.peers).remove(&name);
-        // Redial where it listened (a restart comes back there).
-        if let Some(addr) = redial {
-            let min = self.shared.cfg.redial.0;
-            let d = self.dials.entry(addr).or_insert(Dial::new(min, false));
-            d.again_after_backoff(Instant::now());
-        }
-        let taken = self.proxies.take_of_peer(&name, inc);
-        self.stop_stand_ins(taken, StopReason::NodeDown(name.clone()));
-        self.groups_peer_down(&name, inc);
-        tracing::warn!(node = %self.shared.cfg.name, peer = %name, incarnation = inc, reason, in_doubt, "peer down");
-        self.shared.publish(NodeEvent::Down {
-            name,
-            incarnation: inc,
-            reason: reason.to_string(),
-            in_doubt,
-        });
-    }
-
-    fn stop_proxy(&self, cell: &crate::runtime::cell::ActorCell, reason: StopReason) {
-        stand_in::stop_proxy(&self.me().shard, cell, reason);
-    }
-
-    /// Stops stand-ins taken from the table, first making sure no lookup or
-    /// group shares them any more (`NodeShared::forget_stand_ins`; retried
-    /// on the tick if a client thread holds the map).
-    pub(super) fn stop_stand_ins(&mut self, taken: Vec<Taken>, reason: StopReason) {
-        if taken.is_empty() {
-            return;
-        }
-        let keys: Vec<(u64, RemoteId)> = taken.iter().map(|(k, _)| k.clone()).collect();
-        if !self.shared.forget_stand_ins(&keys) {
-            self.forget_later.extend(keys);
-        }
-        for (_, cell) in taken {
-            self.stop_proxy(&cell, reason.clone());
-        }
-    }
-
-    /// A link authenticated its peer.
-    fn established(&mut self, link: u64, name: String, inc: u64, ctx: &Context<Self>) {
-        // Quarantine: an incarnation older than one already seen of the same
-        // node (a process that was frozen or cut off while it was restarted,
-        // and came back) is refused for good, so it never replaces the new
-        // one's connection and nothing is ever sent to it again.
-        if let Some(&newest) = self.newest.get(&name) {
-            if inc < newest {
-                self.shared.counters.quarantined.fetch_add(1, Ordering::Relaxed);
-                if self.warned_quarantine.insert((name.clone(), inc)) {
-                    tracing::warn!(
-                        node = %self.shared.cfg.name, peer = %name, incarnation = inc, newest,
-                        "refused an old incarnation (quarantined: a newer one replaced it)"
-                    );
-                }
-                // A dial that reached it failed (`close` counts it: the link
-                // never settled): dialled again only after its backoff (a
-                // new incarnation may come to listen there).
-                let l = self.links.get(&link).expect("link");
-                if let Some(d) = l.dialled.and_then(|a| self.dials.get_mut(&a)) {
-                    d.again_after_backoff(Instant::now());
-                }
-                self.close(link, QUARANTINED, ctx);
-                return;
-            }
-        }
-        self.newest.insert(name.clone(), inc);
-        // (Its dial's backoff starts over once the link has stayed up a
-        // while, on the tick: a peer that closes every connection right
-        // after the handshake, as a quarantining node does, is dialled
-        // with growing backoff, not every `redial.0`.)
-        let l = self.links.get(&link).expect("link");
-        let dialled_by_me = l.dialled.is_some();
-        if let Some(&other) = self.up.get(&name) {
-            // Two connections to one peer: keep the one dialled by the node
-            // with the smaller name (both sides decide alike).
-            let old = self.links.get(&other);
-            let old_dialled_by_me = old.is_some_and(|o| o.dialled.is_some());
-            let same_incarnation = old.and_then(|o| o.peer.as_ref()).map(|p| p.1) == Some(inc);
-            let me = &self.shared.cfg.name;
-            match dial::duplicate(me, &name, dialled_by_me, old_dialled_by_me, same_incarnation) {
-                Duplicate::KeepNew => {
-                    self.up.insert(name.clone(), link);
-                    // The dropped one is no longer the peer's link: closing
-                    // it does not take the peer down.
-                    self.close_duplicate(other, ctx);
-                    self.send_members(link);
-                    self.groups_to(link);
-                    self.swim.announce(&name);
-                    self.apply_swim(ctx);
-                    return;
-                }
-                Duplicate::KeepOld => {
-                    self.close_duplicate(link, ctx);
-                    return;
-                }
-                // An old incarnation's link (or a redial of ours): the
-                // newest wins.
-                Duplicate::Replace => self.close(other, "replaced by a newer connection", ctx),
-            }
-        }
-        self.up.insert(name.clone(), link);
-        crate::runtime::lock(&self.shared.peers).insert(name.clone(), inc);
-        tracing::info!(node = %self.shared.cfg.name, peer = %name, incarnation = inc, "peer up");
-        self.shared.publish(NodeEvent::Up { name: name.clone(), incarnation: inc });
-        self.send_members(link);
-        self.groups_to(link);
-        self.swim.announce(&name);
-        self.apply_swim(ctx);
-    }
-
-    /// Retires a duplicate link: nothing new is sent on it (replies to asks
-    /// that came on it still are, and messages that wait there for credit
-    /// leave on it in order), it is still read, and the tick closes it once
-    /// nothing waits on it and nothing has arrived on it for a while
-    /// (`upkeep::RETIRE_AFTER`).
-    fn close_duplicate(&mut self, link: u64, _ctx: &Context<Self>) {
-        if let Some(l) = self.links.get_mut(&link) {
-            if let Some(addr) = l.dialled {
-                if let Some(d) = self.dials.get_mut(&addr) {
-                    d.free();
-                }
-            }
-        }
-    }
-
-    fn send_members(&mut self, link: u64) {
-        let f = Frame::Listening { addr: self.shared.advertised.to_string() };
-        self.queue(link, &f);
-    }
 }
 
 impl Actor for NodeActor {
@@ -709,271 +526,6 @@ impl Handler<NetEvent> for NodeActor {
         self.conns.flush(ctx);
         if sent {
             self.release_owed();
-        }
-    }
-}
-
-impl Handler<Outbound> for NodeActor {
-    fn handle(&mut self, mut o: Outbound, ctx: &mut Context<Self>) {
-        let shared = o.stand_in.take().expect("an Outbound is handled once");
-        let msg = o.msg.take().expect("an Outbound is handled once");
-        let Some(p) = self.proxies.get(o.proxy) else {
-            // Its node went down (an ask gets NoReply).
-            shared.unreserve();
-            dead_letter();
-            return;
-        };
-        let Some(&link) = self.up.get(&p.peer) else {
-            shared.unreserve();
-            dead_letter();
-            return;
-        };
-        let current = self.links.get(&link).and_then(|l| l.peer.as_ref()).map(|x| x.1);
-        if current != Some(p.incarnation) {
-            shared.unreserve();
-            dead_letter(); // never to a newer incarnation
-            return;
-        }
-        let remote_id = p.remote_id;
-        let Some(codec) = self.shared.codecs.for_msg(msg.msg_type()) else {
-            shared.unreserve();
-            tracing::warn!(
-                node = %self.shared.cfg.name,
-                "a message type is not registered (Node::register): dead letter"
-            );
-            dead_letter();
-            return;
-        };
-        let (msg, reply) = msg.split();
-        let payload = match (codec.encode)(&*msg) {
-            Ok(p) => p,
-            Err(e) => {
-                shared.unreserve();
-                tracing::warn!(node = %self.shared.cfg.name, error = %e, "a message does not encode: dead letter");
-                dead_letter();
-                return;
-            }
-        };
-        let cost = window::cost(payload.len());
-        let (f, req) = match reply {
-            Some(r) => {
-                let req = self.pending.ask(link, r, codec);
-                (Frame::Ask { to: remote_id, ty: codec.ty, req, payload }, Some(req))
-            }
-            None => (Frame::Tell { to: remote_id, ty: codec.ty, payload }, None),
-        };
-        let held = Held::new(f, (remote_id, cost), o.proxy, req, shared);
-        let l = self.links.get_mut(&link).expect("the peer's link");
-        // Within the target's credit window it leaves now; else it waits
-        // for credit, holding its stand-in's slot (so senders wait too).
-        match l.out.offer(remote_id, cost, held) {
-            Offer::Send(h) => self.send_now(link, h),
-            Offer::Held(ask) => {
-                self.shared.counters.credit_waits.fetch_add(1, Ordering::Relaxed);
-                if ask {
-                    self.queue(link, &Frame::Blocked { to: remote_id });
-                }
-            }
-        }
-        let _ = ctx;
-    }
-}
-
-impl NodeActor {
-    /// Queues a message its credit window admitted; its stand-in's slot is
-    /// held until the link's backlog drains. One that is not sent after all
-    /// gives its cost back to the window (the peer never sees it), which
-    /// may let the messages behind it go, in order.
-    fn send_now(&mut self, link: u64, h: Held) {
-        // The common case sent it: nothing allocated on this path.
-        let Some(first) = self.send_one(link, h) else { return };
-        let mut refunds = vec![first];
-        while let Some((to, cost)) = refunds.pop() {
-            let Some(l) = self.links.get_mut(&link) else { return };
-            let (admitted, ask) = l.out.refund(to, cost);
-            if ask {
-                self.queue(link, &Frame::Blocked { to });
-            }
-            for h in admitted {
-                refunds.extend(self.send_one(link, h));
-            }
-        }
-    }
-
-    /// Queues one admitted message; `Some((to, cost))` when it was not
-    /// sent (its cost goes back to the window).
-    fn send_one(&mut self, link: u64, mut h: Held) -> Option<(u64, u64)> {
-        #[cfg(feature = "fault-injection")]
-        if h.req.is_none() && !h.is_exit() {
-            match crate::fault::next() {
-                crate::fault::Fault::Lose => {
-                    h.take_slot().unreserve(); // silently: no count anywhere
-                    return Some((h.to, h.cost));
-                }
-                crate::fault::Fault::Duplicate => {
-                    // Only a copy its window has room for (the receiver
-                    // admits it like any message).
-                    let room =
-                        self.links.get_mut(&link).is_some_and(|l| l.out.charge(h.to, h.cost));
-                    if room {
-                        if self.queue(link, &h.frame) {
-                            if let Some(l) = self.links.get_mut(&link) {
-                                l.sent_copy(); // the copy is acknowledged like any frame
-                            }
-                        } else if let Some(l) = self.links.get_mut(&link) {
-                            l.out.uncharge(h.to, h.cost); // not sent after all
-                        }
-                    }
-                }
-                crate::fault::Fault::None => {}
-            }
-        }
-        if h.is_exit() {
-            // An exit: no slot, no count of messages; dropped unsent (too
-            // large: cannot be), it counts as a dead letter.
-            h.sent = self.queue(link, &h.frame);
-            return None;
-        }
-        if self.queue(link, &h.frame) {
-            let slot = h.take_slot();
-            if let Some(l) = self.links.get_mut(&link) {
-                l.sent_for(h.proxy, slot);
-            }
-            self.shared.counters.sent.fetch_add(1, Ordering::Relaxed);
-            None
-        } else {
-            // Not sent (too large to frame): a dead letter when `h` drops;
-            // an ask's ReplyTo drops here and answers "no reply" at once.
-            if let Some(req) = h.req {
-                self.pending.forget_ask(req);
-            }
-            Some((h.to, h.cost))
-        }
-    }
-
-    /// Hands a message from a peer to its target without waiting: behind
-    /// the target's stalled ones, if any; a full transport mailbox hands it
-    /// back, and it waits for `RetryStalled`.
-    fn deliver_to(&mut self, export: Arc<Export>, m: Box<dyn Erased>, ctx: &Context<Self>) {
-        if let Some((_, q)) = self.stalled.get_mut(&export.id) {
-            self.shared.counters.delivery_retries.fetch_add(1, Ordering::Relaxed);
-            q.push_back(Delivery::Msg(m));
-            return;
-        }
-        if let Err(m) = export.actor.try_deliver(m) {
-            self.shared.counters.delivery_retries.fetch_add(1, Ordering::Relaxed);
-            let id = export.id;
-            self.stalled.insert(id, (export, VecDeque::from([Delivery::Msg(m)])));
-            self.arm_retry(ctx);
-        }
-    }
-
-    /// An exit from a peer for a local actor: after its stalled messages,
-    /// if any (they came first).
-    pub(super) fn exit_to(&mut self, export: Arc<Export>, exit: ExitFrom) {
-        match self.stalled.get_mut(&export.id) {
-            Some((_, q)) => q.push_back(Delivery::Exit(exit)),
-            None => exit.apply(&export),
-        }
-    }
-
-    fn arm_retry(&mut self, ctx: &Context<Self>) {
-        if self.retry_armed {
-            return;
-        }
-        self.retry_armed = true;
-        // A short pause lets the target's shard take in its ring (a timer
-        // is never refused: see `Context::send_after`).
-        ctx.send_after(Duration::from_micros(200), RetryStalled);
-    }
-
-    /// Sends the credit a link's targets owe its peer.
-    fn grant(&mut self, link: u64) {
-        let Some(l) = self.links.get_mut(&link) else { return };
-        if !l.is_up() {
-            return;
-        }
-        for (to, bytes) in l.inw.grants() {
-            self.queue(link, &Frame::Credit { to, bytes });
-        }
-    }
-}
-
-impl Handler<Drained> for NodeActor {
-    fn handle(&mut self, Drained(link): Drained, _ctx: &mut Context<Self>) {
-        self.grant(link);
-    }
-}
-
-impl Handler<RetryStalled> for NodeActor {
-    fn handle(&mut self, _: RetryStalled, ctx: &mut Context<Self>) {
-        self.retry_armed = false;
-        self.stalled.retain(|_, (export, q)| {
-            while let Some(d) = q.pop_front() {
-                match d {
-                    Delivery::Msg(m) => {
-                        if let Err(m) = export.actor.try_deliver(m) {
-                            q.push_front(Delivery::Msg(m));
-                            return true;
-                        }
-                    }
-                    Delivery::Exit(e) => e.apply(export),
-                }
-            }
-            false
-        });
-        if !self.stalled.is_empty() {
-            self.arm_retry(ctx);
-        }
-    }
-}
-
-impl Handler<RegisterProxy> for NodeActor {
-    fn handle(&mut self, r: RegisterProxy, _ctx: &mut Context<Self>) {
-        let live = self
-            .up
-            .get(&r.peer)
-            .and_then(|l| self.links.get(l))
-            .and_then(|l| l.peer.as_ref())
-            .is_some_and(|p| p.1 == r.incarnation);
-        if !live {
-            // Whatever it already forwarded was a dead letter and released.
-            self.stop_proxy(&r.proxy, StopReason::NodeDown(r.peer));
-            return;
-        }
-        // The remote actor stopped between its lookup's answer and now: the
-        // `Stopped` found no stand-in to stop; this one stops at once.
-        let key = (r.peer, r.incarnation, r.remote_id);
-        if let Some((_, reason)) = self.recently_stopped.get(&key) {
-            let reason = inbound::reason_from_text(reason);
-            self.stop_proxy(&r.proxy, reason);
-            return;
-        }
-        let (peer, incarnation, remote_id) = key;
-        let cell = r.proxy;
-        self.proxies.insert(cell.id, ProxyEntry { peer, incarnation, remote_id, cell });
-    }
-}
-
-impl Handler<RemoteExit> for NodeActor {
-    fn handle(&mut self, e: RemoteExit, _ctx: &mut Context<Self>) {
-        let (peer, inc, to) = e.remote.clone();
-        let link = self.up.get(&peer).copied().filter(|l| {
-            self.links.get(l).and_then(|l| l.peer.as_ref()).is_some_and(|p| p.1 == inc)
-        });
-        let Some(link) = link else {
-            // Its node is down (or a newer incarnation replaced it): the
-            // reference stops as the node's own stop would stop it.
-            self.stop_proxy(&e.cell, StopReason::NodeDown(peer));
-            return;
-        };
-        let f = Frame::Exit { to, from: e.from, reason: inbound::reason_text(&e.reason) };
-        // In line with the messages to it that wait for credit: behind
-        // them, as it is behind them in the stand-in's order.
-        let held = Held::exit(f, to, e.cell.id);
-        let l = self.links.get_mut(&link).expect("the peer's link");
-        if let Offer::Send(h) = l.out.offer(to, 0, held) {
-            self.send_now(link, h);
         }
     }
 }

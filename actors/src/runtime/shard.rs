@@ -25,6 +25,13 @@
 //! outbox empty; then they go back to the front of the batch, ahead of
 //! anything newer. Only that actor waits; the loop goes on.
 //!
+//! # Rooms
+//!
+//! This file holds the handle, the loop and its dispatch, and shutdown;
+//! `shard/pause.rs` polls async runs and hands a paused actor its held
+//! envelopes back; `shard/failure.rs` decides what a handler's run means
+//! (go on, stop, restart in place) and what an actor's end leaves behind.
+//!
 //! # Shutdown
 //!
 //! A `Shutdown` envelope (or the end of a dedicated shard's only actor) runs
@@ -37,13 +44,13 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Poll, Wake};
+use std::task::Wake;
 use std::time::Duration;
 
 use ringmail_transport::{Addr, RingStats};
 use rustc_hash::FxBuildHasher;
 
-use super::cell::{ActorCell, Waker};
+use super::cell::ActorCell;
 use super::envelope::{Body, Envelope, Handled, Hosted, Task};
 use super::io::{Accept, Recv};
 use super::io_table::{Completion, Done, Multi};
@@ -53,6 +60,9 @@ use super::route::send_control;
 use super::thread::{self, discard, take_attached, with};
 use super::{lock, SystemStats};
 use crate::error::StopReason;
+
+mod failure;
+mod pause;
 
 static NEXT_ACTOR: AtomicU64 = AtomicU64::new(1);
 
@@ -544,295 +554,6 @@ impl ShardLoop {
             }
         }
         true
-    }
-
-    /// Polls actor `id`'s pending async handler (a `Poll` envelope after a
-    /// wake, or its first poll). When it finishes, the actor is back in its
-    /// slot and runs again once nothing else pauses it.
-    fn poll_task(&mut self, id: u64, batch: &mut VecDeque<Envelope>) {
-        let Some(p) = self.paused.get_mut(&id) else { return };
-        if p.outbox {
-            p.poll_wanted = p.task.is_some(); // after the outbox has gone out
-            return;
-        }
-        let Some(task) = p.task.take() else { return }; // finished already
-        self.run_task(id, task, batch);
-    }
-
-    /// Polls `task`, actor `id`'s async run. Still pending: the actor is
-    /// paused with it. Finished: the actor goes on (or stops).
-    fn run_task(&mut self, id: u64, mut task: Pin<Box<dyn Task>>, batch: &mut VecDeque<Envelope>) {
-        let Some(slot) = self.actors.get_mut(&id) else { return }; // gone: the run drops
-                                                                   // One waker per actor, made at its first run.
-        let (shard, addr) = (self.handle.id, &self.handle.addr);
-        let (wake, waker) = self.task_wakers.entry(id).or_insert_with(|| {
-            let wake = Arc::new(TaskWaker {
-                shard,
-                addr: addr.clone(),
-                actor: id,
-                scheduled: AtomicBool::new(false),
-            });
-            let waker = std::task::Waker::from(wake.clone());
-            (wake, waker)
-        });
-        wake.scheduled.store(false, Ordering::Release);
-        let mut cx = std::task::Context::from_waker(waker);
-        outbox::enter_task(id, slot.cell());
-        let r = catch_unwind(AssertUnwindSafe(|| task.as_mut().poll(slot.as_any(), &mut cx)));
-        if outbox::leave() {
-            self.parked_now.push((id, slot.cell().clone()));
-        }
-        match r {
-            Ok(Poll::Pending) => {
-                let cell = slot.cell().clone();
-                self.paused.entry(id).or_insert_with(|| Paused::new(cell)).task = Some(task);
-                return;
-            }
-            Ok(Poll::Ready(stop)) => {
-                // Done awaiting: it waits for nobody (unless its outbox does,
-                // which sets this again).
-                if !self.paused.get(&id).is_some_and(|p| p.outbox) {
-                    if let Some(slot) = self.actors.get(&id) {
-                        slot.cell().set_waiting_on(None);
-                    }
-                }
-                self.handled(id, Ok(stop))
-            }
-            Err(panic) => {
-                // The run held the actor: both go (a panic in their drop
-                // is one more of the same).
-                let _ = catch_unwind(AssertUnwindSafe(move || drop(task)));
-                self.handled(id, Err(panic));
-            }
-        }
-        self.unpause_if_done(id, batch);
-    }
-
-    /// A stop for an actor whose async handler awaits: the run (holding the
-    /// actor) is dropped, its asker answered `NoReply` by the reply's drop,
-    /// and what the actor held becomes dead letters.
-    ///
-    /// A supervised actor stopped abnormally may be restarted in place
-    /// instead: then it goes on with what it held.
-    fn cancel_task(&mut self, id: u64, reason: StopReason, batch: &mut VecDeque<Envelope>) {
-        let Some(p) = self.paused.get_mut(&id) else { return };
-        let task = p.task.take();
-        if catch_unwind(AssertUnwindSafe(move || drop(task))).is_err() {
-            super::dead_letter(); // a panic in its drop: counted, not spread
-        }
-        self.stop_actor(id, reason); // its `stopped` does not run: no actor
-        if self.actors.contains_key(&id) {
-            self.unpause_if_done(id, batch);
-            return;
-        }
-        let held = self.paused.get_mut(&id).map(|p| std::mem::take(&mut p.held));
-        held.into_iter().flatten().for_each(discard);
-        if let Some(p) = self.paused.get(&id) {
-            if !p.outbox {
-                self.paused.remove(&id);
-            }
-        }
-    }
-
-    /// Resumes actor `id` if nothing pauses it any more: its held envelopes
-    /// go first, ahead of anything newer.
-    fn unpause_if_done(&mut self, id: u64, batch: &mut VecDeque<Envelope>) {
-        let done =
-            self.paused.get(&id).is_some_and(|p| !p.outbox && p.task.is_none() && !p.restarting);
-        if done {
-            let p = self.paused.remove(&id).expect("paused");
-            for e in p.held.into_iter().rev() {
-                batch.push_front(e);
-            }
-        }
-    }
-
-    /// Ends a hook's run of actor `id`: if it parked, the actor pauses.
-    fn left(&mut self, id: u64, cell: &Arc<ActorCell>) {
-        if outbox::leave() {
-            self.parked_now.push((id, cell.clone()));
-        }
-    }
-
-    /// Tries paused actor `id`'s outbox again; once it is empty, the actor
-    /// runs again, its held envelopes first. Nothing to do for an actor that
-    /// is not paused (a duplicate or late `Resume`).
-    fn resume(&mut self, id: u64, batch: &mut VecDeque<Envelope>) {
-        let Some(p) = self.paused.get(&id).filter(|p| p.outbox) else { return };
-        let cell = p.cell.clone();
-        let (shard, addr) = (self.handle.id, self.handle.addr.clone());
-        let wake = move || -> Waker {
-            let addr = addr.clone();
-            Box::new(move || {
-                let env = Envelope { to: id, body: Body::Resume };
-                send_control(shard, &addr, env, true, None);
-            })
-        };
-        if outbox::drain(id, &cell, &wake) {
-            let mut run = None;
-            if let Some(p) = self.paused.get_mut(&id) {
-                p.outbox = false;
-                if std::mem::take(&mut p.poll_wanted) {
-                    run = p.task.take();
-                }
-            }
-            match run {
-                Some(task) => self.run_task(id, task, batch),
-                None => self.unpause_if_done(id, batch),
-            }
-        }
-    }
-
-    /// What a handler's run means for its actor: it goes on, asked to stop,
-    /// or panicked (then it stops, and the panic is counted).
-    fn handled(&mut self, to: u64, outcome: std::thread::Result<Option<StopReason>>) {
-        match outcome {
-            Ok(None) => {}
-            Ok(Some(reason)) => self.stop_actor(to, reason),
-            Err(p) => {
-                self.handle.stats.panics.fetch_add(1, Ordering::Relaxed);
-                // A supervised actor's panicking message is reported lost: a
-                // dead letter (the rest of its mailbox goes on).
-                if self.actors.get(&to).is_some_and(|s| s.supervised()) {
-                    super::dead_letter_in(Some(&self.handle.stats));
-                }
-                self.fail(to, StopReason::Panicked(panic_message(p)), false);
-            }
-        }
-    }
-
-    /// Actor `id` failed with abnormal `reason`. A supervised one whose
-    /// supervisor agrees (each time counts against its intensity) is
-    /// restarted in place: same cell, mailbox and names, its queued and
-    /// held envelopes go to the new instance. A restart that fails is one
-    /// more failure, taken up again by a `Retry` envelope queued behind
-    /// what is already here (so stops and shutdowns get in between; the
-    /// actor holds its envelopes meanwhile). Else it ends with the reason
-    /// (`hook`: its `stopped` hook runs first, as for any stop it asked
-    /// for; not after a panic). True while it still runs.
-    fn fail(&mut self, id: u64, reason: StopReason, hook: bool) -> bool {
-        let Some(slot) = self.actors.get(&id) else { return false };
-        tracing::warn!(actor = id, %reason, "actor failed");
-        if !slot.restart_wanted(&reason) {
-            if hook {
-                self.end_actor(id, reason);
-            } else if let Some(slot) = self.actors.remove(&id) {
-                self.finished(slot.cell(), reason);
-            }
-            return false;
-        }
-        match self.restart_in_place(id, &reason) {
-            Ok(None) => true,
-            Ok(Some(stop)) if !stop.is_abnormal() => {
-                self.end_actor(id, stop);
-                false
-            }
-            Ok(Some(stop)) => self.retry_later(id, stop, true),
-            Err(panic) => self.retry_later(id, panic, false),
-        }
-    }
-
-    /// Queues another go at a failed restart of actor `id` (see
-    /// [`ShardLoop::fail`]); the actor holds its envelopes meanwhile.
-    fn retry_later(&mut self, id: u64, reason: StopReason, hook: bool) -> bool {
-        let Some(cell) = self.actors.get(&id).map(|s| s.cell().clone()) else { return false };
-        let env = Envelope { to: id, body: Body::Retry { reason, hook } };
-        match thread::with(|t| t.queue.push_back(env)) {
-            Ok(()) => {
-                self.paused.entry(id).or_insert_with(|| Paused::new(cell)).restarting = true;
-                true
-            }
-            Err(_) => {
-                self.end_actor(id, StopReason::Failed("a restart could not be retried".into()));
-                false
-            }
-        }
-    }
-
-    /// Replaces actor `id` by a fresh instance (see [`Hosted::restart`]):
-    /// `Ok(Some)` when the new one asked to stop, `Err` with the panic when
-    /// a hook or the maker panicked (counted).
-    fn restart_in_place(
-        &mut self,
-        id: u64,
-        reason: &StopReason,
-    ) -> Result<Option<StopReason>, StopReason> {
-        let Some(slot) = self.actors.get_mut(&id) else { return Ok(None) };
-        self.handle.stats.restarts.fetch_add(1, Ordering::Relaxed);
-        tracing::info!(actor = id, %reason, "restarting the actor in place");
-        let cell = slot.cell().clone();
-        cell.next_generation(); // the old instance's timers end
-        outbox::enter(id);
-        let r = catch_unwind(AssertUnwindSafe(|| slot.restart(reason)));
-        self.left(id, &cell);
-        r.map_err(|p| {
-            self.handle.stats.panics.fetch_add(1, Ordering::Relaxed);
-            StopReason::Panicked(panic_message(p))
-        })
-    }
-
-    /// A `Restart` from the actor's supervisor (a sibling failed): already
-    /// counted, so no question asked; a restart that fails is a failure.
-    fn restart_now(&mut self, id: u64, reason: StopReason) {
-        if !self.actors.get(&id).is_some_and(|s| s.supervised()) {
-            return;
-        }
-        match self.restart_in_place(id, &reason) {
-            Ok(None) => {}
-            Ok(Some(stop)) => self.stop_actor(id, stop),
-            Err(panic) => {
-                self.fail(id, panic, false);
-            }
-        }
-    }
-
-    /// Stops actor `id` with `reason`; a supervised actor stopped
-    /// abnormally (it asked to, or a linked actor failed) is a failure its
-    /// supervisor may restart in place instead.
-    fn stop_actor(&mut self, id: u64, reason: StopReason) {
-        if reason.is_abnormal() && self.actors.get(&id).is_some_and(|s| s.supervised()) {
-            self.fail(id, reason, true);
-            return;
-        }
-        self.end_actor(id, reason);
-    }
-
-    /// Ends actor `id`: its `stopped` hook, then its end is recorded.
-    fn end_actor(&mut self, id: u64, reason: StopReason) {
-        if let Some(mut slot) = self.actors.remove(&id) {
-            outbox::enter(id);
-            let stopped = catch_unwind(AssertUnwindSafe(|| slot.stopped()));
-            self.left(id, slot.cell());
-            if let Err(p) = stopped {
-                self.handle.stats.panics.fetch_add(1, Ordering::Relaxed);
-                self.finished(slot.cell(), StopReason::Panicked(panic_message(p)));
-                return;
-            }
-            self.finished(slot.cell(), reason);
-        }
-    }
-
-    /// Records the end of an actor: its reason, and its names leave the registry.
-    fn finished(&mut self, cell: &ActorCell, reason: StopReason) {
-        if reason.is_abnormal() {
-            tracing::warn!(actor = cell.id, %reason, "actor stopped");
-        } else {
-            tracing::debug!(actor = cell.id, %reason, "actor stopped");
-        }
-        self.task_wakers.remove(&cell.id);
-        cell.set_stopped(reason);
-        for name in cell.take_names() {
-            self.handle.registry.remove(&name, cell.id);
-        }
-        for group in cell.take_groups() {
-            self.handle.registry.leave(&group, cell.id);
-        }
-    }
-
-    fn dead_letter_early(&mut self, id: u64) {
-        if let Some(early) = self.early.remove(&id) {
-            early.into_iter().for_each(discard);
-        }
     }
 
     fn shutdown(mut self, batch: VecDeque<Envelope>) {

@@ -18,14 +18,21 @@ use std::time::Instant;
 use ringmail_wire::frame::{self, Decoded, Frame};
 use ringmail_wire::WireError;
 
-use super::{NodeActor, SendReply};
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{Delivery, Drained, ExitFrom, NodeActor, RetryStalled, SendReply};
 use crate::actor::Context;
+use crate::actor::Handler;
 use crate::error::StopReason;
 use crate::remote::link::{Step, Unit};
 use crate::remote::pending::Found;
 use crate::remote::window::{self, Tracked};
+use crate::remote::Export;
 use crate::remote::LookupError;
 use crate::runtime::dead_letter;
+use crate::runtime::envelope::Erased;
 use crate::runtime::envelope::ReplyTo;
 
 impl NodeActor {
@@ -339,5 +346,88 @@ pub(super) fn reason_from_text(s: &str) -> StopReason {
         "normal" => StopReason::Normal,
         "shutdown" => StopReason::Shutdown,
         other => StopReason::Failed(format!("remote: {other}")),
+    }
+}
+
+impl NodeActor {
+    /// Hands a message from a peer to its target without waiting: behind
+    /// the target's stalled ones, if any; a full transport mailbox hands it
+    /// back, and it waits for `RetryStalled`.
+    pub(super) fn deliver_to(
+        &mut self,
+        export: Arc<Export>,
+        m: Box<dyn Erased>,
+        ctx: &Context<Self>,
+    ) {
+        if let Some((_, q)) = self.stalled.get_mut(&export.id) {
+            self.shared.counters.delivery_retries.fetch_add(1, Ordering::Relaxed);
+            q.push_back(Delivery::Msg(m));
+            return;
+        }
+        if let Err(m) = export.actor.try_deliver(m) {
+            self.shared.counters.delivery_retries.fetch_add(1, Ordering::Relaxed);
+            let id = export.id;
+            self.stalled.insert(id, (export, VecDeque::from([Delivery::Msg(m)])));
+            self.arm_retry(ctx);
+        }
+    }
+
+    /// An exit from a peer for a local actor: after its stalled messages,
+    /// if any (they came first).
+    pub(super) fn exit_to(&mut self, export: Arc<Export>, exit: ExitFrom) {
+        match self.stalled.get_mut(&export.id) {
+            Some((_, q)) => q.push_back(Delivery::Exit(exit)),
+            None => exit.apply(&export),
+        }
+    }
+
+    pub(super) fn arm_retry(&mut self, ctx: &Context<Self>) {
+        if self.retry_armed {
+            return;
+        }
+        self.retry_armed = true;
+        // A short pause lets the target's shard take in its ring (a timer
+        // is never refused: see `Context::send_after`).
+        ctx.send_after(Duration::from_micros(200), RetryStalled);
+    }
+
+    /// Sends the credit a link's targets owe its peer.
+    pub(super) fn grant(&mut self, link: u64) {
+        let Some(l) = self.links.get_mut(&link) else { return };
+        if !l.is_up() {
+            return;
+        }
+        for (to, bytes) in l.inw.grants() {
+            self.queue(link, &Frame::Credit { to, bytes });
+        }
+    }
+}
+
+impl Handler<Drained> for NodeActor {
+    fn handle(&mut self, Drained(link): Drained, _ctx: &mut Context<Self>) {
+        self.grant(link);
+    }
+}
+
+impl Handler<RetryStalled> for NodeActor {
+    fn handle(&mut self, _: RetryStalled, ctx: &mut Context<Self>) {
+        self.retry_armed = false;
+        self.stalled.retain(|_, (export, q)| {
+            while let Some(d) = q.pop_front() {
+                match d {
+                    Delivery::Msg(m) => {
+                        if let Err(m) = export.actor.try_deliver(m) {
+                            q.push_front(Delivery::Msg(m));
+                            return true;
+                        }
+                    }
+                    Delivery::Exit(e) => e.apply(export),
+                }
+            }
+            false
+        });
+        if !self.stalled.is_empty() {
+            self.arm_retry(ctx);
+        }
     }
 }
