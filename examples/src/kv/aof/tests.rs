@@ -1,0 +1,153 @@
+//! The append-only log's unit tests: what is logged, replay, generations
+//! and rewrites.
+
+use super::*;
+
+#[test]
+fn a_torn_last_append_is_ignored_and_garbage_is_an_error() {
+    let dir = std::env::temp_dir().join(format!("ringmail-aof-unit-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("t.aof");
+    let mut bytes = Vec::new();
+    encode_request(&[b"SET", b"a", b"1"], &mut bytes);
+    encode_request(&[b"INCR", b"a"], &mut bytes);
+    bytes.extend_from_slice(b"*3\r\n$3\r\nSET\r\n$1\r\nb"); // cut mid-append
+    std::fs::write(gen_shard_file(&path, 0, 0), &bytes).unwrap();
+    let mut shards = vec![Keyspace::default()];
+    assert_eq!(load_and_rewrite(&path, &mut shards).unwrap(), 2);
+    let now = Instant::now();
+    let get = shards[0].execute(&[b"GET".to_vec(), b"a".to_vec()], now);
+    assert_eq!(get, Some(Reply::Bulk(b"2".to_vec())));
+    // The rewrite holds the state, without the torn tail.
+    let again = std::fs::read(shard_file(&path, 0)).unwrap();
+    assert!(!again.ends_with(b"b"));
+    std::fs::write(shard_file(&path, 0), b"*1\r\n:nope\r\n").unwrap();
+    assert!(load_and_rewrite(&path, &mut [Keyspace::default()]).is_err());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn get(ks: &mut Keyspace, k: &str) -> Option<Reply> {
+    ks.execute(&[b"GET".to_vec(), k.as_bytes().to_vec()], Instant::now())
+}
+
+fn dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("ringmail-aof-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn a_flushall_in_one_shard_log_clears_only_that_shards_keys() {
+    let d = dir("flush");
+    let path = d.join("kv.aof");
+    let mut f0 = Vec::new();
+    encode_request(&[b"FLUSHALL"], &mut f0);
+    encode_request(&[b"SET", b"a", b"1"], &mut f0);
+    let mut f1 = Vec::new();
+    encode_request(&[b"FLUSHALL"], &mut f1);
+    encode_request(&[b"SET", b"b", b"2"], &mut f1);
+    std::fs::write(gen_shard_file(&path, 0, 0), f0).unwrap();
+    std::fs::write(gen_shard_file(&path, 0, 1), f1).unwrap();
+    let mut shards = vec![Keyspace::default(), Keyspace::default()];
+    load_and_rewrite(&path, &mut shards).unwrap();
+    let n = shards.len();
+    assert_eq!(get(&mut shards[shard_of(b"a", n)], "a"), Some(Reply::Bulk(b"1".to_vec())));
+    assert_eq!(get(&mut shards[shard_of(b"b", n)], "b"), Some(Reply::Bulk(b"2".to_vec())));
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn counters_on_expiring_keys_do_not_come_back_after_their_deadline() {
+    let d = dir("incr");
+    let path = d.join("kv.aof");
+    let mut aof = Aof::open(&gen_shard_file(&path, 0, 0), Fsync::Everysec).unwrap();
+    let mut ks = Keyspace::default();
+    let now = Instant::now();
+    for cmd in [&["SET", "k", "5", "PX", "50"][..], &["INCR", "k"], &["APPEND", "k", "0"]] {
+        let args: Vec<Vec<u8>> = cmd.iter().map(|a| a.as_bytes().to_vec()).collect();
+        let reply = ks.execute(&args, now).unwrap();
+        aof.record(&mut ks, &args, &reply, now);
+    }
+    std::fs::write(gen_shard_file(&path, 0, 0), &aof.pending).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(120));
+    let mut shards = vec![Keyspace::default()];
+    load_and_rewrite(&path, &mut shards).unwrap();
+    assert_eq!(get(&mut shards[0], "k"), Some(Reply::Nil), "expired, not reborn");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn hashes_lists_and_sets_replay_and_an_expired_one_is_not_reborn() {
+    let d = dir("types");
+    let path = d.join("kv.aof");
+    let mut aof = Aof::open(&gen_shard_file(&path, 0, 0), Fsync::Everysec).unwrap();
+    let mut ks = Keyspace::default();
+    let now = Instant::now();
+    let cmds: &[&[&str]] = &[
+        &["HSET", "h", "a", "1", "b", "2"],
+        &["HSET", "h", "a", "9"], // an update: 0 added, still logged
+        &["HINCRBY", "h", "n", "5"],
+        &["HDEL", "h", "b"],
+        &["RPUSH", "l", "x", "y", "z"],
+        &["LPOP", "l"],
+        &["SADD", "s", "m", "n"],
+        &["SREM", "s", "n"],
+        &["HSET", "gone", "f", "v"],
+        &["PEXPIRE", "gone", "50"],
+        &["HSET", "gone", "g", "w"], // logged with its deadline: past it at replay, gone
+        &["SET", "to", "old"],
+        &["SET", "from", "new", "PX", "50"],
+        &["RENAME", "from", "to"], // `to` takes `from`'s deadline: gone at replay
+        &["RPUSH", "kept", "a"],
+        &["EXPIRE", "kept", "100"],
+        &["PERSIST", "kept"],
+    ];
+    for cmd in cmds {
+        let args: Vec<Vec<u8>> = cmd.iter().map(|a| a.as_bytes().to_vec()).collect();
+        let reply = ks.execute(&args, now).unwrap();
+        aof.record(&mut ks, &args, &reply, now);
+    }
+    std::fs::write(gen_shard_file(&path, 0, 0), &aof.pending).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(120));
+    let mut shards = vec![Keyspace::default()];
+    load_and_rewrite(&path, &mut shards).unwrap();
+    let t = Instant::now();
+    let run = |ks: &mut Keyspace, c: &[&str]| {
+        let args: Vec<Vec<u8>> = c.iter().map(|a| a.as_bytes().to_vec()).collect();
+        ks.execute(&args, t).unwrap()
+    };
+    let b = |s: &str| Reply::Bulk(s.as_bytes().to_vec());
+    let ks = &mut shards[0];
+    assert_eq!(
+        run(ks, &["HMGET", "h", "a", "b", "n"]),
+        Reply::Array(vec![b("9"), Reply::Nil, b("5")])
+    );
+    assert_eq!(run(ks, &["LRANGE", "l", "0", "-1"]), Reply::Array(vec![b("y"), b("z")]));
+    assert_eq!(run(ks, &["SMEMBERS", "s"]), Reply::Set(vec![b("m")]));
+    assert_eq!(run(ks, &["EXISTS", "gone"]), Reply::Int(0), "expired, not reborn");
+    assert_eq!(run(ks, &["EXISTS", "to", "from"]), Reply::Int(0), "renamed, then expired");
+    assert_eq!(run(ks, &["TTL", "kept"]), Reply::Int(-1), "persisted");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn files_of_other_generations_are_never_replayed() {
+    let d = dir("gen");
+    let path = d.join("kv.aof");
+    let mut f = Vec::new();
+    encode_request(&[b"INCR", b"n"], &mut f);
+    std::fs::write(gen_shard_file(&path, 0, 0), &f).unwrap();
+    let mut shards = vec![Keyspace::default()];
+    load_and_rewrite(&path, &mut shards).unwrap(); // gen 1: n = 1
+                                                   // A crash left an old file behind, and one of a generation that
+                                                   // never became current.
+    std::fs::write(gen_shard_file(&path, 0, 0), &f).unwrap();
+    std::fs::write(gen_shard_file(&path, 7, 0), &f).unwrap();
+    let mut again = vec![Keyspace::default()];
+    load_and_rewrite(&path, &mut again).unwrap(); // gen 2
+    assert_eq!(get(&mut again[0], "n"), Some(Reply::Bulk(b"1".to_vec())), "applied once");
+    assert!(!gen_shard_file(&path, 0, 0).exists() && !gen_shard_file(&path, 7, 0).exists());
+    assert!(gen_shard_file(&path, 2, 0).exists());
+    std::fs::remove_dir_all(&d).unwrap();
+}

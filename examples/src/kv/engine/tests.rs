@@ -1,0 +1,279 @@
+//! The command engine's unit tests: every command family against one
+//! keyspace, expiry, errors as Redis words them.
+
+use super::*;
+
+fn run(ks: &mut Keyspace, now: Instant, cmd: &str) -> Reply {
+    let args: Vec<Vec<u8>> = cmd.split(' ').map(|s| s.as_bytes().to_vec()).collect();
+    ks.execute(&args, now).expect("a reply")
+}
+
+fn bulk(s: &str) -> Reply {
+    Reply::Bulk(s.as_bytes().to_vec())
+}
+
+/// The one-probe paths: INCR rewrites a live number in place and keeps
+/// its deadline, an expired one counts as absent; SET replaces a key
+/// expired or not and drops its deadline; NX and XX see expiry.
+#[test]
+fn incr_and_set_in_one_probe_keep_redis_expiry_semantics() {
+    let (mut ks, t) = (Keyspace::default(), Instant::now());
+    let later = t + Duration::from_secs(5);
+    assert_eq!(run(&mut ks, t, "SET n 41 EX 3"), Reply::Simple("OK"));
+    assert_eq!(run(&mut ks, t, "INCR n"), Reply::Int(42));
+    assert_eq!(run(&mut ks, t, "TTL n"), Reply::Int(3), "INCR keeps the deadline");
+    assert_eq!(run(&mut ks, later, "INCR n"), Reply::Int(1), "expired: starts at 0");
+    assert_eq!(run(&mut ks, later, "TTL n"), Reply::Int(-1));
+    assert!(matches!(run(&mut ks, t, "SET s abc"), Reply::Simple("OK")));
+    assert!(matches!(run(&mut ks, t, "INCR s"), Reply::Error(_)));
+    assert_eq!(run(&mut ks, t, "GET s"), bulk("abc"), "a failed INCR changes nothing");
+    assert_eq!(run(&mut ks, t, "SET e 1 EX 1"), Reply::Simple("OK"));
+    assert_eq!(run(&mut ks, later, "SET e 2 XX"), Reply::Nil, "expired: XX finds nothing");
+    assert_eq!(run(&mut ks, later, "SET e 3 NX"), Reply::Simple("OK"));
+    assert_eq!(run(&mut ks, t, "SET x 1 EX 10"), Reply::Simple("OK"));
+    assert_eq!(run(&mut ks, t, "SET x 2"), Reply::Simple("OK"));
+    assert_eq!(run(&mut ks, t, "TTL x"), Reply::Int(-1), "a plain SET drops the deadline");
+    assert_eq!(ks.len(), 4);
+}
+
+#[test]
+fn the_common_key_commands_answer_as_redis_does() {
+    let (mut ks, t) = (Keyspace::default(), Instant::now());
+    assert_eq!(run(&mut ks, t, "SETNX a 1"), Reply::Int(1));
+    assert_eq!(run(&mut ks, t, "SETNX a 2"), Reply::Int(0));
+    assert_eq!(run(&mut ks, t, "GETDEL a"), bulk("1"));
+    assert_eq!(run(&mut ks, t, "GETDEL a"), Reply::Nil);
+    assert_eq!(run(&mut ks, t, "SETEX s 10 v"), Reply::Simple("OK"));
+    assert_eq!(run(&mut ks, t, "TTL s"), Reply::Int(10));
+    assert_eq!(run(&mut ks, t, "PSETEX p 1500 v"), Reply::Simple("OK"));
+    assert_eq!(run(&mut ks, t, "PTTL p"), Reply::Int(1500));
+    assert!(matches!(run(&mut ks, t, "SETEX s 0 v"), Reply::Error(e) if e.contains("'setex'")));
+    assert_eq!(run(&mut ks, t, "PERSIST s"), Reply::Int(1));
+    assert_eq!(run(&mut ks, t, "PERSIST s"), Reply::Int(0));
+    assert_eq!(run(&mut ks, t, "TTL s"), Reply::Int(-1));
+    assert_eq!(run(&mut ks, t, "PEXPIRE s 250"), Reply::Int(1));
+    assert_eq!(run(&mut ks, t, "PTTL s"), Reply::Int(250));
+    assert_eq!(run(&mut ks, t + Duration::from_millis(300), "TYPE s"), Reply::Simple("none"));
+    assert_eq!(run(&mut ks, t, "TYPE p"), Reply::Simple("string"));
+    assert_eq!(run(&mut ks, t, "PTTL nope"), Reply::Int(-2));
+    for k in ["user:1", "user:2", "user:10", "other"] {
+        run(&mut ks, t, &format!("SET {k} x"));
+    }
+    let keys = |ks: &mut Keyspace, p: &str| match run(ks, t, &format!("KEYS {p}")) {
+        Reply::Array(v) => v
+            .into_iter()
+            .map(|r| match r {
+                Reply::Bulk(b) => String::from_utf8(b).unwrap(),
+                other => panic!("{other:?}"),
+            })
+            .collect::<Vec<_>>(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(keys(&mut ks, "user:?"), ["user:1", "user:2"]);
+    assert_eq!(keys(&mut ks, "user:*"), ["user:1", "user:10", "user:2"]);
+    assert_eq!(keys(&mut ks, "user:[^1]"), ["user:2"]);
+    assert_eq!(keys(&mut ks, "[a-p]*"), ["other", "p"]);
+}
+
+#[test]
+fn glob_matches_like_redis() {
+    let m = |p: &str, s: &str| glob(p.as_bytes(), s.as_bytes());
+    assert!(m("*", "") && m("*", "abc") && m("a*c", "abbbc") && !m("a*c", "abcd"));
+    assert!(m("h?llo", "hello") && !m("h?llo", "hllo"));
+    assert!(m("h[ae]llo", "hallo") && !m("h[ae]llo", "hillo"));
+    assert!(m("h[^e]llo", "hallo") && !m("h[^e]llo", "hello"));
+    assert!(m("h[a-b]llo", "hbllo") && !m("h[a-b]llo", "hcllo"));
+    assert!(m("h\\*llo", "h*llo") && !m("h\\*llo", "hello"));
+    assert!(m("[abc", "a") && !m("[abc", "d"), "a class left open ends with the pattern");
+    assert!(m("*a*b", "xxaxxb") && !m("*a*b", "xxbxxa") && m("a**", "a"));
+    // Many stars against a long text: fast (backtracking would take ~10^12 steps).
+    let long = vec![b'a'; 4000];
+    let t0 = std::time::Instant::now();
+    assert!(!glob(b"*a*a*a*a*a*a*a*a*a*b", &long));
+    assert!(t0.elapsed() < std::time::Duration::from_secs(2), "{:?}", t0.elapsed());
+    // A long pattern: no recursion, no stack to overflow.
+    let huge = vec![b'?'; 1 << 20];
+    assert!(glob(&huge, &vec![b'x'; 1 << 20]));
+}
+
+#[test]
+fn strings_and_counters() {
+    let (mut ks, t) = (Keyspace::default(), Instant::now());
+    assert_eq!(run(&mut ks, t, "PING"), Reply::Simple("PONG"));
+    assert_eq!(run(&mut ks, t, "echo hi"), bulk("hi"));
+    assert_eq!(run(&mut ks, t, "GET k"), Reply::Nil);
+    assert_eq!(run(&mut ks, t, "SET k v"), Reply::Simple("OK"));
+    assert_eq!(run(&mut ks, t, "GET k"), bulk("v"));
+    assert_eq!(run(&mut ks, t, "APPEND k ww"), Reply::Int(3));
+    assert_eq!(run(&mut ks, t, "STRLEN k"), Reply::Int(3));
+    assert_eq!(run(&mut ks, t, "INCR n"), Reply::Int(1));
+    assert_eq!(run(&mut ks, t, "INCRBY n 41"), Reply::Int(42));
+    assert_eq!(run(&mut ks, t, "DECR n"), Reply::Int(41));
+    assert_eq!(run(&mut ks, t, "INCR k"), Reply::Error(NOT_INT.into()));
+    assert_eq!(run(&mut ks, t, "MSET a 1 b 2"), Reply::Simple("OK"));
+    assert_eq!(run(&mut ks, t, "MGET a x b"), Reply::Array(vec![bulk("1"), Reply::Nil, bulk("2")]));
+    assert_eq!(run(&mut ks, t, "EXISTS a b x"), Reply::Int(2));
+    assert_eq!(run(&mut ks, t, "DEL a x"), Reply::Int(1));
+    assert_eq!(run(&mut ks, t, "DBSIZE"), Reply::Int(3));
+    assert_eq!(run(&mut ks, t, "FLUSHALL"), Reply::Simple("OK"));
+    assert_eq!(run(&mut ks, t, "DBSIZE"), Reply::Int(0));
+    ks.execute(&[b"SET".to_vec(), b"n".to_vec(), i64::MAX.to_string().into_bytes()], t).unwrap();
+    assert_eq!(run(&mut ks, t, "INCR n"), err("ERR increment or decrement would overflow"));
+}
+
+#[test]
+fn set_options_and_expiry() {
+    let (mut ks, t) = (Keyspace::default(), Instant::now());
+    assert_eq!(run(&mut ks, t, "SET k v NX"), Reply::Simple("OK"));
+    assert_eq!(run(&mut ks, t, "SET k w NX"), Reply::Nil);
+    assert_eq!(run(&mut ks, t, "SET x w XX"), Reply::Nil);
+    assert_eq!(run(&mut ks, t, "SET k w XX EX 10"), Reply::Simple("OK"));
+    assert_eq!(run(&mut ks, t, "TTL k"), Reply::Int(10));
+    assert_eq!(run(&mut ks, t + Duration::from_secs(4), "TTL k"), Reply::Int(6));
+    assert_eq!(run(&mut ks, t + Duration::from_secs(10), "GET k"), Reply::Nil);
+    assert_eq!(run(&mut ks, t, "SET p v PX 1500"), Reply::Simple("OK"));
+    assert_eq!(run(&mut ks, t + Duration::from_millis(1499), "GET p"), bulk("v"));
+    assert_eq!(run(&mut ks, t + Duration::from_millis(1500), "GET p"), Reply::Nil);
+    assert_eq!(run(&mut ks, t, "SET q v"), Reply::Simple("OK"));
+    assert_eq!(run(&mut ks, t, "TTL q"), Reply::Int(-1));
+    assert_eq!(run(&mut ks, t, "TTL nope"), Reply::Int(-2));
+    assert_eq!(run(&mut ks, t, "EXPIRE q 5"), Reply::Int(1));
+    assert_eq!(run(&mut ks, t, "EXPIRE nope 5"), Reply::Int(0));
+    assert_eq!(run(&mut ks, t + Duration::from_secs(5), "EXISTS q"), Reply::Int(0));
+    assert_eq!(run(&mut ks, t, "SET k v EX 0"), err("ERR invalid expire time in 'set' command"));
+    assert_eq!(run(&mut ks, t, "SET k v EX x"), err(NOT_INT));
+    assert_eq!(run(&mut ks, t, "SET k v NX XX"), err("ERR syntax error"));
+    let huge = i64::MAX.to_string();
+    assert_eq!(
+        run(&mut ks, t, &format!("SET k v EX {huge}")),
+        err("ERR invalid expire time in 'set' command"),
+        "an overflowing expire is an error, not a panic"
+    );
+    assert_eq!(
+        run(&mut ks, t, &format!("EXPIRE q2 {huge}")),
+        Reply::Int(0),
+        "missing key: nothing to expire"
+    );
+    run(&mut ks, t, "SET q2 v");
+    assert_eq!(
+        run(&mut ks, t, &format!("EXPIRE q2 {huge}")),
+        err("ERR invalid expire time in 'expire' command")
+    );
+    assert_eq!(ks.execute(&[], t), None, "an empty request gets no reply");
+    assert_eq!(run(&mut ks, t, "SET k v BOGUS"), err("ERR syntax error"));
+}
+
+#[test]
+fn scan_returns_every_key_present_throughout_even_while_keys_come_and_go() {
+    let (mut ks, t) = (Keyspace::default(), Instant::now());
+    for i in 0..2000 {
+        run(&mut ks, t, &format!("SET stay{i} x"));
+        run(&mut ks, t, &format!("SET churn{i} x"));
+    }
+    let mut seen = std::collections::HashSet::new();
+    let (mut cursor, mut step) = (0u64, 0);
+    loop {
+        let Reply::Array(v) = run(&mut ks, t, &format!("SCAN {cursor} COUNT 7")) else { panic!() };
+        let [Reply::Bulk(next), Reply::Array(keys)] = &v[..] else { panic!("{v:?}") };
+        for k in keys {
+            let Reply::Bulk(k) = k else { panic!() };
+            seen.insert(k.clone());
+        }
+        // Between steps: churn keys are deleted (which moves the last
+        // entry into the hole) and new keys are added.
+        step += 1;
+        run(&mut ks, t, &format!("DEL churn{}", (step * 13) % 2000));
+        run(&mut ks, t, &format!("SET new{step} x"));
+        cursor = std::str::from_utf8(next).unwrap().parse().unwrap();
+        if cursor == 0 {
+            break;
+        }
+    }
+    for i in 0..2000 {
+        assert!(seen.contains(format!("stay{i}").as_bytes()), "stay{i} was missed");
+    }
+    // TYPE and MATCH filter what is returned, not what is looked at.
+    run(&mut ks, t, "RPUSH list x");
+    let Reply::Array(v) = run(&mut ks, t, "SCAN 0 COUNT 100000 TYPE list") else { panic!() };
+    assert_eq!(v[1], Reply::Array(vec![bulk("list")]));
+    assert_eq!(v[0], bulk("0"), "one call looked at everything");
+    assert_eq!(run(&mut ks, t, "SCAN x"), err("ERR invalid cursor"));
+    assert_eq!(run(&mut ks, t, "SCAN 0 COUNT 0"), err("ERR syntax error"));
+}
+
+#[test]
+fn the_newer_string_commands() {
+    let (mut ks, t) = (Keyspace::default(), Instant::now());
+    run(&mut ks, t, "SET f 10.5");
+    assert_eq!(run(&mut ks, t, "INCRBYFLOAT f 0.1"), bulk("10.6"));
+    assert_eq!(run(&mut ks, t, "INCRBYFLOAT f -5"), bulk("5.6"));
+    assert_eq!(run(&mut ks, t, "INCRBYFLOAT f x"), err("ERR value is not a valid float"));
+    assert_eq!(run(&mut ks, t, "INCRBYFLOAT new 3"), bulk("3"));
+    run(&mut ks, t, "SET s Hello");
+    assert_eq!(run(&mut ks, t, "GETRANGE s 1 -2"), bulk("ell"));
+    assert_eq!(run(&mut ks, t, "GETRANGE s -100 100"), bulk("Hello"));
+    assert_eq!(run(&mut ks, t, "GETRANGE s 4 1"), bulk(""));
+    assert_eq!(run(&mut ks, t, "SETRANGE s 7 !"), Reply::Int(8));
+    assert_eq!(run(&mut ks, t, "GET s"), Reply::Bulk(b"Hello\0\0!".to_vec()));
+    assert_eq!(run(&mut ks, t, "SETRANGE none 0 "), Reply::Int(0));
+    assert_eq!(run(&mut ks, t, "EXISTS none"), Reply::Int(0), "an empty SETRANGE creates nothing");
+    assert_eq!(run(&mut ks, t, "GETEX s PX 500"), Reply::Bulk(b"Hello\0\0!".to_vec()));
+    assert_eq!(run(&mut ks, t, "PTTL s"), Reply::Int(500));
+    assert_eq!(run(&mut ks, t, "GETEX s PERSIST"), Reply::Bulk(b"Hello\0\0!".to_vec()));
+    assert_eq!(run(&mut ks, t, "TTL s"), Reply::Int(-1));
+    assert_eq!(run(&mut ks, t, "GETEX s EX 0"), err("ERR invalid expire time in 'getex' command"));
+    assert_eq!(run(&mut ks, t, "GETEX s BOGUS"), err("ERR syntax error"));
+    assert_eq!(run(&mut ks, t, "RENAME s s2"), Reply::Simple("OK"));
+    assert_eq!(run(&mut ks, t, "RENAME s s2"), err("ERR no such key"));
+    let at = (unix_ms() / 1000 + 100).to_string();
+    assert_eq!(run(&mut ks, t, &format!("EXPIREAT s2 {at}")), Reply::Int(1));
+    let Reply::Int(ttl) = run(&mut ks, t, "TTL s2") else { panic!() };
+    assert!((99..=100).contains(&ttl), "{ttl}");
+    assert_eq!(run(&mut ks, t, "EXPIREAT s2 1"), Reply::Int(1), "in the past: deleted");
+    assert_eq!(run(&mut ks, t, "EXISTS s2"), Reply::Int(0));
+    assert_eq!(run(&mut ks, t, "UNLINK f new"), Reply::Int(2));
+    // Redis' answers where a naive implementation differs.
+    run(&mut ks, t, "SET g 0.1");
+    assert_eq!(run(&mut ks, t, "INCRBYFLOAT g 0.2"), bulk("0.3"));
+    assert_eq!(run(&mut ks, t, "INCRBYFLOAT g 1e3"), bulk("1000.3"));
+    assert_eq!(run(&mut ks, t, "INCRBYFLOAT g -1000.3"), bulk("0"));
+    run(&mut ks, t, "SET h Hello");
+    assert_eq!(run(&mut ks, t, "GETRANGE h 0 -100"), bulk("H"), "Redis' own clamp");
+    assert_eq!(run(&mut ks, t, "GETRANGE h -3 -1"), bulk("llo"));
+    assert_eq!(run(&mut ks, t, "LPOP nolist 2"), Reply::NullArray);
+    // An expire time past what Unix milliseconds hold is refused, and a
+    // TTL never overflows.
+    let max = i64::MAX.to_string();
+    assert_eq!(
+        run(&mut ks, t, &format!("PEXPIRE h {max}")),
+        err("ERR invalid expire time in 'pexpire' command")
+    );
+    let near = (i64::MAX - unix_ms() as i64 - 10_000).to_string();
+    assert_eq!(run(&mut ks, t, &format!("PEXPIRE h {near}")), Reply::Int(1));
+    assert!(matches!(run(&mut ks, t, "TTL h"), Reply::Int(n) if n > 0));
+}
+
+#[test]
+fn integers_are_parsed_as_strictly_as_redis() {
+    for ok in ["0", "7", "-7", "9223372036854775807", "-9223372036854775808"] {
+        assert!(int(ok.as_bytes()).is_some(), "{ok}");
+    }
+    for bad in ["", "-", "+5", "007", "-0", " 1", "1 ", "1e3", "9223372036854775808"] {
+        assert!(int(bad.as_bytes()).is_none(), "{bad}");
+    }
+    let (mut ks, t) = (Keyspace::default(), Instant::now());
+    run(&mut ks, t, "SET z 007");
+    assert_eq!(run(&mut ks, t, "INCR z"), err(NOT_INT));
+}
+
+#[test]
+fn errors_read_like_redis() {
+    let (mut ks, t) = (Keyspace::default(), Instant::now());
+    assert_eq!(run(&mut ks, t, "GET"), err("ERR wrong number of arguments for 'get' command"));
+    assert_eq!(run(&mut ks, t, "MSET a"), err("ERR wrong number of arguments for 'mset' command"));
+    assert_eq!(
+        run(&mut ks, t, "FOO a b"),
+        err("ERR unknown command 'FOO', with args beginning with: 'a' 'b' ")
+    );
+    assert_eq!(run(&mut ks, t, "COMMAND"), Reply::Array(vec![]));
+}

@@ -1,0 +1,447 @@
+//! What a worker answers itself or decides before any shard sees a
+//! request: connection commands (`HELLO`, `AUTH`, `CLIENT`, `SELECT`, ...),
+//! a connection's transaction state (`MULTI` queueing, which commands may
+//! be queued, `CROSSSLOT`), and which shard owns a key (`shard_of`, hash
+//! tags).
+
+use ringmail::net::ConnId;
+
+use super::worker::Client;
+use crate::kv::resp::{Lower, Reply};
+
+/// What a request means for a connection's transaction state.
+pub(super) enum Step {
+    /// Answered at once (`MULTI`, `DISCARD`, a queued command's `QUEUED`,
+    /// errors).
+    Answer(Reply),
+    /// `EXEC`: run these.
+    Exec(Vec<Vec<Vec<u8>>>),
+    /// Not in a transaction: run it as usual.
+    Run(Vec<Vec<u8>>),
+}
+
+/// A transaction's keys on two shards (Redis Cluster's error and word).
+pub(super) const CROSSSLOT: &str = "CROSSSLOT Keys in request don't hash to the same slot (a transaction's \
+                         keys must live on one shard: put the common part of their names in {braces})";
+
+/// One command's keys on two shards (Redis Cluster's error and word).
+pub(super) const CROSSSLOT_COMMAND: &str =
+    "CROSSSLOT Keys in request don't hash to the same slot (one \
+                                 command's keys must live on one shard: put the common part of \
+                                 their names in {braces})";
+
+/// The commands a transaction may queue (the ones this server runs).
+pub(super) const QUEUEABLE: &[&[u8]] = &[
+    b"get",
+    b"set",
+    b"incr",
+    b"decr",
+    b"incrby",
+    b"decrby",
+    b"append",
+    b"strlen",
+    b"expire",
+    b"pexpireat",
+    b"ttl",
+    b"del",
+    b"exists",
+    b"mget",
+    b"mset",
+    b"dbsize",
+    b"flushall",
+    b"flushdb",
+    b"ping",
+    b"echo",
+    b"getdel",
+    b"setex",
+    b"psetex",
+    b"setnx",
+    b"pexpire",
+    b"persist",
+    b"pttl",
+    b"type",
+    b"keys",
+    b"unlink",
+    b"expireat",
+    b"getex",
+    b"getrange",
+    b"setrange",
+    b"incrbyfloat",
+    b"rename",
+    b"hset",
+    b"hmset",
+    b"hsetnx",
+    b"hget",
+    b"hmget",
+    b"hgetall",
+    b"hdel",
+    b"hexists",
+    b"hincrby",
+    b"hlen",
+    b"hkeys",
+    b"hvals",
+    b"lpush",
+    b"rpush",
+    b"lpop",
+    b"rpop",
+    b"lrange",
+    b"llen",
+    b"lindex",
+    b"sadd",
+    b"srem",
+    b"smembers",
+    b"sismember",
+    b"scard",
+];
+
+/// The commands whose first argument is their one key (the others are
+/// arguments), sent to that key's shard. A `match`: no scan of a list per
+/// request.
+pub(super) fn single_key(cmd: &[u8]) -> bool {
+    matches!(
+        cmd,
+        b"get"
+            | b"set"
+            | b"incr"
+            | b"decr"
+            | b"incrby"
+            | b"decrby"
+            | b"append"
+            | b"strlen"
+            | b"expire"
+            | b"pexpireat"
+            | b"ttl"
+            | b"getdel"
+            | b"setex"
+            | b"psetex"
+            | b"setnx"
+            | b"pexpire"
+            | b"persist"
+            | b"pttl"
+            | b"type"
+            | b"expireat"
+            | b"getex"
+            | b"getrange"
+            | b"setrange"
+            | b"incrbyfloat"
+            | b"hset"
+            | b"hmset"
+            | b"hsetnx"
+            | b"hget"
+            | b"hmget"
+            | b"hgetall"
+            | b"hdel"
+            | b"hexists"
+            | b"hincrby"
+            | b"hlen"
+            | b"hkeys"
+            | b"hvals"
+            | b"lpush"
+            | b"rpush"
+            | b"lpop"
+            | b"rpop"
+            | b"lrange"
+            | b"llen"
+            | b"lindex"
+            | b"sadd"
+            | b"srem"
+            | b"smembers"
+            | b"sismember"
+            | b"scard"
+    )
+}
+
+/// `MULTI` / `EXEC` / `DISCARD`, and queueing between them, as Redis does.
+/// `n`: the number of shards. As in Redis Cluster, a queued command whose
+/// keys are on two shards is refused with `CROSSSLOT`, and the transaction
+/// is then aborted at `EXEC`; different commands may live on different
+/// shards (see [`KvWorker::exec_across`]).
+pub(super) fn transaction_step(c: &mut Client, args: Vec<Vec<u8>>, n: usize) -> Step {
+    let cmd = Lower::of(&args[0]);
+    match (cmd.as_bytes(), c.multi.is_some()) {
+        (b"multi", false) => {
+            c.multi = Some(Vec::new());
+            c.multi_failed = false;
+            Step::Answer(Reply::Simple("OK"))
+        }
+        (b"multi", true) => Step::Answer(Reply::Error("ERR MULTI calls can not be nested".into())),
+        (b"exec", false) => Step::Answer(Reply::Error("ERR EXEC without MULTI".into())),
+        (b"discard", false) => Step::Answer(Reply::Error("ERR DISCARD without MULTI".into())),
+        (b"discard", true) => {
+            c.multi = None;
+            Step::Answer(Reply::Simple("OK"))
+        }
+        (b"exec", true) => {
+            let cmds = c.multi.take().unwrap_or_default();
+            if std::mem::take(&mut c.multi_failed) {
+                return Step::Answer(Reply::Error(
+                    "EXECABORT Transaction discarded because of previous errors.".into(),
+                ));
+            }
+            Step::Exec(cmds)
+        }
+        // QUIT is not queued: the connection closes after its +OK.
+        (b"quit", _) => Step::Run(args),
+        // Commands on every shard cannot join a transaction of one shard.
+        (b"keys" | b"dbsize" | b"flushall" | b"flushdb", true) if n > 1 => {
+            c.multi_failed = true;
+            Step::Answer(Reply::Error(format!(
+                "ERR {} touches every shard and cannot run in a transaction on a server \
+                 with {n} shards",
+                String::from_utf8_lossy(&args[0]).to_uppercase()
+            )))
+        }
+        (b"watch", true) => {
+            Step::Answer(Reply::Error("ERR WATCH inside MULTI is not allowed".into()))
+        }
+        (b"watch", false) if args.len() < 2 => Step::Answer(wrong_arity("watch")),
+        // Run by the worker, which sends them to the watched keys' shard.
+        (b"watch", false) | (b"unwatch", false) => Step::Run(args),
+        // Queued, as in Redis: answered OK at EXEC, the watch still checked.
+        (b"unwatch", true) => {
+            c.multi.as_mut().expect("in MULTI").push(args);
+            Step::Answer(Reply::Simple("QUEUED"))
+        }
+        (_, true) => {
+            if !QUEUEABLE.contains(&cmd.as_bytes()) {
+                c.multi_failed = true;
+                return Step::Answer(Reply::Error(format!(
+                    "ERR unknown command '{}', with args beginning with: ",
+                    String::from_utf8_lossy(&args[0])
+                )));
+            }
+            // The commands of a transaction may live on different shards
+            // (run across shards at EXEC); each command's own keys on one,
+            // as Redis Cluster asks of every command.
+            let mut shards = shards_of(&args, n);
+            shards.sort_unstable();
+            shards.dedup();
+            if shards.len() > 1 {
+                c.multi_failed = true;
+                return Step::Answer(Reply::Error(CROSSSLOT_COMMAND.into()));
+            }
+            c.multi.as_mut().expect("in MULTI").push(args);
+            Step::Answer(Reply::Simple("QUEUED"))
+        }
+        (_, false) => Step::Run(args),
+    }
+}
+
+/// The shards a command touches, among `n` (none for a keyless command).
+pub(super) fn shards_of(args: &[Vec<u8>], n: usize) -> Vec<usize> {
+    let cmd = args[0].to_ascii_lowercase();
+    let keys: Vec<&Vec<u8>> = match cmd.as_slice() {
+        b"del" | b"unlink" | b"exists" | b"mget" => args[1..].iter().collect(),
+        b"rename" => args[1..].iter().take(2).collect(),
+        b"mset" => args[1..].iter().step_by(2).collect(),
+        b"dbsize" | b"flushall" | b"flushdb" | b"keys" => return (0..n).collect(),
+        b"ping" | b"echo" => Vec::new(),
+        _ => args.get(1).into_iter().collect(),
+    };
+    keys.into_iter().map(|k| shard_of(k, n)).collect()
+}
+
+/// The commands about the connection itself, answered by its worker: what
+/// clients send when they connect (`HELLO`, `CLIENT SETNAME/SETINFO`,
+/// `SELECT 0`) and a few they probe with. `None`: not one of them.
+/// `pass`: the server's `--requirepass`. Without one every connection is
+/// authenticated; with one, a connection must `AUTH` (or `HELLO ... AUTH`)
+/// first, and everything else before it gets Redis' `NOAUTH`.
+pub(super) fn connection_command(
+    c: &mut Client,
+    conn: ConnId,
+    args: &[Vec<u8>],
+    pass: Option<&[u8]>,
+) -> Option<Reply> {
+    let cmd = Lower::of(&args[0]);
+    let arg = |i: usize| args.get(i).map(|a| a.to_ascii_lowercase());
+    let bulk = |s: &str| Reply::Bulk(s.as_bytes().to_vec());
+    Some(match cmd.as_bytes() {
+        b"hello" => {
+            let proto = match args.get(1).map(|p| std::str::from_utf8(p).ok()?.parse::<u32>().ok())
+            {
+                None => None,
+                Some(Some(v @ (2 | 3))) => Some(v),
+                Some(Some(_)) => {
+                    return Some(Reply::Error("NOPROTO unsupported protocol version".into()))
+                }
+                Some(None) => {
+                    return Some(Reply::Error(
+                        "ERR Protocol version is not an integer or out of range".into(),
+                    ))
+                }
+            };
+            // Options: AUTH (as for the AUTH command) and SETNAME, all
+            // parsed before any takes effect (as Redis does).
+            let (mut credentials, mut setname) = (None, None);
+            let mut i = 2;
+            while i < args.len() {
+                match arg(i).as_deref() {
+                    Some(b"auth") if i + 2 < args.len() => {
+                        credentials = Some(&args[i + 1..i + 3]);
+                        i += 3;
+                    }
+                    Some(b"setname") if i + 1 < args.len() => {
+                        setname = Some(args[i + 1].clone());
+                        i += 2;
+                    }
+                    _ => return Some(Reply::Error("ERR syntax error in HELLO option".into())),
+                }
+            }
+            if let Some(creds) = credentials {
+                if let Some(refused) = auth(c, creds, pass) {
+                    return Some(refused);
+                }
+            }
+            if !c.authed {
+                return Some(Reply::Error(
+                    "NOAUTH HELLO must be called with the client already authenticated, \
+                     otherwise the HELLO <proto> AUTH <user> <pass> option can be used to \
+                     authenticate the client and select the RESP protocol version at the same \
+                     time"
+                        .into(),
+                ));
+            }
+            if let Some(name) = setname {
+                c.name = Some(name);
+            }
+            if let Some(v) = proto {
+                c.resp3 = v == 3;
+            }
+            Reply::Map(vec![
+                (bulk("server"), bulk("redis")),
+                (bulk("version"), bulk("7.2.0")),
+                (bulk("proto"), Reply::Int(if c.resp3 { 3 } else { 2 })),
+                (bulk("id"), Reply::Int(conn.0 as i64)),
+                (bulk("mode"), bulk("standalone")),
+                (bulk("role"), bulk("master")),
+                (bulk("modules"), Reply::Array(Vec::new())),
+            ])
+        }
+        b"auth" if args.len() == 2 && pass.is_none() => no_password(),
+        b"auth" if args.len() == 2 => {
+            let default = [b"default".to_vec(), args[1].clone()];
+            auth(c, &default, pass).unwrap_or(Reply::Simple("OK"))
+        }
+        b"auth" if args.len() == 3 => auth(c, &args[1..3], pass).unwrap_or(Reply::Simple("OK")),
+        b"auth" => wrong_arity("auth"),
+        b"select" => match args.get(1).map(|d| d.as_slice()) {
+            Some(b"0") if args.len() == 2 => Reply::Simple("OK"),
+            Some(_) if args.len() == 2 => Reply::Error("ERR DB index is out of range".into()),
+            _ => wrong_arity("select"),
+        },
+        b"reset" => {
+            c.authed = pass.is_none(); // back to the default user, as a new connection
+            c.resp3 = false;
+            c.name = None;
+            c.multi = None; // RESET discards a transaction too
+            c.multi_failed = false;
+            Reply::Simple("RESET")
+        }
+        b"client" => match arg(1).as_deref() {
+            Some(b"setname") if args.len() == 3 => {
+                if args[2].iter().any(|b| b.is_ascii_whitespace() || !b.is_ascii_graphic()) {
+                    return Some(Reply::Error(
+                        "ERR Client names cannot contain spaces, newlines or special characters."
+                            .into(),
+                    ));
+                }
+                c.name = (!args[2].is_empty()).then(|| args[2].clone());
+                Reply::Simple("OK")
+            }
+            Some(b"getname") => c.name.clone().map_or(Reply::Nil, Reply::Bulk),
+            Some(b"id") => Reply::Int(conn.0 as i64),
+            Some(b"setinfo") if args.len() == 4 => Reply::Simple("OK"),
+            Some(b"info") | Some(b"list") => {
+                let name = c.name.as_deref().map(String::from_utf8_lossy).unwrap_or_default();
+                let resp = if c.resp3 { 3 } else { 2 };
+                let line = format!("id={} name={name} db=0 resp={resp}\n", conn.0);
+                Reply::Bulk(line.into_bytes())
+            }
+            _ => Reply::Error(format!(
+                "ERR unknown subcommand '{}'. Try CLIENT HELP.",
+                String::from_utf8_lossy(args.get(1).map_or(&[][..], |a| a))
+            )),
+        },
+        b"command" => match arg(1).as_deref() {
+            Some(b"count") => Reply::Int(0),
+            // No per-command documentation: clients that probe get none.
+            None | Some(b"docs") | Some(b"info") => Reply::Array(Vec::new()),
+            _ => Reply::Array(Vec::new()),
+        },
+        _ => return None,
+    })
+}
+
+/// `AUTH username password` as Redis answers it: only the `default` user
+/// exists; with no password set it takes any password (it has `nopass`),
+/// else only `pass`. `None`: accepted (and the connection authenticated).
+pub(super) fn auth(
+    c: &mut Client,
+    user_and_pass: &[Vec<u8>],
+    pass: Option<&[u8]>,
+) -> Option<Reply> {
+    let ok = user_and_pass[0] == b"default"
+        && pass.is_none_or(|p| constant_time_eq(p, &user_and_pass[1]));
+    if ok {
+        c.authed = true;
+        return None;
+    }
+    Some(Reply::Error("WRONGPASS invalid username-password pair or user is disabled.".into()))
+}
+
+/// Compares without stopping at the first difference, so the time taken
+/// does not tell how much of a guess was right.
+pub(super) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let diff = a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y));
+    diff == 0 && a.len() == b.len()
+}
+
+/// What a connection that has not authenticated may send.
+pub(super) fn allowed_before_auth(cmd: &[u8]) -> bool {
+    [&b"auth"[..], b"hello", b"quit", b"reset"].iter().any(|c| c.eq_ignore_ascii_case(cmd))
+}
+
+pub(super) fn no_password() -> Reply {
+    Reply::Error(
+        "ERR AUTH <password> called without any password configured for the default user. \
+         Are you sure your configuration is correct?"
+            .into(),
+    )
+}
+
+pub(super) fn wrong_arity(cmd: &str) -> Reply {
+    Reply::Error(format!("ERR wrong number of arguments for '{cmd}' command"))
+}
+
+/// The shard that owns `key`, among `n` (FNV-1a: stable across runs). As
+/// in Redis Cluster, a key with a non-empty `{tag}` is placed by its tag
+/// alone, so `{user:1}:name` and `{user:1}:mail` live together (and may
+/// meet in one transaction).
+pub fn shard_of(key: &[u8], n: usize) -> usize {
+    let key = hash_tag(key);
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in key {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    (h % n as u64) as usize
+}
+
+/// The part of `key` that places it: the text between its first `{` and
+/// the next `}` when that is not empty, else the whole key.
+pub(super) fn hash_tag(key: &[u8]) -> &[u8] {
+    if let Some(open) = key.iter().position(|&b| b == b'{') {
+        if let Some(len) = key[open + 1..].iter().position(|&b| b == b'}') {
+            if len > 0 {
+                return &key[open + 1..open + 1 + len];
+            }
+        }
+    }
+    key
+}
+
+/// `WATCH` or `UNWATCH`.
+pub(super) fn is_watch(cmd: &[u8]) -> bool {
+    cmd.eq_ignore_ascii_case(b"watch") || cmd.eq_ignore_ascii_case(b"unwatch")
+}

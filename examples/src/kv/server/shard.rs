@@ -1,0 +1,682 @@
+//! The keyspace shard: one partition of the keys, the requests batched to
+//! it, its side of transactions across shards (`TxLock`, `TxRun`, deferred
+//! requests), `WATCH`, blocking list commands, and its append-only log.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::time::Instant;
+
+use ringmail::net::ConnId;
+use ringmail::{Actor, ActorRef, Context, Handler, Message};
+
+use super::commands::wrong_arity;
+use super::worker::{KvWorker, Replies};
+use crate::kv::aof::{is_write, Aof, AofIo};
+use crate::kv::engine::Keyspace;
+use crate::kv::resp::{Lower, Reply};
+
+/// Most replies and pushes one connection may have queued (pipelined
+/// requests not answered yet, publications behind them).
+pub(super) const MAX_QUEUED: usize = 1 << 20;
+
+/// One request, or one shard's part of a multi-key request.
+#[derive(Debug)]
+pub struct Req {
+    pub(super) conn: ConnId,
+    pub(super) seq: u64,
+    pub(super) part: u32,
+    pub(super) args: Vec<Vec<u8>>,
+}
+
+// ANCHOR: shard
+/// One partition of the keyspace, on one ring.
+pub struct KeyShard {
+    pub(super) space: Keyspace,
+    pub(super) aof: Option<Aof>,
+    /// Replies waiting for the log to hold what they acknowledge, in
+    /// order (see [`super::aof`]).
+    pub(super) held: VecDeque<Held>,
+    /// Clients blocked in `BLPOP`/`BRPOP` here (see [`Waiter`]).
+    pub(super) blocked: Blocked,
+    /// Keys `WATCH`ed here (see [`Watches`]).
+    pub(super) watches: Watches,
+    /// The transaction across shards that holds this shard, if any (its
+    /// worker's actor id and its number there; see [`TxLock`]): everything
+    /// else waits in `deferred`, in arrival order.
+    pub(super) locked_by: Option<(u64, u64)>,
+    pub(super) deferred: VecDeque<Deferred>,
+}
+
+/// What waits while a transaction across shards holds the shard.
+pub(super) enum Deferred {
+    Batch(Batch),
+    Lock(TxLock),
+}
+
+/// A transaction across shards asks for this shard: once it has it (every
+/// request before has run), nothing else runs here until its [`TxRun`].
+/// Workers take the shards of a transaction one by one in ascending order,
+/// each after the one before answered [`TxLocked`]: two transactions never
+/// wait for each other in a cycle (no deadlock, and no global lock).
+pub struct TxLock {
+    pub(super) from: ActorRef<KvWorker>,
+    pub(super) tx: u64,
+    pub(super) conn: ConnId,
+}
+impl Message for TxLock {
+    type Reply = ();
+}
+
+/// This shard is held for transaction `tx`; `dirty`: a key its connection
+/// `WATCH`es here changed (the watch is forgotten).
+pub struct TxLocked {
+    pub(super) tx: u64,
+    pub(super) dirty: bool,
+}
+impl Message for TxLocked {
+    type Reply = ();
+}
+
+/// The transaction's commands for this shard (none when it aborted); the
+/// shard runs them and is free again.
+pub struct TxRun {
+    pub(super) from: ActorRef<KvWorker>,
+    pub(super) reqs: Vec<Req>,
+}
+impl Message for TxRun {
+    type Reply = ();
+}
+
+impl Handler<TxLock> for KeyShard {
+    fn handle(&mut self, l: TxLock, _ctx: &mut Context<Self>) {
+        if self.locked_by.is_some() {
+            self.deferred.push_back(Deferred::Lock(l));
+            return;
+        }
+        self.lock(l);
+    }
+}
+
+impl Handler<TxRun> for KeyShard {
+    fn handle(&mut self, run: TxRun, ctx: &mut Context<Self>) {
+        debug_assert_eq!(self.locked_by.map(|(w, _)| w), Some(run.from.id()), "run by its holder");
+        if !run.reqs.is_empty() {
+            self.run_batch(run.from, run.reqs, ctx);
+        }
+        self.locked_by = None;
+        while let Some(d) = self.deferred.pop_front() {
+            match d {
+                Deferred::Batch(b) => self.run_batch(b.from, b.reqs, ctx),
+                Deferred::Lock(l) => {
+                    self.lock(l);
+                    if self.locked_by.is_some() {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl KeyShard {
+    pub(super) fn lock(&mut self, l: TxLock) {
+        self.locked_by = Some((l.from.id(), l.tx));
+        let w = (l.from.id(), l.conn);
+        let dirty = self.watches.dirty.contains(&w);
+        self.watches.forget(w);
+        // (A stopped worker: its transaction is gone, and so is the hold.)
+        if l.from.tell(TxLocked { tx: l.tx, dirty }).is_err() {
+            self.locked_by = None;
+        }
+    }
+}
+
+/// A watching connection: its worker's actor id and its id there.
+type Watcher = (u64, ConnId);
+
+/// `WATCH` on a shard: who watches which key, and who saw a watched key
+/// change since. A write to a watched key marks its watchers; their next
+/// `EXEC` (checked first in its batch, on this shard) then does not run.
+#[derive(Default)]
+pub(super) struct Watches {
+    pub(super) by_key: HashMap<Vec<u8>, HashSet<Watcher>>,
+    pub(super) of: HashMap<Watcher, Vec<Vec<u8>>>,
+    pub(super) dirty: HashSet<Watcher>,
+}
+
+impl Watches {
+    pub(super) fn watch(&mut self, w: Watcher, keys: &[Vec<u8>]) {
+        for k in keys {
+            if self.by_key.entry(k.clone()).or_default().insert(w) {
+                self.of.entry(w).or_default().push(k.clone());
+            }
+        }
+    }
+
+    pub(super) fn forget(&mut self, w: Watcher) {
+        for k in self.of.remove(&w).unwrap_or_default() {
+            if let Some(set) = self.by_key.get_mut(&k) {
+                set.remove(&w);
+                if set.is_empty() {
+                    self.by_key.remove(&k);
+                }
+            }
+        }
+        self.dirty.remove(&w);
+    }
+
+    /// A command ran: marks the watchers of the keys it wrote.
+    pub(super) fn touch(&mut self, args: &[Vec<u8>]) {
+        if self.by_key.is_empty() {
+            return;
+        }
+        let cmd = Lower::of(&args[0]);
+        let keys: Vec<&Vec<u8>> = match cmd.as_bytes() {
+            b"flushall" | b"flushdb" => {
+                self.dirty.extend(self.of.keys().copied());
+                return;
+            }
+            b"del" | b"unlink" => args[1..].iter().collect(),
+            b"mset" => args[1..].iter().step_by(2).collect(),
+            b"rename" => args[1..].iter().take(2).collect(),
+            c if is_write(c) => args.get(1).into_iter().collect(),
+            _ => return,
+        };
+        for k in keys {
+            if let Some(ws) = self.by_key.get(k) {
+                self.dirty.extend(ws.iter().copied());
+            }
+        }
+    }
+}
+
+/// A client blocked in `BLPOP`/`BRPOP`: its request waits here, as state
+/// of the shard actor (no thread waits), until a push to one of its keys
+/// serves it, its timeout fires, or its connection closes.
+pub(super) struct Waiter {
+    pub(super) from: ActorRef<KvWorker>,
+    pub(super) conn: ConnId,
+    pub(super) seq: u64,
+    pub(super) part: u32,
+    pub(super) keys: Vec<Vec<u8>>,
+    /// `BLPOP` (else `BRPOP`).
+    pub(super) left: bool,
+    pub(super) timer: Option<ringmail::TimerId>,
+}
+
+/// The blocked clients of a shard: by id, and in arrival order per key
+/// (the first to block on a key is served first, as in Redis).
+#[derive(Default)]
+pub(super) struct Blocked {
+    pub(super) waiters: HashMap<u64, Waiter>,
+    pub(super) by_key: HashMap<Vec<u8>, VecDeque<u64>>,
+    pub(super) next: u64,
+}
+
+impl Blocked {
+    /// Takes waiter `id` out of every queue.
+    pub(super) fn remove(&mut self, id: u64) -> Option<Waiter> {
+        let w = self.waiters.remove(&id)?;
+        for k in &w.keys {
+            if let Some(q) = self.by_key.get_mut(k) {
+                q.retain(|&x| x != id);
+                if q.is_empty() {
+                    self.by_key.remove(k);
+                }
+            }
+        }
+        Some(w)
+    }
+}
+
+/// A blocked client's timeout.
+pub(super) struct BlockTimeout(pub(super) u64);
+impl Message for BlockTimeout {
+    type Reply = ();
+}
+
+/// From a worker: this connection closed; its blocked requests here are
+/// dropped (nothing is popped for it any more).
+pub struct Unblock {
+    pub(super) worker: u64,
+    pub(super) conn: ConnId,
+}
+impl Message for Unblock {
+    type Reply = ();
+}
+
+/// What running one request on a shard gave.
+pub(super) enum Ran {
+    Reply(Reply),
+    /// `BLPOP`/`BRPOP` found nothing: wait (0: for ever).
+    Block {
+        keys: Vec<Vec<u8>>,
+        left: bool,
+        timeout: std::time::Duration,
+    },
+}
+
+/// One batch's replies, held until the log reaches `mark`.
+pub(super) struct Held {
+    pub(super) mark: u64,
+    pub(super) from: ActorRef<KvWorker>,
+    pub(super) replies: Vec<(ConnId, u64, u32, Reply)>,
+    /// Which replies acknowledge a write (refused if the log fails).
+    pub(super) writes: Vec<bool>,
+}
+
+/// Once a second: fsync the log if something was written.
+pub(super) struct AofTick;
+impl Message for AofTick {
+    type Reply = ();
+}
+
+/// Asks a shard whether its log is fully written and synced.
+pub struct AofIdle;
+impl Message for AofIdle {
+    type Reply = bool;
+}
+
+impl Actor for KeyShard {
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        if self.aof.is_some() {
+            ctx.send_interval(std::time::Duration::from_secs(1), || AofTick);
+        }
+    }
+
+    fn stopped(&mut self, _ctx: &mut Context<Self>) {
+        if let Some(aof) = self.aof.as_mut() {
+            aof.finish();
+        }
+        self.release();
+    }
+}
+
+impl KeyShard {
+    /// Sends the held replies the log now covers, in order. While the log
+    /// is in error, the held ones go out at once, their writes refused.
+    pub(super) fn release(&mut self) {
+        let Some(aof) = self.aof.as_ref() else { return };
+        while let Some(h) = self.held.front() {
+            let refuse = if h.mark <= aof.safe() {
+                false
+            } else if aof.error().is_some() {
+                true
+            } else {
+                break;
+            };
+            let mut h = self.held.pop_front().expect("front");
+            if refuse {
+                for (r, &w) in h.replies.iter_mut().zip(&h.writes) {
+                    if w {
+                        r.3 = aof.misconf();
+                    }
+                }
+            }
+            // A stopped worker's replies are dead letters (its clients are gone).
+            let _ = h.from.tell(Replies(h.replies));
+        }
+    }
+}
+
+impl Handler<AofIo> for KeyShard {
+    fn handle(&mut self, io: AofIo, ctx: &mut Context<Self>) {
+        if let Some(aof) = self.aof.as_mut() {
+            aof.done(io, ctx);
+        }
+        self.release();
+    }
+}
+
+impl Handler<AofTick> for KeyShard {
+    fn handle(&mut self, _: AofTick, ctx: &mut Context<Self>) {
+        if let Some(aof) = self.aof.as_mut() {
+            aof.tick(ctx);
+        }
+        self.release();
+    }
+}
+
+impl Handler<AofIdle> for KeyShard {
+    fn handle(&mut self, _: AofIdle, ctx: &mut Context<Self>) -> bool {
+        match self.aof.as_mut() {
+            Some(aof) => {
+                aof.kick(ctx);
+                aof.sync(ctx);
+                aof.idle() && self.held.is_empty()
+            }
+            None => true,
+        }
+    }
+}
+
+/// Requests from one worker, executed in order; the replies go back in one message.
+pub struct Batch {
+    /// The worker that asked.
+    pub from: ActorRef<KvWorker>,
+    /// The requests.
+    pub reqs: Vec<Req>,
+}
+impl Message for Batch {
+    type Reply = ();
+}
+
+impl Handler<Batch> for KeyShard {
+    fn handle(&mut self, batch: Batch, ctx: &mut Context<Self>) {
+        if self.locked_by.is_some() {
+            self.deferred.push_back(Deferred::Batch(batch));
+            return;
+        }
+        self.run_batch(batch.from, batch.reqs, ctx);
+    }
+}
+
+impl KeyShard {
+    /// Runs one worker's requests in order and sends their replies back.
+    pub(super) fn run_batch(
+        &mut self,
+        from: ActorRef<KvWorker>,
+        reqs: Vec<Req>,
+        ctx: &Context<Self>,
+    ) {
+        let batch = Batch { from, reqs };
+        let now = Instant::now();
+        let mut replies = Vec::with_capacity(batch.reqs.len());
+        let mut writes = Vec::with_capacity(batch.reqs.len());
+        let worker = batch.from.id();
+        // A transaction whose watched keys changed: its commands do not run.
+        let mut aborted: Option<(ConnId, u64)> = None;
+        let mut pushed: Vec<Vec<u8>> = Vec::new();
+        let mut reqs = batch.reqs.into_iter().peekable();
+        while let Some(r) = reqs.next() {
+            let before = self.logged();
+            let w = (worker, r.conn);
+            let watch_step = match Lower::of(&r.args[0]).as_bytes() {
+                b"watch" => {
+                    self.watches.watch(w, &r.args[1..]);
+                    Some(Reply::Simple("OK"))
+                }
+                b"unwatch" => {
+                    self.watches.forget(w);
+                    Some(Reply::Simple("OK"))
+                }
+                b"exec-watched" => {
+                    let changed = self.watches.dirty.contains(&w);
+                    self.watches.forget(w);
+                    if changed {
+                        aborted = Some((r.conn, r.seq));
+                    }
+                    Some(if changed { Reply::NullArray } else { Reply::Simple("OK") })
+                }
+                _ if aborted == Some((r.conn, r.seq)) => Some(Reply::NullArray),
+                _ => None,
+            };
+            if let Some(reply) = watch_step {
+                writes.push(false);
+                replies.push((r.conn, r.seq, r.part, reply));
+                continue;
+            }
+            let ran = self.run(&r.args, now);
+            if matches!(&ran, Ran::Reply(reply) if !matches!(reply, Reply::Error(_))) {
+                self.watches.touch(&r.args);
+            }
+            match ran {
+                Ran::Reply(reply) => {
+                    writes.push(self.logged() > before);
+                    replies.push((r.conn, r.seq, r.part, reply));
+                }
+                Ran::Block { keys, left, timeout } => {
+                    let id = self.blocked.next;
+                    self.blocked.next += 1;
+                    let timer = (!timeout.is_zero())
+                        .then(|| ctx.send_after(timeout, BlockTimeout(id)))
+                        .flatten();
+                    for k in &keys {
+                        self.blocked.by_key.entry(k.clone()).or_default().push_back(id);
+                    }
+                    let (from, conn, seq, part) = (batch.from.clone(), r.conn, r.seq, r.part);
+                    let w = Waiter { from, conn, seq, part, keys, left, timer };
+                    self.blocked.waiters.insert(id, w);
+                }
+            }
+            // A push may serve clients blocked on its key: after the
+            // request it belongs to (a transaction's commands share its
+            // connection and number), before the next one runs, as Redis
+            // serves them after each command (and after EXEC).
+            if !self.blocked.waiters.is_empty()
+                && matches!(Lower::of(&r.args[0]).as_bytes(), b"lpush" | b"rpush" | b"rename")
+            {
+                let key = if r.args[0].eq_ignore_ascii_case(b"rename") {
+                    r.args.get(2)
+                } else {
+                    r.args.get(1)
+                };
+                pushed.extend(key.cloned());
+            }
+            if reqs.peek().map(|n| (n.conn, n.seq)) != Some((r.conn, r.seq)) {
+                for key in std::mem::take(&mut pushed) {
+                    self.serve_blocked(&key, now, ctx);
+                }
+            }
+        }
+        for key in pushed {
+            self.serve_blocked(&key, now, ctx);
+        }
+        self.send(batch.from, replies, writes, ctx);
+    }
+}
+// ANCHOR_END: shard
+
+impl KeyShard {
+    pub(super) fn logged(&self) -> u64 {
+        self.aof.as_ref().map_or(0, Aof::logged)
+    }
+
+    /// Runs one request: executes it (and logs what it changed), or says
+    /// it blocks.
+    pub(super) fn run(&mut self, args: &[Vec<u8>], now: Instant) -> Ran {
+        let cmd = Lower::of(&args[0]);
+        match cmd.as_bytes() {
+            b"info" => return Ran::Reply(shard_info(&self.space, self.aof.as_ref(), now)),
+            b"blpop" | b"brpop" => return self.blocking_pop(cmd.as_bytes() == b"blpop", args, now),
+            _ => {}
+        }
+        match self.aof.as_mut() {
+            Some(aof) if aof.error().is_some() && is_write(&args[0]) => Ran::Reply(aof.misconf()),
+            Some(aof) => {
+                let reply = self.space.execute(args, now).unwrap_or(Reply::Nil);
+                aof.record(&mut self.space, args, &reply, now);
+                Ran::Reply(reply)
+            }
+            None => Ran::Reply(self.space.execute(args, now).unwrap_or(Reply::Nil)),
+        }
+    }
+
+    /// `BLPOP key... timeout`: the first non-empty list's head now, or a
+    /// wait. The pop is logged as `LPOP`/`RPOP`.
+    pub(super) fn blocking_pop(&mut self, left: bool, args: &[Vec<u8>], now: Instant) -> Ran {
+        let name = if left { "blpop" } else { "brpop" };
+        let [_, keys @ .., timeout] = args else { return Ran::Reply(wrong_arity(name)) };
+        if keys.is_empty() {
+            return Ran::Reply(wrong_arity(name));
+        }
+        let secs = std::str::from_utf8(timeout).ok().and_then(|t| t.parse::<f64>().ok());
+        let timeout = match secs {
+            Some(s) if s < 0.0 => {
+                return Ran::Reply(Reply::Error("ERR timeout is negative".into()))
+            }
+            Some(s) if s.is_finite() && s < 1e9 => std::time::Duration::from_secs_f64(s),
+            _ => {
+                return Ran::Reply(Reply::Error(
+                    "ERR timeout is not a float or out of range".into(),
+                ))
+            }
+        };
+        if let Some(aof) = self.aof.as_ref() {
+            if aof.error().is_some() {
+                return Ran::Reply(aof.misconf());
+            }
+        }
+        for k in keys {
+            match self.pop(k, left, now) {
+                Some(Reply::Bulk(v)) => {
+                    return Ran::Reply(Reply::Array(vec![Reply::Bulk(k.clone()), Reply::Bulk(v)]))
+                }
+                Some(e @ Reply::Error(_)) => return Ran::Reply(e), // WRONGTYPE
+                _ => {}
+            }
+        }
+        Ran::Block { keys: keys.to_vec(), left, timeout }
+    }
+
+    /// Pops the head (or tail) of the list at `k`, logging it: the value,
+    /// nil when there is none, or WRONGTYPE.
+    pub(super) fn pop(&mut self, k: &[u8], left: bool, now: Instant) -> Option<Reply> {
+        let args = vec![if left { b"LPOP".to_vec() } else { b"RPOP".to_vec() }, k.to_vec()];
+        let reply = self.space.execute(&args, now)?;
+        if let Some(aof) = self.aof.as_mut() {
+            aof.record(&mut self.space, &args, &reply, now);
+        }
+        if matches!(reply, Reply::Bulk(_)) {
+            self.watches.touch(&args);
+        }
+        Some(reply)
+    }
+
+    /// Serves the clients blocked on `key`, first come first served, while
+    /// its list has elements.
+    pub(super) fn serve_blocked(&mut self, key: &[u8], now: Instant, ctx: &Context<Self>) {
+        while let Some(&id) = self.blocked.by_key.get(key).and_then(|q| q.front()) {
+            let left = self.blocked.waiters.get(&id).is_none_or(|w| w.left);
+            let before = self.logged();
+            let Some(Reply::Bulk(v)) = self.pop(key, left, now) else { return };
+            let w = self.blocked.remove(id).expect("queued waiters exist");
+            if let Some(t) = w.timer {
+                ctx.cancel_timer(t);
+            }
+            let reply = Reply::Array(vec![Reply::Bulk(key.to_vec()), Reply::Bulk(v)]);
+            let wrote = self.logged() > before;
+            self.send(w.from, vec![(w.conn, w.seq, w.part, reply)], vec![wrote], ctx);
+        }
+    }
+
+    /// Sends replies to a worker: at once without a log, else once the log
+    /// holds what they acknowledge (see [`super::aof`]).
+    pub(super) fn send(
+        &mut self,
+        to: ActorRef<KvWorker>,
+        replies: Vec<(ConnId, u64, u32, Reply)>,
+        writes: Vec<bool>,
+        ctx: &Context<Self>,
+    ) {
+        match self.aof.as_mut() {
+            None => {
+                // A stopped worker's replies are dead letters (its clients are gone).
+                let _ = to.tell(Replies(replies));
+            }
+            Some(aof) => {
+                aof.kick(ctx);
+                self.held.push_back(Held { mark: aof.logged(), from: to, replies, writes });
+                self.release();
+            }
+        }
+    }
+}
+
+impl Handler<BlockTimeout> for KeyShard {
+    fn handle(&mut self, BlockTimeout(id): BlockTimeout, ctx: &mut Context<Self>) {
+        if let Some(w) = self.blocked.remove(id) {
+            let replies = vec![(w.conn, w.seq, w.part, Reply::NullArray)];
+            self.send(w.from, replies, vec![false], ctx);
+        }
+    }
+}
+
+impl Handler<Unblock> for KeyShard {
+    fn handle(&mut self, u: Unblock, ctx: &mut Context<Self>) {
+        self.watches.forget((u.worker, u.conn));
+        let gone: Vec<u64> = self
+            .blocked
+            .waiters
+            .iter()
+            .filter(|(_, w)| w.from.id() == u.worker && w.conn == u.conn)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in gone {
+            if let Some(t) = self.blocked.remove(id).and_then(|w| w.timer) {
+                ctx.cancel_timer(t);
+            }
+        }
+    }
+}
+
+/// A shard's part of `INFO`: its counts, in the order of [`ShardInfo`].
+pub(super) fn shard_info(space: &Keyspace, aof: Option<&Aof>, now: Instant) -> Reply {
+    let (keys, expires) = space.counts(now);
+    let n = |x: u64| Reply::Int(x as i64);
+    Reply::Array(vec![
+        n(keys as u64),
+        n(expires as u64),
+        n(aof.map_or(0, |a| u64::from(a.error().is_some()))),
+        n(aof.map_or(0, |a| a.failures)),
+        n(aof.map_or(0, |a| a.unwritten())),
+        match aof.and_then(|a| a.error()) {
+            Some(e) => Reply::Bulk(e.as_bytes().to_vec()),
+            None => Reply::Nil,
+        },
+    ])
+}
+
+/// The shards' parts of `INFO`, summed.
+#[derive(Default)]
+pub(super) struct ShardInfo {
+    pub(super) keys: u64,
+    pub(super) expires: u64,
+    pub(super) aof_failing: u64,
+    pub(super) aof_failures: u64,
+    pub(super) aof_unwritten: u64,
+    pub(super) aof_error: Option<String>,
+}
+
+impl ShardInfo {
+    pub(super) fn add(&mut self, part: Reply) {
+        let Reply::Array(v) = part else { return };
+        let int = |i: usize| match v.get(i) {
+            Some(Reply::Int(x)) => *x as u64,
+            _ => 0,
+        };
+        self.keys += int(0);
+        self.expires += int(1);
+        self.aof_failing += int(2);
+        self.aof_failures += int(3);
+        self.aof_unwritten += int(4);
+        if let Some(Reply::Bulk(e)) = v.get(5) {
+            self.aof_error = Some(String::from_utf8_lossy(e).into_owned());
+        }
+    }
+}
+
+impl KeyShard {
+    /// An empty partition.
+    pub fn new() -> Self {
+        Self::with(Keyspace::default(), None)
+    }
+
+    /// A partition with this content, logging to `aof`.
+    pub fn with(space: Keyspace, aof: Option<Aof>) -> Self {
+        KeyShard {
+            space,
+            aof,
+            held: VecDeque::new(),
+            blocked: Blocked::default(),
+            watches: Watches::default(),
+            locked_by: None,
+            deferred: VecDeque::new(),
+        }
+    }
+}
+
+impl Default for KeyShard {
+    fn default() -> Self {
+        Self::new()
+    }
+}

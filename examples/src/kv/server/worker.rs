@@ -1,0 +1,686 @@
+//! The connection worker: parses RESP from its connections, routes each
+//! request to the shard that owns its key (batched per shard per receive),
+//! runs transactions and pub-sub for its clients, and writes replies in
+//! request order.
+
+// ANCHOR: uses
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Instant;
+
+use ringmail::net::{ConnId, Connections, Input, NetEvent, NewConnection};
+use ringmail::transport::FixedFd;
+use ringmail::{Actor, ActorRef, Context, FdHandler, Handler, Message};
+
+use super::commands::{
+    allowed_before_auth, connection_command, is_watch, shard_of, shards_of, single_key,
+    transaction_step, wrong_arity, Step, CROSSSLOT,
+};
+use super::info::{ServerInfo, WorkerStats};
+use super::shard::{Batch, KeyShard, Req, ShardInfo, TxLock, TxLocked, TxRun, Unblock, MAX_QUEUED};
+use crate::kv::engine::Keyspace;
+use crate::kv::pubsub::{self, Publish, Subscriptions};
+use crate::kv::resp::{self, Limits, Lower, Parsed, Reply};
+// ANCHOR_END: uses
+
+mod subscribe;
+mod tx;
+
+/// Replies from a shard to a worker.
+pub struct Replies(pub(super) Vec<(ConnId, u64, u32, Reply)>);
+impl Message for Replies {
+    type Reply = ();
+}
+
+/// How the parts of a request make its reply.
+pub(super) enum Combine {
+    /// One part: its reply.
+    Single,
+    /// Integer replies, summed (DEL, EXISTS, DBSIZE).
+    Sum,
+    /// `+OK` from every part (MSET, FLUSHALL).
+    AllOk,
+    /// Arrays of values; `positions[part]` are the original key indexes.
+    Mget { positions: Vec<Vec<usize>>, keys: usize },
+    /// A transaction's replies, one per queued command, in order; with
+    /// `watched`, the last part is the shard's check of the watched keys
+    /// (a null array: one changed, so the transaction did not run).
+    Exec { watched: bool },
+    /// Arrays from every shard, joined (KEYS).
+    Concat,
+    /// Every shard's counts, then the text (`INFO`, with these sections).
+    Info(Arc<ServerInfo>, Vec<Vec<u8>>),
+    /// One shard's `SCAN` step: its local cursor made global.
+    Scan { shard: u64, shards: u64 },
+}
+
+/// `SCAN` cursors: the shard in the bits above these, its own cursor below.
+pub(super) const SCAN_SHIFT: u32 = 40;
+pub(super) const SCAN_LOCAL: u64 = (1 << SCAN_SHIFT) - 1;
+
+pub(super) struct Pending {
+    pub(super) left: u32,
+    pub(super) parts: Vec<Option<Reply>>,
+    pub(super) combine: Combine,
+    pub(super) done: Option<Reply>,
+    /// Encode the reply in RESP3 (the connection's protocol when the
+    /// request arrived: a `HELLO` changes it for the requests after it).
+    pub(super) resp3: bool,
+}
+
+impl Pending {
+    /// Waiting for `parts` replies, combined by `combine`.
+    pub(super) fn awaiting(parts: usize, combine: Combine) -> Pending {
+        Pending { left: parts as u32, parts: vec![None; parts], combine, done: None, resp3: false }
+    }
+
+    pub(super) fn ready(r: Reply) -> Pending {
+        Pending {
+            left: 0,
+            parts: Vec::new(),
+            combine: Combine::Single,
+            done: Some(r),
+            resp3: false,
+        }
+    }
+
+    pub(super) fn finish(&mut self) {
+        let parts = std::mem::take(&mut self.parts).into_iter().map(|p| p.unwrap_or(Reply::Nil));
+        let reply = match &self.combine {
+            Combine::Single => parts.into_iter().next().unwrap_or(Reply::Nil),
+            Combine::Sum => {
+                let mut sum = 0;
+                for p in parts {
+                    match p {
+                        Reply::Int(n) => sum += n,
+                        other => {
+                            self.done = Some(other);
+                            return;
+                        }
+                    }
+                }
+                Reply::Int(sum)
+            }
+            Combine::AllOk => parts
+                .into_iter()
+                .find(|p| !matches!(p, Reply::Simple(_)))
+                .unwrap_or(Reply::Simple("OK")),
+            Combine::Mget { positions, keys } => {
+                let mut out = vec![Reply::Nil; *keys];
+                for (part, p) in parts.enumerate() {
+                    if let Reply::Array(vals) = p {
+                        for (v, &pos) in vals.into_iter().zip(&positions[part]) {
+                            out[pos] = v;
+                        }
+                    }
+                }
+                Reply::Array(out)
+            }
+            Combine::Exec { watched } => {
+                let mut all: Vec<Reply> = parts.collect();
+                if *watched && matches!(all.pop(), Some(Reply::NullArray)) {
+                    Reply::NullArray
+                } else {
+                    Reply::Array(all)
+                }
+            }
+            Combine::Scan { shard, shards } => match parts.into_iter().next() {
+                Some(Reply::Array(mut v)) if v.len() == 2 => {
+                    let local = match &v[0] {
+                        Reply::Bulk(c) => {
+                            std::str::from_utf8(c).ok().and_then(|c| c.parse::<u64>().ok())
+                        }
+                        _ => None,
+                    };
+                    let next = match local {
+                        Some(0) if shard + 1 < *shards => (shard + 1) << SCAN_SHIFT,
+                        Some(0) | None => 0,
+                        Some(l) => shard << SCAN_SHIFT | l,
+                    };
+                    v[0] = Reply::Bulk(next.to_string().into_bytes());
+                    Reply::Array(v)
+                }
+                Some(other) => other, // an error (syntax)
+                None => Reply::Nil,
+            },
+            Combine::Info(info, sections) => {
+                let mut sum = ShardInfo::default();
+                parts.for_each(|p| sum.add(p));
+                Reply::Bulk(info.render(sections, &sum).into_bytes())
+            }
+            Combine::Concat => {
+                let mut all = Vec::new();
+                for p in parts {
+                    match p {
+                        Reply::Array(items) => all.extend(items),
+                        other => {
+                            self.done = Some(other);
+                            return;
+                        }
+                    }
+                }
+                Reply::Array(all)
+            }
+        };
+        self.done = Some(reply);
+    }
+}
+
+#[derive(Default)]
+pub(super) struct Client {
+    /// Received bytes not parsed yet (a partial request).
+    pub(super) inbuf: Vec<u8>,
+    /// Requests in order, from sequence number `first_seq`.
+    pub(super) pending: VecDeque<Pending>,
+    pub(super) first_seq: u64,
+    /// Close once everything pending is answered (QUIT, protocol error).
+    pub(super) close_after: bool,
+    /// The client said `HELLO 3`: replies in RESP3.
+    pub(super) resp3: bool,
+    /// `CLIENT SETNAME`.
+    pub(super) name: Option<Vec<u8>>,
+    /// After `MULTI`: the commands queued for `EXEC`.
+    pub(super) multi: Option<Vec<Vec<Vec<u8>>>>,
+    /// A queued command was refused: `EXEC` aborts.
+    pub(super) multi_failed: bool,
+    /// The shard of the keys this connection `WATCH`es, if any.
+    pub(super) watch: Option<usize>,
+    /// A transaction across shards of this connection is under way: its
+    /// next requests wait (unparsed) until it has run, so they see it.
+    pub(super) in_tx: bool,
+    /// Authenticated (always, when the server has no password).
+    pub(super) authed: bool,
+}
+
+// ANCHOR: worker
+/// Serves client connections on one ring: parses, routes to shards,
+/// answers in order.
+pub struct KvWorker {
+    pub(super) shards: Vec<ActorRef<KeyShard>>,
+    pub(super) conns: Connections,
+    pub(super) clients: HashMap<ConnId, Client>,
+    /// Answers keyless commands (PING, ECHO, CONFIG, errors): never holds data.
+    pub(super) scratch: Keyspace,
+    /// Requests gathered for each shard during one event.
+    pub(super) outgoing: Vec<Vec<Req>>,
+    pub(super) me: Option<ActorRef<KvWorker>>,
+    pub(super) limits: Limits,
+    /// This worker's counters (in `info.workers`).
+    pub(super) stats: Arc<WorkerStats>,
+    pub(super) info: Arc<ServerInfo>,
+    /// Its connections' subscriptions.
+    pub(super) subs: Subscriptions,
+    /// The server's workers (see [`super::pubsub`]).
+    pub(super) group: Option<ringmail::Group<Publish>>,
+    /// Per connection, the shards it sent a blocking pop to: told when it
+    /// closes, so that nothing is popped for it afterwards.
+    pub(super) blocking: HashMap<ConnId, Vec<usize>>,
+    /// Transactions across shards under way, by id (see [`TxLock`]).
+    pub(super) txs: HashMap<u64, CrossTx>,
+    pub(super) next_tx: u64,
+    /// Shard holds to ask for once this turn's batches have gone (so that
+    /// the requests before a transaction reach its shards first).
+    pub(super) tx_out: Vec<(usize, TxLock)>,
+}
+
+/// A transaction whose commands live on several shards.
+pub(super) struct CrossTx {
+    pub(super) conn: ConnId,
+    pub(super) seq: u64,
+    /// Its shards, ascending: held one after the other.
+    pub(super) shards: Vec<usize>,
+    /// How many are held.
+    pub(super) held: usize,
+    /// A watched key changed: nothing runs.
+    pub(super) dirty: bool,
+    /// Each shard's commands (same order as `shards`).
+    pub(super) reqs: Vec<Vec<Req>>,
+    /// The queued commands' count (the watch check is the part after them).
+    pub(super) count: usize,
+}
+
+impl Actor for KvWorker {
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        self.me = Some(ctx.myself().clone());
+        // The server's workers, for PUBLISH (left when this worker stops).
+        let group = ctx.group::<Publish>(&format!("kv-pubsub-{}", self.info.port));
+        group.join(ctx.myself());
+        self.group = Some(group);
+    }
+}
+
+/// A publication from some worker (maybe this one): delivered to this
+/// worker's subscribers, and the count answered to the publisher.
+impl Handler<Publish> for KvWorker {
+    fn handle(&mut self, p: Publish, ctx: &mut Context<Self>) {
+        let mut delivered = 0;
+        for (conn, push) in self.subs.deliveries(&p.channel, &p.message) {
+            let Some(c) = self.clients.get_mut(&conn) else { continue };
+            // A subscriber whose pushes pile up behind a reply it is still
+            // owed: cut off, as an output limit cuts off a slow reader
+            // (Redis' client-output-buffer-limit for pub-sub).
+            if c.pending.len() >= MAX_QUEUED {
+                c.pending.clear();
+                c.close_after = true;
+                self.conns.close(conn, ctx);
+                continue;
+            }
+            let mut pending = Pending::ready(push);
+            pending.resp3 = c.resp3;
+            c.pending.push_back(pending);
+            delivered += 1;
+            self.answer(conn, ctx);
+        }
+        self.conns.flush(ctx);
+        // A publisher that stopped meanwhile has no client to answer.
+        let _ = p.origin.tell(Replies(vec![(p.conn, p.seq, p.part, Reply::Int(delivered))]));
+    }
+}
+
+impl FdHandler<NewConnection> for KvWorker {
+    fn handle_fd(&mut self, _c: NewConnection, fd: FixedFd, ctx: &mut Context<Self>) {
+        match self.conns.add(fd, ctx) {
+            Ok(id) => {
+                let authed = self.info.requirepass.is_none();
+                self.clients.insert(id, Client { authed, ..Client::default() });
+                WorkerStats::bump(&self.stats.connections, 1);
+                WorkerStats::bump(&self.stats.connected, 1);
+            }
+            Err(e) => eprintln!("kv: cannot serve a connection: {e}"),
+        }
+    }
+}
+
+impl Handler<NetEvent> for KvWorker {
+    fn handle(&mut self, ev: NetEvent, ctx: &mut Context<Self>) {
+        match self.conns.handle(ev, ctx) {
+            Some(Input::Data(conn, bytes)) => {
+                self.received(conn, &bytes);
+                self.answer(conn, ctx);
+            }
+            // Late replies for it are ignored.
+            Some(Input::Closed(conn)) if self.clients.contains_key(&conn) => {
+                let closed_watch = self.clients.remove(&conn).and_then(|c| c.watch);
+                WorkerStats::bump(&self.stats.connected, -1);
+                self.subs.drop_conn(conn);
+                let worker = self.me.as_ref().map_or(0, |m| m.id());
+                let mut told = self.blocking.remove(&conn).unwrap_or_default();
+                told.extend(closed_watch);
+                told.sort_unstable();
+                told.dedup();
+                for s in told {
+                    // A stopped shard has no waiter left to drop.
+                    let _ = self.shards[s].tell(Unblock { worker, conn });
+                }
+            }
+            Some(Input::Closed(_)) => {}
+            None => {}
+        }
+        self.send_batches(ctx);
+        self.conns.flush(ctx);
+    }
+}
+
+/// Asks a worker how many client connections it serves.
+pub struct Clients;
+impl Message for Clients {
+    type Reply = usize;
+}
+
+impl Handler<Clients> for KvWorker {
+    fn handle(&mut self, _: Clients, _ctx: &mut Context<Self>) -> usize {
+        self.conns.len()
+    }
+}
+
+impl Handler<Replies> for KvWorker {
+    fn handle(&mut self, Replies(items): Replies, ctx: &mut Context<Self>) {
+        let mut touched = Vec::new();
+        for (conn, seq, part, reply) in items {
+            if !self.clients.contains_key(&conn) {
+                continue;
+            }
+            self.fill(conn, seq, part, reply);
+            if touched.last() != Some(&conn) {
+                touched.push(conn);
+            }
+        }
+        for conn in touched {
+            self.answer(conn, ctx);
+        }
+        self.conns.flush(ctx);
+    }
+}
+// ANCHOR_END: worker
+
+impl KvWorker {
+    /// A worker routing to `shards`; `info` is what `INFO` reads, whose
+    /// `workers[me]` this worker writes.
+    pub(super) fn new(shards: Vec<ActorRef<KeyShard>>, info: Arc<ServerInfo>, me: usize) -> Self {
+        let n = shards.len();
+        KvWorker {
+            shards,
+            conns: Connections::new(),
+            clients: HashMap::new(),
+            scratch: Keyspace::default(),
+            outgoing: (0..n).map(|_| Vec::new()).collect(),
+            me: None,
+            limits: Limits::default(),
+            stats: info.workers[me].clone(),
+            info,
+            subs: Subscriptions::default(),
+            group: None,
+            blocking: HashMap::new(),
+            txs: HashMap::new(),
+            next_tx: 1,
+            tx_out: Vec::new(),
+        }
+    }
+
+    pub(super) fn received(&mut self, conn: ConnId, bytes: &[u8]) {
+        let Some(mut c) = self.clients.remove(&conn) else { return };
+        if c.close_after {
+            self.clients.insert(conn, c);
+            return; // answering its last requests, then closing: no more input
+        }
+        c.inbuf.extend_from_slice(bytes);
+        let mut used = 0;
+        loop {
+            if c.in_tx {
+                break; // parsed once its transaction has run
+            }
+            match resp::parse(&c.inbuf[used..], &self.limits) {
+                Ok(Parsed::Request(args, n)) => {
+                    used += n;
+                    if args.is_empty() {
+                        continue; // an empty request gets no reply (as in Redis)
+                    }
+                    let seq = c.first_seq + c.pending.len() as u64;
+                    WorkerStats::bump(&self.stats.commands, 1);
+                    let quit = args[0].eq_ignore_ascii_case(b"quit");
+                    let cmd_name = args[0].clone();
+                    let was_multi = c.multi.is_some();
+                    if !c.authed && !allowed_before_auth(&args[0]) {
+                        let mut p =
+                            Pending::ready(Reply::Error("NOAUTH Authentication required.".into()));
+                        p.resp3 = c.resp3;
+                        c.pending.push_back(p);
+                        continue;
+                    }
+                    if let Some(reply) = self.pubsub_command(&mut c, conn, &args) {
+                        let mut p = Pending::ready(reply);
+                        p.resp3 = c.resp3;
+                        c.pending.push_back(p);
+                        continue;
+                    }
+                    let pass = self.info.requirepass.as_deref();
+                    let mut p = match connection_command(&mut c, conn, &args, pass) {
+                        Some(reply) => Pending::ready(reply),
+                        None => match transaction_step(&mut c, args, self.shards.len()) {
+                            Step::Answer(reply) => Pending::ready(reply),
+                            Step::Exec(cmds) => {
+                                let watch = c.watch.take();
+                                let p = self.exec(conn, seq, cmds, watch);
+                                c.in_tx = self.txs.values().any(|t| t.conn == conn);
+                                p
+                            }
+                            Step::Run(args) if is_watch(&args[0]) => {
+                                self.watch(&mut c, conn, seq, args)
+                            }
+                            Step::Run(args) => self.route(conn, seq, args),
+                        },
+                    };
+                    // DISCARD, RESET and an aborted EXEC forget the watches
+                    // (EXEC or DISCARD without MULTI do not, as in Redis).
+                    let forgets = match Lower::of(&cmd_name).as_bytes() {
+                        b"reset" => true,
+                        b"discard" | b"exec" => was_multi,
+                        _ => false,
+                    };
+                    if c.watch.is_some() && c.multi.is_none() && forgets {
+                        let s = c.watch.take().expect("watching");
+                        let args = vec![b"UNWATCH".to_vec()];
+                        self.outgoing[s].push(Req { conn, seq, part: u32::MAX, args });
+                    }
+                    p.resp3 = c.resp3;
+                    c.pending.push_back(p);
+                    if quit {
+                        c.close_after = true;
+                        break;
+                    }
+                }
+                Ok(Parsed::Incomplete) => break,
+                Err(e) => {
+                    c.pending.push_back(Pending::ready(Reply::Error(format!("ERR {e}"))));
+                    c.close_after = true;
+                    break;
+                }
+            }
+        }
+        if c.close_after {
+            c.inbuf = Vec::new();
+        } else {
+            c.inbuf.drain(..used);
+        }
+        self.clients.insert(conn, c);
+    }
+
+    /// Decides where a request runs; returns its pending reply.
+    pub(super) fn route(&mut self, conn: ConnId, seq: u64, args: Vec<Vec<u8>>) -> Pending {
+        let n = self.shards.len();
+        let cmd = Lower::of(&args[0]);
+        let single = |args: Vec<Vec<u8>>, out: &mut Vec<Vec<Req>>| {
+            let s = shard_of(&args[1], n);
+            out[s].push(Req { conn, seq, part: 0, args });
+            Pending::awaiting(1, Combine::Single)
+        };
+        match cmd.as_bytes() {
+            c if args.len() >= 2 && single_key(c) => single(args, &mut self.outgoing),
+            // Both keys on one shard, or Redis Cluster's refusal.
+            b"rename" if args.len() == 3 => {
+                if shard_of(&args[1], n) != shard_of(&args[2], n) {
+                    return Pending::ready(Reply::Error(CROSSSLOT.into()));
+                }
+                single(args, &mut self.outgoing)
+            }
+            b"scan" if args.len() >= 2 => self.scan(conn, seq, args),
+            b"publish" if args.len() == 3 => self.publish(conn, seq, args),
+            b"publish" => Pending::ready(wrong_arity("publish")),
+            // Blocking pops: all keys on one shard (Redis Cluster's rule),
+            // which keeps the request until it can answer.
+            b"blpop" | b"brpop" if args.len() < 3 => Pending::ready(wrong_arity(cmd.as_str())),
+            b"blpop" | b"brpop" => {
+                let mut shards: Vec<usize> =
+                    args[1..args.len() - 1].iter().map(|k| shard_of(k, n)).collect();
+                shards.sort_unstable();
+                shards.dedup();
+                if shards.len() > 1 {
+                    return Pending::ready(Reply::Error(CROSSSLOT.into()));
+                }
+                let s = shards[0];
+                let blocking = self.blocking.entry(conn).or_default();
+                if !blocking.contains(&s) {
+                    blocking.push(s);
+                }
+                self.outgoing[s].push(Req { conn, seq, part: 0, args });
+                Pending::awaiting(1, Combine::Single)
+            }
+            b"del" | b"unlink" | b"exists" | b"mget" if args.len() >= 2 => self.split(
+                conn,
+                seq,
+                &args[0],
+                &args[1..],
+                1,
+                if cmd.as_bytes() == b"mget" { 2 } else { 1 },
+            ),
+            b"mset" if args.len() >= 3 && args.len() % 2 == 1 => {
+                self.split(conn, seq, &args[0], &args[1..], 2, 3)
+            }
+            b"dbsize" | b"flushall" | b"flushdb" | b"keys" => {
+                for (s, out) in self.outgoing.iter_mut().enumerate() {
+                    out.push(Req { conn, seq, part: s as u32, args: args.clone() });
+                }
+                let combine = match cmd.as_bytes() {
+                    b"dbsize" => Combine::Sum,
+                    b"keys" => Combine::Concat,
+                    _ => Combine::AllOk,
+                };
+                Pending::awaiting(n, combine)
+            }
+            b"quit" => Pending::ready(Reply::Simple("OK")),
+            b"info" => {
+                for (s, out) in self.outgoing.iter_mut().enumerate() {
+                    out.push(Req { conn, seq, part: s as u32, args: vec![b"INFO".to_vec()] });
+                }
+                let sections = args[1..].to_vec();
+                let combine = Combine::Info(self.info.clone(), sections);
+                Pending::awaiting(n, combine)
+            }
+            b"config" => Pending::ready(match args.get(1).map(|a| a.to_ascii_lowercase()) {
+                Some(sub) if sub == b"get" && args.len() == 3 => self.info.config_get(&args[2]),
+                _ => Reply::Error(
+                    "ERR unknown subcommand or wrong number of arguments for 'config' command"
+                        .into(),
+                ),
+            }),
+            // Keyless commands, unknown commands and wrong arity: answered here.
+            _ => Pending::ready(self.scratch.execute(&args, Instant::now()).unwrap_or(Reply::Nil)),
+        }
+    }
+
+    /// Sets part `part` of request `seq` of `conn` (if still waited for).
+    pub(super) fn fill(&mut self, conn: ConnId, seq: u64, part: u32, reply: Reply) {
+        let Some(c) = self.clients.get_mut(&conn) else { return };
+        let Some(p) = seq.checked_sub(c.first_seq).and_then(|i| c.pending.get_mut(i as usize))
+        else {
+            return;
+        };
+        if let Some(slot) = p.parts.get_mut(part as usize) {
+            if slot.replace(reply).is_none() {
+                p.left -= 1;
+            }
+        }
+        if p.left == 0 && p.done.is_none() {
+            p.finish();
+        }
+    }
+
+    /// `SCAN`: one shard at a time, in order. The cursor a client sees is
+    /// `shard << 40 | local`, where `local` is the shard's own cursor
+    /// (positions below it are left; 0: from the top), so it stays correct
+    /// whatever the shards' sizes and changes (see `engine.rs`).
+    pub(super) fn scan(&mut self, conn: ConnId, seq: u64, mut args: Vec<Vec<u8>>) -> Pending {
+        let n = self.shards.len() as u64;
+        let cursor = std::str::from_utf8(&args[1]).ok().and_then(|c| c.parse::<u64>().ok());
+        let Some((shard, local)) = cursor.map(|c| (c >> SCAN_SHIFT, c & SCAN_LOCAL)) else {
+            return Pending::ready(Reply::Error("ERR invalid cursor".into()));
+        };
+        if shard >= n {
+            // Past the last shard (a cursor of a server with more rings):
+            // nothing left, as Redis answers any numeric cursor.
+            let done = Reply::Array(vec![Reply::Bulk(b"0".to_vec()), Reply::Array(Vec::new())]);
+            return Pending::ready(done);
+        }
+        args[1] = local.to_string().into_bytes();
+        self.outgoing[shard as usize].push(Req { conn, seq, part: 0, args });
+        Pending::awaiting(1, Combine::Scan { shard, shards: n })
+    }
+
+    /// Splits a multi-key command by shard. `step`: arguments per key (1,
+    /// or 2 for MSET); `kind`: 1 sum, 2 mget, 3 all-ok.
+    pub(super) fn split(
+        &mut self,
+        conn: ConnId,
+        seq: u64,
+        name: &[u8],
+        rest: &[Vec<u8>],
+        step: usize,
+        kind: u8,
+    ) -> Pending {
+        let n = self.shards.len();
+        let mut by_shard: Vec<(Vec<Vec<u8>>, Vec<usize>)> =
+            (0..n).map(|_| (Vec::new(), Vec::new())).collect();
+        for (i, chunk) in rest.chunks(step).enumerate() {
+            let s = shard_of(&chunk[0], n);
+            by_shard[s].0.extend(chunk.iter().cloned());
+            by_shard[s].1.push(i);
+        }
+        let mut positions = Vec::new();
+        let mut part = 0u32;
+        for (s, (keys, pos)) in by_shard.into_iter().enumerate() {
+            if keys.is_empty() {
+                continue;
+            }
+            let mut args = Vec::with_capacity(keys.len() + 1);
+            args.push(name.to_vec());
+            args.extend(keys);
+            self.outgoing[s].push(Req { conn, seq, part, args });
+            positions.push(pos);
+            part += 1;
+        }
+        let combine = match kind {
+            1 => Combine::Sum,
+            2 => Combine::Mget { positions, keys: rest.len() },
+            _ => Combine::AllOk,
+        };
+        Pending::awaiting(part as usize, combine)
+    }
+
+    /// Sends what this event gathered: one batch per shard.
+    pub(super) fn send_batches(&mut self, ctx: &Context<Self>) {
+        self.send_request_batches();
+        // Behind the requests before them (same sender, same shard: in order).
+        for (s, lock) in std::mem::take(&mut self.tx_out) {
+            if let Err(e) = self.shards[s].tell(lock) {
+                self.end_tx(e.into_inner().tx, Some("ERR shard unavailable"), ctx);
+            }
+        }
+    }
+
+    pub(super) fn send_request_batches(&mut self) {
+        let me = self.me.clone().expect("started");
+        for (s, reqs) in self.outgoing.iter_mut().enumerate() {
+            if reqs.is_empty() {
+                continue;
+            }
+            let batch = Batch { from: me.clone(), reqs: std::mem::take(reqs) };
+            if let Err(e) = self.shards[s].tell(batch) {
+                // The shard is gone (shutdown): answer with an error.
+                for r in e.into_inner().reqs.into_iter().filter(|r| r.part != u32::MAX) {
+                    if let Some(c) = self.clients.get_mut(&r.conn) {
+                        if let Some(p) = r
+                            .seq
+                            .checked_sub(c.first_seq)
+                            .and_then(|i| c.pending.get_mut(i as usize))
+                        {
+                            p.done = Some(Reply::Error("ERR shard unavailable".into()));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Writes the replies that are ready, in order (no flush).
+    pub(super) fn answer_now(&mut self, conn: ConnId) {
+        let Some(c) = self.clients.get_mut(&conn) else { return };
+        let mut out = Vec::new();
+        while c.pending.front().is_some_and(|p| p.done.is_some()) {
+            let p = c.pending.pop_front().expect("front");
+            c.first_seq += 1;
+            p.done.expect("done").encode_as(&mut out, p.resp3);
+        }
+        if !out.is_empty() {
+            self.conns.write(conn, &out);
+        }
+    }
+
+    pub(super) fn answer(&mut self, conn: ConnId, ctx: &Context<Self>) {
+        self.answer_now(conn);
+        if let Some(c) = self.clients.get(&conn) {
+            if c.close_after && c.pending.is_empty() {
+                self.conns.close(conn, ctx);
+            }
+        }
+    }
+}

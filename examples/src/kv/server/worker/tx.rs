@@ -1,0 +1,196 @@
+//! A client's transaction on the worker: `EXEC` on one shard (one batch)
+//! or across shards (taken one after the other in ascending order, then
+//! run), its end (locks released, replies filled, aborted when a shard is
+//! gone), and `WATCH`.
+
+// The worker's own room: its types, imports and helpers.
+use super::*;
+
+impl Handler<TxLocked> for KvWorker {
+    fn handle(&mut self, TxLocked { tx, dirty }: TxLocked, ctx: &mut Context<Self>) {
+        let me = self.me.clone().expect("started");
+        let Some(t) = self.txs.get_mut(&tx) else { return };
+        t.held += 1;
+        t.dirty |= dirty;
+        if t.held < t.shards.len() {
+            let (next, conn) = (t.shards[t.held], t.conn);
+            if self.shards[next].tell(TxLock { from: me, tx, conn }).is_err() {
+                self.end_tx(tx, Some("ERR shard unavailable"), ctx);
+            }
+            return;
+        }
+        self.end_tx(tx, None, ctx);
+    }
+}
+
+impl KvWorker {
+    /// Ends transaction `tx`. All its shards held and no watched key
+    /// changed: each runs its commands. Else (a watched key changed, or
+    /// `failed`: a shard is gone) nothing runs and every part is answered
+    /// here. Either way the shards it holds are freed and its connection's
+    /// next requests go on.
+    pub(super) fn end_tx(&mut self, tx: u64, failed: Option<&str>, ctx: &Context<Self>) {
+        let me = self.me.clone().expect("started");
+        let Some(t) = self.txs.remove(&tx) else { return };
+        let run = failed.is_none() && !t.dirty && t.held == t.shards.len();
+        let instead = match failed {
+            Some(e) => Reply::Error(e.into()),
+            None => Reply::NullArray,
+        };
+        for (k, (s, reqs)) in t.shards.iter().zip(t.reqs).enumerate() {
+            let reqs = if run {
+                reqs
+            } else {
+                for r in &reqs {
+                    self.fill(r.conn, r.seq, r.part, instead.clone());
+                }
+                Vec::new()
+            };
+            if k >= t.held {
+                continue; // never taken: nothing to free
+            }
+            if let Err(e) = self.shards[*s].tell(TxRun { from: me.clone(), reqs }) {
+                // The shard is gone: its commands did not run.
+                for r in e.into_inner().reqs {
+                    self.fill(r.conn, r.seq, r.part, Reply::Error("ERR shard unavailable".into()));
+                }
+            }
+        }
+        let check = match failed {
+            Some(e) => Reply::Error(e.into()),
+            None if t.dirty => Reply::NullArray,
+            None => Reply::Simple("OK"),
+        };
+        self.fill(t.conn, t.seq, t.count as u32, check);
+        // The connection's next requests, behind the transaction's.
+        if let Some(c) = self.clients.get_mut(&t.conn) {
+            c.in_tx = false;
+            self.received(t.conn, &[]);
+        }
+        self.answer(t.conn, ctx);
+        self.send_batches(ctx);
+        self.conns.flush(ctx);
+    }
+
+    /// Runs a transaction's commands. All on one shard: they go to it in
+    /// one batch, which it runs in one turn, so no other command comes
+    /// between them (atomic and isolated). On several: [`Self::exec_across`].
+    /// Keyless commands are answered here, in their place.
+    pub(super) fn exec(
+        &mut self,
+        conn: ConnId,
+        seq: u64,
+        cmds: Vec<Vec<Vec<u8>>>,
+        watch: Option<usize>,
+    ) -> Pending {
+        let n = self.shards.len();
+        let mut shards: Vec<usize> = cmds.iter().flat_map(|c| shards_of(c, n)).collect();
+        shards.extend(watch);
+        shards.sort_unstable();
+        shards.dedup();
+        if shards.len() > 1 {
+            return self.exec_across(conn, seq, cmds, shards);
+        }
+        let count = cmds.len();
+        let mut parts = vec![None; count + usize::from(watch.is_some())];
+        let mut left = 0;
+        // First on the shard, in the same batch: the check of the watched
+        // keys, which also forgets them; the commands after it run only if
+        // none changed.
+        if let Some(s) = watch {
+            let args = vec![b"EXEC-WATCHED".to_vec()];
+            self.outgoing[s].push(Req { conn, seq, part: count as u32, args });
+            left += 1;
+        }
+        for (i, args) in cmds.into_iter().enumerate() {
+            match shards.first() {
+                Some(&s) if !shards_of(&args, n).is_empty() => {
+                    self.outgoing[s].push(Req { conn, seq, part: i as u32, args });
+                    left += 1;
+                }
+                _ if args[0].eq_ignore_ascii_case(b"unwatch") => {
+                    parts[i] = Some(Reply::Simple("OK"))
+                }
+                _ => parts[i] = self.scratch.execute(&args, Instant::now()),
+            }
+        }
+        let combine = Combine::Exec { watched: watch.is_some() };
+        let mut p = Pending { left, parts, combine, done: None, resp3: false };
+        if left == 0 {
+            p.finish();
+        }
+        p
+    }
+
+    /// Runs a transaction whose commands live on several shards (each
+    /// command on one): its shards are held one by one in ascending order
+    /// ([`TxLock`]; other requests wait on a held shard), the watched keys
+    /// checked as each is taken, and once all are held each runs its
+    /// commands and is free again ([`TxRun`]). No other command runs on
+    /// any of them in between: atomic and isolated, as on one shard, at
+    /// the cost of a round trip per shard before it runs.
+    pub(super) fn exec_across(
+        &mut self,
+        conn: ConnId,
+        seq: u64,
+        cmds: Vec<Vec<Vec<u8>>>,
+        shards: Vec<usize>,
+    ) -> Pending {
+        let n = self.shards.len();
+        let count = cmds.len();
+        // One part per command, then the watch check.
+        let mut parts = vec![None; count + 1];
+        let mut left = 1;
+        let mut reqs: Vec<Vec<Req>> = shards.iter().map(|_| Vec::new()).collect();
+        for (i, args) in cmds.into_iter().enumerate() {
+            match shards_of(&args, n).first() {
+                Some(s) => {
+                    let k = shards.binary_search(s).expect("a shard of the transaction");
+                    reqs[k].push(Req { conn, seq, part: i as u32, args });
+                    left += 1;
+                }
+                None if args[0].eq_ignore_ascii_case(b"unwatch") => {
+                    parts[i] = Some(Reply::Simple("OK"))
+                }
+                None => parts[i] = self.scratch.execute(&args, Instant::now()),
+            }
+        }
+        let tx = self.next_tx;
+        self.next_tx += 1;
+        let from = self.me.clone().expect("started");
+        self.tx_out.push((shards[0], TxLock { from, tx, conn }));
+        self.txs.insert(tx, CrossTx { conn, seq, shards, held: 0, dirty: false, reqs, count });
+        Pending { left, parts, combine: Combine::Exec { watched: true }, done: None, resp3: false }
+    }
+
+    /// `WATCH key...` (all on one shard, the one watched before if any)
+    /// and `UNWATCH`: registered on, or dropped from, that shard.
+    pub(super) fn watch(
+        &mut self,
+        c: &mut Client,
+        conn: ConnId,
+        seq: u64,
+        args: Vec<Vec<u8>>,
+    ) -> Pending {
+        let n = self.shards.len();
+        let single = |out: &mut Vec<Vec<Req>>, s: usize, args: Vec<Vec<u8>>| {
+            out[s].push(Req { conn, seq, part: 0, args });
+            Pending::awaiting(1, Combine::Single)
+        };
+        if args[0].eq_ignore_ascii_case(b"unwatch") {
+            return match c.watch.take() {
+                Some(s) => single(&mut self.outgoing, s, vec![b"UNWATCH".to_vec()]),
+                None => Pending::ready(Reply::Simple("OK")),
+            };
+        }
+        let mut shards: Vec<usize> = args[1..].iter().map(|k| shard_of(k, n)).collect();
+        shards.extend(c.watch);
+        shards.sort_unstable();
+        shards.dedup();
+        if shards.len() > 1 {
+            return Pending::ready(Reply::Error(CROSSSLOT.into()));
+        }
+        c.watch = Some(shards[0]);
+        single(&mut self.outgoing, shards[0], args)
+    }
+}
