@@ -4,11 +4,16 @@
 //! when their owner stops. (Own binary: it counts the process's fds.)
 
 use std::os::fd::OwnedFd;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::SeqCst;
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ringmail::net::ShardFd;
 use ringmail::transport::FixedFd;
-use ringmail::{Actor, ActorRef, Context, FdHandler, Handler, Message, System, TellError};
+use ringmail::{
+    Actor, ActorRef, Context, FdHandler, Handler, Message, System, SystemConfig, TellError,
+};
 use ringmail_integration_tests::{pipe, read_byte};
 
 /// Registers pipe write ends in its shard's table and hands them on.
@@ -100,6 +105,9 @@ fn open_pipes() -> usize {
 
 const T: Duration = Duration::from_secs(20);
 
+/// The tests count this process's pipe ends: they run one at a time.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
 fn pipes(n: usize) -> (Vec<OwnedFd>, Vec<OwnedFd>) {
     (0..n).map(|_| pipe()).unzip()
 }
@@ -146,6 +154,7 @@ fn handoff(system: &System, opener: &ActorRef<Opener>, keeper: ActorRef<Keeper>,
 
 #[test]
 fn fds_move_between_actors_in_order_and_close_exactly_once() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let system = System::new();
     let opener = system.spawn(Opener).unwrap();
     let _ = opener.ask(
@@ -188,6 +197,154 @@ fn fds_move_between_actors_in_order_and_close_exactly_once() {
     wait_all_eof(&readers);
 
     drop(readers);
-    assert_eq!(open_pipes(), baseline, "every pipe end is closed");
+    // (The write ends lived in the rings' tables; the EOFs above show
+    // them closed. Here: no read end or other pipe is left behind.)
+    assert_eq!(open_pipes(), baseline, "no pipe end left open in the process");
+    system.shutdown();
+}
+
+/// A keeper that can be held (its handler waits for a gate), counting the
+/// fds it took in a shared list (which outlives its stop).
+struct Gated {
+    seen: Arc<Mutex<Vec<String>>>,
+    kept: Vec<ShardFd>,
+}
+impl Actor for Gated {}
+struct Hold(mpsc::Receiver<()>);
+impl Message for Hold {
+    type Reply = ();
+}
+impl Handler<Hold> for Gated {
+    fn handle(&mut self, Hold(gate): Hold, _ctx: &mut Context<Self>) {
+        // Only this actor's own (dedicated) shard waits: the test's gate.
+        let _ = gate.recv_timeout(T);
+    }
+}
+impl FdHandler<Tag> for Gated {
+    fn handle_fd(&mut self, t: Tag, fd: FixedFd, ctx: &mut Context<Self>) {
+        self.seen.lock().unwrap().push(format!("fd{}", t.0));
+        self.kept.push(ctx.keep_fd(fd));
+    }
+}
+impl Handler<Plain> for Gated {
+    fn handle(&mut self, p: Plain, _ctx: &mut Context<Self>) {
+        self.seen.lock().unwrap().push(format!("m{}", p.0));
+    }
+}
+
+/// Sends fds from a handler with `tell_fd` and a plain `tell` after each
+/// (the sender's order across both kinds, through its outbox).
+/// Counts the pings it handled (a paused sender handles none).
+struct Sender(Arc<AtomicU64>);
+impl Actor for Sender {}
+struct SendAll {
+    writers: Vec<OwnedFd>,
+    to: ActorRef<Gated>,
+}
+impl Message for SendAll {
+    /// How many `tell_fd`s handed their fd back.
+    type Reply = usize;
+}
+impl Handler<SendAll> for Sender {
+    fn handle(&mut self, m: SendAll, ctx: &mut Context<Self>) -> usize {
+        let mut refused = 0;
+        for (i, w) in m.writers.into_iter().enumerate() {
+            let fd = ctx.register_fd(w).expect("a free slot");
+            if m.to.tell_fd(Tag(i as u64), fd).is_err() {
+                refused += 1;
+            }
+            m.to.tell(Plain(i as u64)).unwrap();
+        }
+        refused
+    }
+}
+struct Ping;
+impl Message for Ping {
+    type Reply = ();
+}
+impl Handler<Ping> for Sender {
+    fn handle(&mut self, _: Ping, _ctx: &mut Context<Self>) {
+        self.0.fetch_add(1, SeqCst);
+    }
+}
+impl Handler<Ping> for Keeper {
+    fn handle(&mut self, _: Ping, _ctx: &mut Context<Self>) {}
+}
+
+fn gated(system: &System) -> (ActorRef<Gated>, Arc<Mutex<Vec<String>>>, mpsc::Sender<()>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let g = system.spawn(Gated { seen: seen.clone(), kept: Vec::new() }).unwrap();
+    let (open, gate) = mpsc::channel();
+    g.tell(Hold(gate)).unwrap();
+    (g, seen, open)
+}
+
+/// `tell_fd` from a handler into a full mailbox pauses the sending actor,
+/// not its shard: the fds wait in its outbox (in this shard's table) and
+/// arrive in order with its other messages once the target has room; a
+/// co-located actor answers meanwhile. When the target stops instead,
+/// every parked fd is closed and counted as a dead letter, exactly.
+#[test]
+fn a_full_mailbox_pauses_the_fd_sender_not_its_shard_and_loses_no_fd() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let system = System::with_config(SystemConfig::default().mailbox_capacity(4));
+    let shard = system.shard().unwrap();
+    let pings = Arc::new(AtomicU64::new(0));
+    let sender = system.spawn_on(&shard, Sender(pings.clone()));
+    let probe = system.spawn_on(&shard, Keeper::default());
+    probe.ask(Ping, T).unwrap();
+    let baseline = open_pipes();
+
+    // The target is held: its 4-slot mailbox fills at once.
+    let (target, seen, open) = gated(&system);
+    let (readers, writers) = pipes(100);
+    let started = Instant::now();
+    assert_eq!(sender.ask(SendAll { writers, to: target.clone() }, T).unwrap(), 0);
+    assert!(started.elapsed() < Duration::from_secs(2), "the handler never waited for room");
+    // Paused: the sender takes no new message; its shard answers for the probe.
+    sender.tell(Ping).unwrap();
+    probe.ask(Ping, T).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    probe.ask(Ping, T).unwrap();
+    assert_eq!(pings.load(SeqCst), 0, "the sender is paused");
+    assert!(readers.iter().all(|r| read_byte(r) == -1), "every write end is open somewhere");
+    open.send(()).unwrap();
+    let deadline = Instant::now() + T;
+    while seen.lock().unwrap().len() < 200 {
+        assert!(Instant::now() < deadline, "{} of 200 arrived", seen.lock().unwrap().len());
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(*seen.lock().unwrap(), expected(100), "fds and messages in send order");
+    sender.ask(Ping, T).unwrap(); // running again
+    assert_eq!(pings.load(SeqCst), 2, "the ping told while it was paused, then this one");
+    target.stop();
+    assert!(target.wait_stopped(T).is_some());
+    wait_all_eof(&readers); // closed at the target's stop
+    drop(readers);
+
+    // The target stops while fds are parked for it.
+    let (target, seen, open) = gated(&system);
+    let (readers, writers) = pipes(50);
+    let before = system.dead_letters();
+    assert_eq!(sender.ask(SendAll { writers, to: target.clone() }, T).unwrap(), 0);
+    target.stop();
+    open.send(()).unwrap();
+    assert!(target.wait_stopped(T).is_some());
+    sender.ask(Ping, T).unwrap(); // its outbox emptied: every parked fd went or was counted
+    wait_all_eof(&readers);
+    let handled = seen.lock().unwrap().len() as u64;
+    assert!(handled < 100, "the stop came before most of them ({handled})");
+    // Hand-backs of what was already on its way may still be coming in.
+    let deadline = Instant::now() + T;
+    while system.dead_letters() - before < 100 - handled {
+        assert!(Instant::now() < deadline, "{} dead letters", system.dead_letters() - before);
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(system.dead_letters() - before, 100 - handled, "each fd and message not handled");
+    drop(readers);
+    // (The write ends lived in the rings' tables; the EOFs above show
+    // them closed. Here: no read end or other pipe is left behind.)
+    assert_eq!(open_pipes(), baseline, "no pipe end left open in the process");
     system.shutdown();
 }

@@ -422,13 +422,85 @@ impl<A: Actor> ActorRef<A> {
     /// reaches [`FdHandler::handle_fd`](crate::FdHandler::handle_fd) in order
     /// with this thread's other messages to that actor.
     ///
-    /// Ownership: on `Err` both come back at once. If the kernel refuses
-    /// later (the actor's shard closed, or its table stayed full), the fd
-    /// comes back to this thread's ring, which closes it and counts the
-    /// message as a dead letter: the file is never left open without an
-    /// owner. Only a thread that runs a shard can receive (`FdHandler`
-    /// actors live on shards).
+    /// Inside a handler it never waits on the shard's thread, as
+    /// [`tell`](ActorRef::tell): a message that does not fit is parked,
+    /// with its fd, in the running actor's outbox, the actor is paused
+    /// after this handler, and the two leave in order, behind whatever the
+    /// actor parked before, once the target has room. At most
+    /// 128 fds wait so on one shard (they hold slots of its fd table,
+    /// which its other actors use too); beyond that, and elsewhere, it is
+    /// [`try_tell_fd`](ActorRef::try_tell_fd): a full mailbox hands both
+    /// back at once.
+    ///
+    /// Ownership: on `Err` both come back at once. A parked fd stays in
+    /// this shard's table until it leaves; if its target stops first, or
+    /// the shard shuts down, it is closed and the message counted as a dead
+    /// letter. If the kernel refuses later (the actor's shard closed, or
+    /// its table stayed full), the fd comes back to this thread's ring,
+    /// which closes it and counts the message as a dead letter: the file is
+    /// never left open without an owner. Only a thread that runs a shard
+    /// can receive (`FdHandler` actors live on shards).
     pub fn tell_fd<M>(&self, msg: M, fd: FixedFd) -> Result<(), TellError<(M, FixedFd)>>
+    where
+        A: FdHandler<M>,
+        M: Send + 'static,
+    {
+        if !outbox::in_handler() {
+            return self.try_tell_fd(msg, fd);
+        }
+        if !self.cell.is_alive() {
+            dead_letter_in(Some(&self.shard.stats));
+            return Err(TellError::Stopped((msg, fd)));
+        }
+        let typed: TypedFd<A, M> = TypedFd { msg, _a: PhantomData };
+        let env = Envelope { to: self.cell.id, body: Body::FdMsg { key: 0, msg: Box::new(typed) } };
+        let take_back = |env: Envelope, fd: FixedFd| {
+            let Body::FdMsg { msg, .. } = env.body else { unreachable!("an FdMsg") };
+            let typed = msg.into_any().downcast::<TypedFd<A, M>>().expect("same type");
+            (typed.msg, fd)
+        };
+        let (env, fd) = if !outbox::parking() && self.cell.reserve() {
+            match route::send_fd_to_shard(self.shard.id, &self.shard.addr, env, fd) {
+                Ok(()) => return Ok(()),
+                Err((env, fd, why)) => {
+                    self.cell.unreserve();
+                    match why {
+                        // The shard's ring is full (not the mailbox): park it.
+                        SendFail::Full => (env, fd),
+                        SendFail::Closed => {
+                            dead_letter_in(Some(&self.shard.stats));
+                            return Err(TellError::Stopped(take_back(env, fd)));
+                        }
+                        SendFail::NoRing | SendFail::WrongRing => {
+                            return Err(TellError::Unavailable(take_back(env, fd)));
+                        }
+                    }
+                }
+            }
+        } else {
+            (env, fd)
+        };
+        if !outbox::fd_room() {
+            // The shard's fd table is shared: parked fds stay bounded.
+            return Err(TellError::Full(take_back(env, fd)));
+        }
+        match route::attach_fd(env, fd) {
+            Ok(env) => {
+                self.park(env, true);
+                Ok(())
+            }
+            // Not a slot of this shard's ring: it could never leave.
+            Err((env, fd)) => Err(TellError::Unavailable(take_back(env, fd))),
+        }
+    }
+
+    /// Sends `msg` with the file `fd` if the actor's mailbox has room now,
+    /// as [`tell_fd`](ActorRef::tell_fd) does, but never parks: a full
+    /// mailbox (or, inside a handler, a message parked before for this
+    /// actor, which a direct send would overtake) hands both back at once
+    /// as [`TellError::Full`]. For a sender with somewhere else to go, such
+    /// as an acceptor choosing among workers.
+    pub fn try_tell_fd<M>(&self, msg: M, fd: FixedFd) -> Result<(), TellError<(M, FixedFd)>>
     where
         A: FdHandler<M>,
         M: Send + 'static,

@@ -208,7 +208,7 @@ fn hand_off<W: FdHandler<NewConnection>>(
     let n = workers.len();
     for i in 0..n {
         let w = &workers[(*next + i) % n];
-        match w.tell_fd(NewConnection { id }, fd) {
+        match w.try_tell_fd(NewConnection { id }, fd) {
             Ok(()) => {
                 *next = (*next + i + 1) % n;
                 stats.handed_off.fetch_add(1, Ordering::Relaxed);

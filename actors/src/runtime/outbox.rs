@@ -45,6 +45,13 @@
 //! a cycle. What goes past a bound this way is at most what the cycle's
 //! actors parked in one handler run each.
 //!
+//! Fd messages (`ActorRef::tell_fd`) park the same way, in the same
+//! outbox: the fd stays in this shard's table, attached to its parked
+//! envelope, until the message leaves (a discarded one closes it). At most
+//! `MAX_PARKED_FDS` wait on one shard's thread, since they hold slots of
+//! the table its other actors use too; beyond that `tell_fd` hands the fd
+//! back as `Full`.
+//!
 //! A `stop()` told from a handler to a target it has parked messages for is
 //! parked too (taking no room), so it stays behind them. An async handler
 //! awaiting room (`ActorRef::tell_async`) follows the same rule: it records
@@ -65,9 +72,9 @@ use std::sync::Arc;
 use ringmail_transport::Addr;
 
 use super::cell::{ActorCell, Waker};
-use super::envelope::Envelope;
-use super::route::send_control;
-use super::thread::discard_in;
+use super::envelope::{Body, Envelope};
+use super::route::{send_control, send_fd_control};
+use super::thread::{discard_in, take_attached};
 use super::SystemStats;
 
 /// One parked message (or stop) and where it goes.
@@ -97,6 +104,9 @@ thread_local! {
     static PARKING: Cell<bool> = const { Cell::new(false) };
     /// Outboxes of this thread's actors, keyed by actor id.
     static OUTBOXES: RefCell<HashMap<u64, VecDeque<Parked>>> = RefCell::new(HashMap::new());
+    /// Fd messages parked in this thread's outboxes (each holds a slot of
+    /// the shard's fd table until it leaves).
+    static PARKED_FDS: Cell<usize> = const { Cell::new(0) };
     /// The cell of the actor whose async handler is being polled (for the
     /// cycle rule of a send that awaits room).
     static TASK_CELL: RefCell<Option<Arc<ActorCell>>> = const { RefCell::new(None) };
@@ -177,15 +187,38 @@ pub(crate) fn parked_for(target: &Arc<ActorCell>) -> bool {
 pub(crate) fn park(p: Parked) {
     let id = CURRENT.with(Cell::get);
     debug_assert_ne!(id, 0, "park outside a handler");
+    count_fd(&p, true);
     OUTBOXES.with(|o| o.borrow_mut().entry(id).or_default().push_back(p));
     PARKING.with(|f| f.set(true));
 }
 
+/// Most fd messages parked on one shard's thread: each keeps a slot of
+/// the shard's fd table (shared by all its actors, accepts and hand-offs
+/// coming in) while it waits, so beyond this `tell_fd` hands the fd back
+/// (`TellError::Full`) instead of parking it.
+pub(crate) const MAX_PARKED_FDS: usize = 128;
+
+/// True while another fd message may be parked on this thread.
+pub(crate) fn fd_room() -> bool {
+    PARKED_FDS.with(Cell::get) < MAX_PARKED_FDS
+}
+
+fn count_fd(p: &Parked, parked: bool) {
+    if matches!(p.env.body, Body::FdMsg { .. }) {
+        PARKED_FDS.with(|n| n.set(if parked { n.get() + 1 } else { n.get() - 1 }));
+    }
+}
+
 fn pop(id: u64) -> Option<Parked> {
-    OUTBOXES.with(|o| o.borrow_mut().get_mut(&id).and_then(VecDeque::pop_front))
+    let p = OUTBOXES.with(|o| o.borrow_mut().get_mut(&id).and_then(VecDeque::pop_front));
+    if let Some(p) = &p {
+        count_fd(p, false);
+    }
+    p
 }
 
 fn push_front(id: u64, p: Parked) {
+    count_fd(&p, true);
     OUTBOXES.with(|o| o.borrow_mut().entry(id).or_default().push_front(p));
 }
 
@@ -258,10 +291,27 @@ fn closes_cycle(me: &Arc<ActorCell>, target: &Arc<ActorCell>) -> bool {
 
 /// Sends a parked message whose slot is reserved. The transport's mailbox
 /// is waited out as for control sends; a target shard that is gone makes
-/// it a dead letter.
-fn deliver(p: Parked) {
-    if !send_control(p.shard, &p.addr, p.env, true, Some(&p.stats)) {
-        p.cell.unreserve(); // counted as a dead letter by send_control
+/// it a dead letter. A parked fd message carries its fd attached on this
+/// thread (`route::attach_fd`): it leaves with the message.
+fn deliver(mut p: Parked) {
+    let sent = match &mut p.env.body {
+        Body::FdMsg { key, .. } => match take_attached(*key) {
+            Some(fd) => {
+                *key = 0; // the fd travels beside the envelope now
+                send_fd_control(p.shard, &p.addr, p.env, fd, Some(&p.stats))
+            }
+            None => {
+                // Its fd is not on this thread (cannot happen while the
+                // thread's context lives): never send an fd message
+                // without its fd.
+                discard_in(p.env, Some(&p.stats));
+                false
+            }
+        },
+        _ => send_control(p.shard, &p.addr, p.env, true, Some(&p.stats)),
+    };
+    if !sent {
+        p.cell.unreserve(); // counted as a dead letter by the send
     }
 }
 
@@ -270,6 +320,7 @@ fn deliver(p: Parked) {
 pub(crate) fn discard_all() {
     let all: Vec<Parked> =
         OUTBOXES.with(|o| o.borrow_mut().drain().flat_map(|(_, q)| q).collect::<Vec<_>>());
+    PARKED_FDS.with(|n| n.set(0));
     for p in all {
         discard_in(p.env, Some(&p.stats));
     }

@@ -107,6 +107,56 @@ pub(crate) fn send_control(
     }
 }
 
+/// Sends `env` (a `Body::FdMsg`) with `fd` as [`send_control`] sends: a
+/// full transport queue is waited out, pumping this thread's ring, for up
+/// to 5 s. False when it could not be sent: then the message is a dead
+/// letter of `sys` and the fd is closed.
+pub(crate) fn send_fd_control(
+    shard: u64,
+    addr: &Addr<Envelope>,
+    env: Envelope,
+    fd: FixedFd,
+    sys: Option<&SystemStats>,
+) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let (mut env, mut fd) = (env, fd);
+    loop {
+        match send_fd_to_shard(shard, addr, env, fd) {
+            Ok(()) => return true,
+            Err((e, f, SendFail::Full)) if Instant::now() < deadline => {
+                (env, fd) = (e, f);
+                pump(Duration::from_micros(100));
+            }
+            Err((e, f, _)) => {
+                drop(f); // closes it: nobody can take it any more
+                discard_in(e, sys);
+                return false;
+            }
+        }
+    }
+}
+
+/// Attaches `fd` to `env` (a `Body::FdMsg`) on this thread, to be sent
+/// later (a parked fd message): the thread's table owns it meanwhile and
+/// closes it if the envelope is discarded. Hands both back when `fd` is
+/// not a slot of this thread's ring (or the thread has none).
+pub(crate) fn attach_fd(mut env: Envelope, fd: FixedFd) -> Result<Envelope, (Envelope, FixedFd)> {
+    let mut fd = Some(fd);
+    let r = with_ctx(false, |t| {
+        let f = fd.take().expect("fd");
+        if !t.ring.owns(&f) {
+            return Err(f);
+        }
+        t.attach_local(&mut env, f);
+        Ok(())
+    });
+    match r {
+        Ok(Ok(())) => Ok(env),
+        Ok(Err(f)) => Err((env, f)),
+        Err(Unavailable) => Err((env, fd.take().expect("the closure did not run"))),
+    }
+}
+
 /// Flushes this thread's ring and waits up to `d` for incoming work, keeping
 /// envelopes and completions for the shard loop (or discarding them on a
 /// client thread, which hosts no actor).

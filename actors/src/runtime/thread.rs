@@ -366,8 +366,8 @@ pub(crate) fn discard_in(env: Envelope, sys: Option<&SystemStats>) {
         Body::Reply { from, .. } => super::dead_letter_in(from.as_deref()), // its ask gave up
         Body::FdMsg { key, msg } => {
             super::dead_letter_in(sys);
+            drop(take_attached(key)); // closes the fd (before user code runs)
             drop(msg);
-            drop(take_attached(key)); // closes the fd
         }
         Body::Stop(_)
         | Body::Exit { .. }

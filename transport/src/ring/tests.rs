@@ -507,3 +507,38 @@ fn an_address_reports_its_ring_capacity_backlog_and_close() {
         rx.wait(&mut evs, Some(std::time::Duration::from_millis(1))).unwrap();
     }
 }
+
+#[test]
+fn an_fd_handoff_that_waits_for_cq_credit_gives_its_table_slot_back() {
+    // One slot in the receiver's range and a small CQ: the data messages
+    // ahead take every CQ credit, so each hand-off behind them takes the
+    // table slot, finds no credit, and must give the slot back before it
+    // waits; a slot kept would leave every later hand-off waiting for good
+    // (cargo-mutants: `return_fd_slot` made a no-op survived every test).
+    let mut rx =
+        Ring::<u32>::with_config(RingConfig::default().fixed_files(2).cq_entries(16)).unwrap();
+    let a = rx.addr();
+    let mut tx = Ring::<u32>::with_config(RingConfig::default().cq_entries(32)).unwrap();
+    let mut keep = Vec::new();
+    let mut expect = Vec::new();
+    let mut next = 0;
+    for _ in 0..5 {
+        // One batch (one CQ credit) per flush: 40 of them, never reaped
+        // in between, outrun the receiver's 16-entry CQ.
+        for _ in 0..40 {
+            tx.send(&a, next).unwrap();
+            tx.flush().unwrap();
+            expect.push(next);
+            next += 1;
+        }
+        let (r, w) = pipe();
+        keep.push(r);
+        let fd = tx.register_fd(w).map_err(|(e, _)| e).unwrap();
+        tx.send_fd(&a, fd, next).unwrap();
+        expect.push(next);
+        next += 1;
+    }
+    let got = pump_pair(&mut tx, &mut rx, expect.len());
+    assert_eq!(got, expect);
+    assert_eq!(tx.fds_in_flight(), 0);
+}
