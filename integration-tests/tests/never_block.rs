@@ -357,7 +357,7 @@ impl AsyncHandler<Hop> for AsyncCycler {
 
 #[test]
 fn the_cycle_with_async_handlers_awaiting_room_completes() {
-    const TOTAL: u64 = 100_000; // per direction
+    const TOTAL: u64 = 500_000; // per direction: a million hops, as the sync cycle
     let system = System::with_config(SystemConfig::default().mailbox_capacity(8));
     let (s1, s2) = (system.shard().unwrap(), system.shard().unwrap());
     let (done_tx, done_rx) = mpsc::channel();
