@@ -199,6 +199,11 @@ impl Keyspace {
         Some(unix_ms() + t.saturating_duration_since(now).as_millis() as u64)
     }
 
+    /// When `key` expires (`None`: it does not, or it does not exist).
+    pub fn expires_at(&mut self, key: &[u8], now: Instant) -> Option<Instant> {
+        self.live(key, now)?.expires
+    }
+
     /// The value of `key` now, if it exists and is a string.
     pub fn value(&mut self, key: &[u8], now: Instant) -> Option<Vec<u8>> {
         match &self.live(key, now)?.value {

@@ -121,7 +121,7 @@ impl KeyShard {
     pub(super) fn lock(&mut self, l: TxLock) {
         self.locked_by = Some((l.from.id(), l.tx));
         let w = (l.from.id(), l.conn);
-        let dirty = self.watches.dirty.contains(&w);
+        let dirty = self.watches.changed(w, Instant::now());
         self.watches.forget(w);
         // (A stopped worker: its transaction is gone, and so is the hold.)
         if l.from.tell(TxLocked { tx: l.tx, dirty }).is_err() {
@@ -141,15 +141,29 @@ pub(super) struct Watches {
     pub(super) by_key: HashMap<Vec<u8>, HashSet<Watcher>>,
     pub(super) of: HashMap<Watcher, Vec<Vec<u8>>>,
     pub(super) dirty: HashSet<Watcher>,
+    /// The earliest deadline of the keys a watcher watches that had one
+    /// when watched: once it has passed, one of them expired (a change,
+    /// as in Redis), unless a write changed it first (which is one too).
+    pub(super) expiring: HashMap<Watcher, Instant>,
 }
 
 impl Watches {
-    pub(super) fn watch(&mut self, w: Watcher, keys: &[Vec<u8>]) {
+    /// Watches `keys` (`deadline`: the earliest of their deadlines now).
+    pub(super) fn watch(&mut self, w: Watcher, keys: &[Vec<u8>], deadline: Option<Instant>) {
         for k in keys {
             if self.by_key.entry(k.clone()).or_default().insert(w) {
                 self.of.entry(w).or_default().push(k.clone());
             }
         }
+        if let Some(d) = deadline {
+            let e = self.expiring.entry(w).or_insert(d);
+            *e = (*e).min(d);
+        }
+    }
+
+    /// True when a key `w` watches changed (or expired) since it watched.
+    pub(super) fn changed(&self, w: Watcher, now: Instant) -> bool {
+        self.dirty.contains(&w) || self.expiring.get(&w).is_some_and(|d| *d <= now)
     }
 
     pub(super) fn forget(&mut self, w: Watcher) {
@@ -162,6 +176,7 @@ impl Watches {
             }
         }
         self.dirty.remove(&w);
+        self.expiring.remove(&w);
     }
 
     /// A command ran: marks the watchers of the keys it wrote.
@@ -392,7 +407,9 @@ impl KeyShard {
             let w = (worker, r.conn);
             let watch_step = match Lower::of(&r.args[0]).as_bytes() {
                 b"watch" => {
-                    self.watches.watch(w, &r.args[1..]);
+                    let keys = &r.args[1..];
+                    let deadline = keys.iter().filter_map(|k| self.space.expires_at(k, now)).min();
+                    self.watches.watch(w, keys, deadline);
                     Some(Reply::Simple("OK"))
                 }
                 b"unwatch" => {
@@ -400,7 +417,7 @@ impl KeyShard {
                     Some(Reply::Simple("OK"))
                 }
                 b"exec-watched" => {
-                    let changed = self.watches.dirty.contains(&w);
+                    let changed = self.watches.changed(w, now);
                     self.watches.forget(w);
                     if changed {
                         aborted = Some((r.conn, r.seq));

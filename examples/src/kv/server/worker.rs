@@ -183,8 +183,8 @@ pub(super) struct Client {
     pub(super) multi: Option<Vec<Vec<Vec<u8>>>>,
     /// A queued command was refused: `EXEC` aborts.
     pub(super) multi_failed: bool,
-    /// The shard of the keys this connection `WATCH`es, if any.
-    pub(super) watch: Option<usize>,
+    /// The shards of the keys this connection `WATCH`es (ascending).
+    pub(super) watch: Vec<usize>,
     /// A transaction across shards of this connection is under way: its
     /// next requests wait (unparsed) until it has run, so they see it.
     pub(super) in_tx: bool,
@@ -300,7 +300,7 @@ impl Handler<NetEvent> for KvWorker {
             }
             // Late replies for it are ignored.
             Some(Input::Closed(conn)) if self.clients.contains_key(&conn) => {
-                let closed_watch = self.clients.remove(&conn).and_then(|c| c.watch);
+                let closed_watch = self.clients.remove(&conn).map(|c| c.watch).unwrap_or_default();
                 WorkerStats::bump(&self.stats.connected, -1);
                 self.subs.drop_conn(conn);
                 let worker = self.me.as_ref().map_or(0, |m| m.id());
@@ -419,7 +419,7 @@ impl KvWorker {
                         None => match transaction_step(&mut c, args, self.shards.len()) {
                             Step::Answer(reply) => Pending::ready(reply),
                             Step::Exec(cmds) => {
-                                let watch = c.watch.take();
+                                let watch = std::mem::take(&mut c.watch);
                                 let p = self.exec(conn, seq, cmds, watch);
                                 c.in_tx = self.txs.values().any(|t| t.conn == conn);
                                 p
@@ -437,10 +437,11 @@ impl KvWorker {
                         b"discard" | b"exec" => was_multi,
                         _ => false,
                     };
-                    if c.watch.is_some() && c.multi.is_none() && forgets {
-                        let s = c.watch.take().expect("watching");
-                        let args = vec![b"UNWATCH".to_vec()];
-                        self.outgoing[s].push(Req { conn, seq, part: u32::MAX, args });
+                    if !c.watch.is_empty() && c.multi.is_none() && forgets {
+                        for s in std::mem::take(&mut c.watch) {
+                            let args = vec![b"UNWATCH".to_vec()];
+                            self.outgoing[s].push(Req { conn, seq, part: u32::MAX, args });
+                        }
                     }
                     p.resp3 = c.resp3;
                     c.pending.push_back(p);

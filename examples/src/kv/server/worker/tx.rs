@@ -81,23 +81,24 @@ impl KvWorker {
         conn: ConnId,
         seq: u64,
         cmds: Vec<Vec<Vec<u8>>>,
-        watch: Option<usize>,
+        watch: Vec<usize>,
     ) -> Pending {
         let n = self.shards.len();
         let mut shards: Vec<usize> = cmds.iter().flat_map(|c| shards_of(c, n)).collect();
-        shards.extend(watch);
+        shards.extend(&watch);
         shards.sort_unstable();
         shards.dedup();
         if shards.len() > 1 {
             return self.exec_across(conn, seq, cmds, shards);
         }
         let count = cmds.len();
-        let mut parts = vec![None; count + usize::from(watch.is_some())];
+        let watched = !watch.is_empty();
+        let mut parts = vec![None; count + usize::from(watched)];
         let mut left = 0;
         // First on the shard, in the same batch: the check of the watched
         // keys, which also forgets them; the commands after it run only if
         // none changed.
-        if let Some(s) = watch {
+        if let Some(&s) = watch.first() {
             let args = vec![b"EXEC-WATCHED".to_vec()];
             self.outgoing[s].push(Req { conn, seq, part: count as u32, args });
             left += 1;
@@ -114,7 +115,7 @@ impl KvWorker {
                 _ => parts[i] = self.scratch.execute(&args, Instant::now()),
             }
         }
-        let combine = Combine::Exec { watched: watch.is_some() };
+        let combine = Combine::Exec { watched };
         let mut p = Pending { left, parts, combine, done: None, resp3: false };
         if left == 0 {
             p.finish();
@@ -163,8 +164,10 @@ impl KvWorker {
         Pending { left, parts, combine: Combine::Exec { watched: true }, done: None, resp3: false }
     }
 
-    /// `WATCH key...` (all on one shard, the one watched before if any)
-    /// and `UNWATCH`: registered on, or dropped from, that shard.
+    /// `WATCH key...`: each key registered on its own shard (the
+    /// connection then watches every shard it named, and `EXEC` takes them
+    /// all, as a transaction across shards does); `UNWATCH`: dropped from
+    /// every shard watched.
     pub(super) fn watch(
         &mut self,
         c: &mut Client,
@@ -173,24 +176,30 @@ impl KvWorker {
         args: Vec<Vec<u8>>,
     ) -> Pending {
         let n = self.shards.len();
-        let single = |out: &mut Vec<Vec<Req>>, s: usize, args: Vec<Vec<u8>>| {
-            out[s].push(Req { conn, seq, part: 0, args });
-            Pending::awaiting(1, Combine::Single)
-        };
+        let mut by_shard: Vec<(usize, Vec<Vec<u8>>)> = Vec::new();
         if args[0].eq_ignore_ascii_case(b"unwatch") {
-            return match c.watch.take() {
-                Some(s) => single(&mut self.outgoing, s, vec![b"UNWATCH".to_vec()]),
-                None => Pending::ready(Reply::Simple("OK")),
-            };
+            by_shard = std::mem::take(&mut c.watch).into_iter().map(|s| (s, Vec::new())).collect();
+        } else {
+            for k in args.into_iter().skip(1) {
+                let s = shard_of(&k, n);
+                match by_shard.iter_mut().find(|(t, _)| *t == s) {
+                    Some((_, keys)) => keys.push(k),
+                    None => by_shard.push((s, vec![k])),
+                }
+            }
+            c.watch.extend(by_shard.iter().map(|(s, _)| *s));
+            c.watch.sort_unstable();
+            c.watch.dedup();
         }
-        let mut shards: Vec<usize> = args[1..].iter().map(|k| shard_of(k, n)).collect();
-        shards.extend(c.watch);
-        shards.sort_unstable();
-        shards.dedup();
-        if shards.len() > 1 {
-            return Pending::ready(Reply::Error(CROSSSLOT.into()));
+        if by_shard.is_empty() {
+            return Pending::ready(Reply::Simple("OK")); // UNWATCH, nothing watched
         }
-        c.watch = Some(shards[0]);
-        single(&mut self.outgoing, shards[0], args)
+        let parts = by_shard.len();
+        for (part, (s, keys)) in by_shard.into_iter().enumerate() {
+            let name: &[u8] = if keys.is_empty() { b"UNWATCH" } else { b"WATCH" };
+            let args = std::iter::once(name.to_vec()).chain(keys).collect();
+            self.outgoing[s].push(Req { conn, seq, part: part as u32, args });
+        }
+        Pending::awaiting(parts, Combine::AllOk)
     }
 }
