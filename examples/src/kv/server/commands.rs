@@ -212,11 +212,13 @@ pub(super) fn transaction_step(c: &mut Client, args: Vec<Vec<u8>>, n: usize) -> 
             }
             // The commands of a transaction may live on different shards
             // (run across shards at EXEC); each command's own keys on one,
-            // as Redis Cluster asks of every command.
+            // as Redis Cluster asks of every command, except the multi-key
+            // commands that split by shard (`MGET`, `MSET`, `DEL`, ...):
+            // all their shards are held at once, so their parts run as one.
             let mut shards = shards_of(&args, n);
             shards.sort_unstable();
             shards.dedup();
-            if shards.len() > 1 {
+            if shards.len() > 1 && splits(&args).is_none() {
                 c.multi_failed = true;
                 return Step::Answer(Reply::Error(CROSSSLOT_COMMAND.into()));
             }
@@ -224,6 +226,18 @@ pub(super) fn transaction_step(c: &mut Client, args: Vec<Vec<u8>>, n: usize) -> 
             Step::Answer(Reply::Simple("QUEUED"))
         }
         (_, false) => Step::Run(args),
+    }
+}
+
+/// How a multi-key command splits by shard: (arguments per key, how the
+/// parts' replies combine: 1 sum, 2 `MGET`'s values in key order, 3 every
+/// part `+OK`). `None` for any other command, or a wrong argument count.
+pub(super) fn splits(args: &[Vec<u8>]) -> Option<(usize, u8)> {
+    match Lower::of(&args[0]).as_bytes() {
+        b"del" | b"unlink" | b"exists" if args.len() >= 2 => Some((1, 1)),
+        b"mget" if args.len() >= 2 => Some((1, 2)),
+        b"mset" if args.len() >= 3 && args.len() % 2 == 1 => Some((2, 3)),
+        _ => None,
     }
 }
 

@@ -33,6 +33,7 @@ impl Message for Replies {
 }
 
 /// How the parts of a request make its reply.
+#[derive(Clone)]
 pub(super) enum Combine {
     /// One part: its reply.
     Single,
@@ -43,9 +44,11 @@ pub(super) enum Combine {
     /// Arrays of values; `positions[part]` are the original key indexes.
     Mget { positions: Vec<Vec<usize>>, keys: usize },
     /// A transaction's replies, one per queued command, in order; with
-    /// `watched`, the last part is the shard's check of the watched keys
-    /// (a null array: one changed, so the transaction did not run).
-    Exec { watched: bool },
+    /// `watched`, the part after them is the shard's check of the watched
+    /// keys (a null array: one changed, so the transaction did not run).
+    /// `splits`: commands split by shard (a command's index, the parts
+    /// after those that hold its shards' replies, and how they combine).
+    Exec { watched: bool, splits: Vec<(usize, Vec<usize>, Combine)> },
     /// Arrays from every shard, joined (KEYS).
     Concat,
     /// Every shard's counts, then the text (`INFO`, with these sections).
@@ -116,8 +119,18 @@ impl Pending {
                 }
                 Reply::Array(out)
             }
-            Combine::Exec { watched } => {
+            Combine::Exec { watched, splits } => {
                 let mut all: Vec<Reply> = parts.collect();
+                let commands = all.len() - splits.iter().map(|s| s.1.len()).sum::<usize>();
+                for (cmd, subparts, combine) in splits {
+                    let mut p = Pending::awaiting(subparts.len(), combine.clone());
+                    for (i, &sp) in subparts.iter().enumerate() {
+                        p.parts[i] = Some(std::mem::replace(&mut all[sp], Reply::Nil));
+                    }
+                    p.finish();
+                    all[*cmd] = p.done.take().unwrap_or(Reply::Nil);
+                }
+                all.truncate(commands);
                 if *watched && matches!(all.pop(), Some(Reply::NullArray)) {
                     Reply::NullArray
                 } else {

@@ -5,6 +5,7 @@
 
 // The worker's own room: its types, imports and helpers.
 use super::*;
+use crate::kv::server::commands::splits as splits_of;
 
 impl Handler<TxLocked> for KvWorker {
     fn handle(&mut self, TxLocked { tx, dirty }: TxLocked, ctx: &mut Context<Self>) {
@@ -115,7 +116,7 @@ impl KvWorker {
                 _ => parts[i] = self.scratch.execute(&args, Instant::now()),
             }
         }
-        let combine = Combine::Exec { watched };
+        let combine = Combine::Exec { watched, splits: Vec::new() };
         let mut p = Pending { left, parts, combine, done: None, resp3: false };
         if left == 0 {
             p.finish();
@@ -139,12 +140,26 @@ impl KvWorker {
     ) -> Pending {
         let n = self.shards.len();
         let count = cmds.len();
-        // One part per command, then the watch check.
+        // One part per command, then the watch check, then the shards'
+        // parts of the commands split by shard.
         let mut parts = vec![None; count + 1];
         let mut left = 1;
         let mut reqs: Vec<Vec<Req>> = shards.iter().map(|_| Vec::new()).collect();
+        let mut splits = Vec::new();
         for (i, args) in cmds.into_iter().enumerate() {
-            match shards_of(&args, n).first() {
+            let mut of = shards_of(&args, n);
+            of.sort_unstable();
+            of.dedup();
+            if of.len() > 1 {
+                let (step, kind) = splits_of(&args).expect("only split commands span shards");
+                let (subparts, combine) =
+                    split_in_tx(conn, seq, &args, step, kind, n, &shards, &mut reqs, parts.len());
+                left += subparts.len() as u32;
+                parts.resize(parts.len() + subparts.len(), None);
+                splits.push((i, subparts, combine));
+                continue;
+            }
+            match of.first() {
                 Some(s) => {
                     let k = shards.binary_search(s).expect("a shard of the transaction");
                     reqs[k].push(Req { conn, seq, part: i as u32, args });
@@ -161,7 +176,8 @@ impl KvWorker {
         let from = self.me.clone().expect("started");
         self.tx_out.push((shards[0], TxLock { from, tx, conn }));
         self.txs.insert(tx, CrossTx { conn, seq, shards, held: 0, dirty: false, reqs, count });
-        Pending { left, parts, combine: Combine::Exec { watched: true }, done: None, resp3: false }
+        let combine = Combine::Exec { watched: true, splits };
+        Pending { left, parts, combine, done: None, resp3: false }
     }
 
     /// `WATCH key...`: each key registered on its own shard (the
@@ -202,4 +218,52 @@ impl KvWorker {
         }
         Pending::awaiting(parts, Combine::AllOk)
     }
+}
+
+/// Splits a multi-key command of a transaction across shards by shard, as
+/// [`KvWorker::split`] does outside one: each shard's keys become one
+/// request among that shard's commands (in the command's place), answered
+/// as parts numbered from `first`. Returns those parts and how they combine.
+#[allow(clippy::too_many_arguments)]
+fn split_in_tx(
+    conn: ConnId,
+    seq: u64,
+    args: &[Vec<u8>],
+    step: usize,
+    kind: u8,
+    n: usize,
+    shards: &[usize],
+    reqs: &mut [Vec<Req>],
+    first: usize,
+) -> (Vec<usize>, Combine) {
+    let rest = &args[1..];
+    let mut by_shard: Vec<(usize, Vec<Vec<u8>>, Vec<usize>)> = Vec::new();
+    for (i, chunk) in rest.chunks(step).enumerate() {
+        let s = shard_of(&chunk[0], n);
+        match by_shard.iter_mut().find(|(t, ..)| *t == s) {
+            Some((_, keys, pos)) => {
+                keys.extend(chunk.iter().cloned());
+                pos.push(i);
+            }
+            None => by_shard.push((s, chunk.to_vec(), vec![i])),
+        }
+    }
+    let mut subparts = Vec::new();
+    let mut positions = Vec::new();
+    for (k, (s, keys, pos)) in by_shard.into_iter().enumerate() {
+        let part = first + k;
+        let mut a = Vec::with_capacity(keys.len() + 1);
+        a.push(args[0].clone());
+        a.extend(keys);
+        let at = shards.binary_search(&s).expect("a shard of the transaction");
+        reqs[at].push(Req { conn, seq, part: part as u32, args: a });
+        subparts.push(part);
+        positions.push(pos);
+    }
+    let combine = match kind {
+        1 => Combine::Sum,
+        2 => Combine::Mget { positions, keys: rest.len() / step },
+        _ => Combine::AllOk,
+    };
+    (subparts, combine)
 }
