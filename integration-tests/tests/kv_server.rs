@@ -993,7 +993,9 @@ fn watch_aborts_a_transaction_whose_key_changed_and_two_clients_contend_without_
     let _: () = cmd("WATCH").arg(&k1).arg(&k2).query(&mut a).unwrap();
     let _: () = cmd("UNWATCH").query(&mut a).unwrap();
     let _: () = b.set(&k1, "after unwatch").unwrap();
-    let r: (String,) = redis::pipe().atomic().get(&k1).query(&mut a).unwrap();
+    let _: () = b.set(&k2, "after unwatch").unwrap();
+    // Across both shards: each checks what it holds for this connection.
+    let r: (String, String) = redis::pipe().atomic().get(&k1).get(&k2).query(&mut a).unwrap();
     assert_eq!(r.0, "after unwatch", "UNWATCH forgot every shard's watch");
     // A watched key that expires before EXEC counts as changed (Redis 6.0.9
     // and later); one that outlives EXEC does not.
@@ -1002,6 +1004,12 @@ fn watch_aborts_a_transaction_whose_key_changed_and_two_clients_contend_without_
     std::thread::sleep(Duration::from_millis(150));
     let v: Value = redis::pipe().atomic().set(&k2, "x").query(&mut a).unwrap();
     assert_eq!(v, Value::Nil, "the watched key expired");
+    // The same on one shard (the check in the transaction's own batch).
+    let _: () = redis::cmd("SET").arg(&k1).arg("soon").arg("PX").arg(80).query(&mut a).unwrap();
+    let _: () = cmd("WATCH").arg(&k1).query(&mut a).unwrap();
+    std::thread::sleep(Duration::from_millis(150));
+    let v: Value = redis::pipe().atomic().set(&k1, "x").query(&mut a).unwrap();
+    assert_eq!(v, Value::Nil, "the watched key expired (one shard)");
     let _: () = redis::cmd("SET").arg(&k1).arg("later").arg("EX").arg(100).query(&mut a).unwrap();
     let _: () = cmd("WATCH").arg(&k1).query(&mut a).unwrap();
     let r: (String,) = redis::pipe().atomic().set(&k1, "x").query(&mut a).unwrap();
@@ -1083,6 +1091,10 @@ fn eight_clients_moving_between_a_thousand_counters_never_change_their_sum() {
     let keys: Vec<String> = (0..COUNTERS).map(|i| format!("ctr:{i}")).collect();
 
     // Split commands inside one transaction, against the same done alone.
+    use ringmail_examples::kv::server::shard_of;
+    let on: std::collections::HashSet<usize> =
+        keys[..4].iter().map(|k| shard_of(k.as_bytes(), 3)).collect();
+    assert!(on.len() > 1, "the split commands' keys span shards");
     let (ok, vals, n_exist, n_del): (String, Vec<Option<String>>, i64, i64) = redis::pipe()
         .atomic()
         .mset(&[(&keys[0], "a"), (&keys[1], "b"), (&keys[2], "c"), (&keys[3], "d")])

@@ -215,6 +215,13 @@ pub(super) fn transaction_step(c: &mut Client, args: Vec<Vec<u8>>, n: usize) -> 
             // as Redis Cluster asks of every command, except the multi-key
             // commands that split by shard (`MGET`, `MSET`, `DEL`, ...):
             // all their shards are held at once, so their parts run as one.
+            let split =
+                matches!(cmd.as_bytes(), b"mget" | b"mset" | b"del" | b"unlink" | b"exists");
+            if split && splits(&args).is_none() {
+                // Refused when queued, as Redis does (EXEC then aborts).
+                c.multi_failed = true;
+                return Step::Answer(wrong_arity(&String::from_utf8_lossy(cmd.as_bytes())));
+            }
             let mut shards = shards_of(&args, n);
             shards.sort_unstable();
             shards.dedup();

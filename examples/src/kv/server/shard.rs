@@ -43,6 +43,10 @@ pub struct KeyShard {
     /// worker's actor id and its number there; see [`TxLock`]): everything
     /// else waits in `deferred`, in arrival order.
     pub(super) locked_by: Option<(u64, u64)>,
+    /// When the holder's watches were checked: its commands run at that
+    /// instant too, so a watched key that had not expired at the check
+    /// has not when they run (Redis freezes time for an `EXEC`).
+    pub(super) locked_at: Option<Instant>,
     pub(super) deferred: VecDeque<Deferred>,
 }
 
@@ -50,6 +54,8 @@ pub struct KeyShard {
 pub(super) enum Deferred {
     Batch(Batch),
     Lock(TxLock),
+    /// A closed connection's end: after its requests deferred before it.
+    Unblock(Unblock),
 }
 
 /// A transaction across shards asks for this shard: once it has it (every
@@ -100,12 +106,15 @@ impl Handler<TxRun> for KeyShard {
     fn handle(&mut self, run: TxRun, ctx: &mut Context<Self>) {
         debug_assert_eq!(self.locked_by.map(|(w, _)| w), Some(run.from.id()), "run by its holder");
         if !run.reqs.is_empty() {
-            self.run_batch(run.from, run.reqs, ctx);
+            let at = self.locked_at;
+            self.run_batch_at(run.from, run.reqs, at.unwrap_or_else(Instant::now), ctx);
         }
         self.locked_by = None;
+        self.locked_at = None;
         while let Some(d) = self.deferred.pop_front() {
             match d {
                 Deferred::Batch(b) => self.run_batch(b.from, b.reqs, ctx),
+                Deferred::Unblock(u) => self.unblock(u, ctx),
                 Deferred::Lock(l) => {
                     self.lock(l);
                     if self.locked_by.is_some() {
@@ -120,12 +129,15 @@ impl Handler<TxRun> for KeyShard {
 impl KeyShard {
     pub(super) fn lock(&mut self, l: TxLock) {
         self.locked_by = Some((l.from.id(), l.tx));
+        let now = Instant::now();
+        self.locked_at = Some(now);
         let w = (l.from.id(), l.conn);
-        let dirty = self.watches.changed(w, Instant::now());
+        let dirty = self.watches.changed(w, now);
         self.watches.forget(w);
         // (A stopped worker: its transaction is gone, and so is the hold.)
         if l.from.tell(TxLocked { tx: l.tx, dirty }).is_err() {
             self.locked_by = None;
+            self.locked_at = None;
         }
     }
 }
@@ -393,8 +405,18 @@ impl KeyShard {
         reqs: Vec<Req>,
         ctx: &Context<Self>,
     ) {
+        self.run_batch_at(from, reqs, Instant::now(), ctx);
+    }
+
+    /// Runs a batch with the clock read once, at `now`.
+    pub(super) fn run_batch_at(
+        &mut self,
+        from: ActorRef<KvWorker>,
+        reqs: Vec<Req>,
+        now: Instant,
+        ctx: &Context<Self>,
+    ) {
         let batch = Batch { from, reqs };
-        let now = Instant::now();
         let mut replies = Vec::with_capacity(batch.reqs.len());
         let mut writes = Vec::with_capacity(batch.reqs.len());
         let worker = batch.from.id();
@@ -610,6 +632,18 @@ impl Handler<BlockTimeout> for KeyShard {
 
 impl Handler<Unblock> for KeyShard {
     fn handle(&mut self, u: Unblock, ctx: &mut Context<Self>) {
+        if self.locked_by.is_some() {
+            // Behind the connection's own requests deferred before it.
+            self.deferred.push_back(Deferred::Unblock(u));
+            return;
+        }
+        self.unblock(u, ctx);
+    }
+}
+
+impl KeyShard {
+    /// A connection closed: forgets its watches and blocked requests.
+    pub(super) fn unblock(&mut self, u: Unblock, ctx: &Context<Self>) {
         self.watches.forget((u.worker, u.conn));
         let gone: Vec<u64> = self
             .blocked
@@ -687,6 +721,7 @@ impl KeyShard {
             blocked: Blocked::default(),
             watches: Watches::default(),
             locked_by: None,
+            locked_at: None,
             deferred: VecDeque::new(),
         }
     }

@@ -111,9 +111,16 @@ impl Pending {
             Combine::Mget { positions, keys } => {
                 let mut out = vec![Reply::Nil; *keys];
                 for (part, p) in parts.enumerate() {
-                    if let Reply::Array(vals) = p {
-                        for (v, &pos) in vals.into_iter().zip(&positions[part]) {
-                            out[pos] = v;
+                    match p {
+                        Reply::Array(vals) => {
+                            for (v, &pos) in vals.into_iter().zip(&positions[part]) {
+                                out[pos] = v;
+                            }
+                        }
+                        // A part that failed (a shard gone): its error.
+                        other => {
+                            self.done = Some(other);
+                            return;
                         }
                     }
                 }
