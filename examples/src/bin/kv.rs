@@ -10,6 +10,10 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
 use clap::Parser;
+
+/// See the `mimalloc` line of this crate's Cargo.toml.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use ringmail::System;
 use ringmail_examples::kv::aof::Fsync;
 use ringmail_examples::kv::server::{KvConfig, Persistence};
