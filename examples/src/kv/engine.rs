@@ -305,6 +305,16 @@ impl Keyspace {
                 [m] => Reply::Bulk(m.clone()),
                 _ => arity(cmd),
             },
+            "time" => match a {
+                [] => {
+                    let d = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .unwrap_or_default();
+                    let (s, us) = (d.as_secs().to_string(), d.subsec_micros().to_string());
+                    Reply::Array(vec![Reply::Bulk(s.into_bytes()), Reply::Bulk(us.into_bytes())])
+                }
+                _ => arity(cmd),
+            },
             "get" => match a {
                 [k] => match self.string(k, now) {
                     Ok(v) => v.map_or(Reply::Nil, |v| Reply::Bulk(v.clone())),
@@ -373,6 +383,30 @@ impl Keyspace {
                 },
                 _ => arity(cmd),
             },
+            "expire" | "pexpire" | "pexpireat" | "expireat" if a.len() > 2 => {
+                // With NX, XX, GT or LT: set only when the condition holds
+                // (else 0, nothing changes); then as without them.
+                let cond = match ExpireIf::parse(&a[2..]) {
+                    Ok(c) => c,
+                    Err(e) => return e,
+                };
+                let unit = if matches!(cmd, "expire" | "expireat") { 1000 } else { 1 };
+                let Some(n) = int(&a[1]).and_then(|n| n.checked_mul(unit)) else {
+                    return err(NOT_INT);
+                };
+                // The new deadline and the current one, in ms from now.
+                let new = if cmd.ends_with("at") { n.saturating_sub(unix_ms() as i64) } else { n };
+                let current = match self.live(&a[0], now) {
+                    None => return Reply::Int(0),
+                    Some(e) => {
+                        e.expires.map(|t| t.saturating_duration_since(now).as_millis() as i64)
+                    }
+                };
+                if !cond.allows(current, new) {
+                    return Reply::Int(0);
+                }
+                self.run(name, &a[..2], now)
+            }
             "expire" | "pexpire" => match a {
                 [k, n] => match int(n) {
                     None => err(NOT_INT),
@@ -469,6 +503,18 @@ impl Keyspace {
                     keys.sort();
                     Reply::Array(keys.into_iter().map(Reply::Bulk).collect())
                 }
+                _ => arity(cmd),
+            },
+            "expiretime" | "pexpiretime" => match a {
+                [k] => match self.live(k, now) {
+                    None => Reply::Int(-2),
+                    Some(Entry { expires: None, .. }) => Reply::Int(-1),
+                    Some(Entry { expires: Some(t), .. }) => {
+                        let left = t.saturating_duration_since(now).as_millis() as u64;
+                        let at = i64::try_from(unix_ms().saturating_add(left)).unwrap_or(i64::MAX);
+                        Reply::Int(if cmd == "expiretime" { at / 1000 } else { at })
+                    }
+                },
                 _ => arity(cmd),
             },
             "ttl" | "pttl" => match a {
@@ -821,6 +867,54 @@ fn value_commands(key: &[u8], value: &Value) -> Vec<Vec<Vec<u8>>> {
         }
     }
     out
+}
+
+/// `EXPIRE`'s conditions (Redis 7): `NX` (no deadline yet), `XX` (one
+/// already), `GT`/`LT` (later / earlier than the current one; a key
+/// without a deadline counts as never expiring).
+#[derive(Default)]
+struct ExpireIf {
+    nx: bool,
+    xx: bool,
+    gt: bool,
+    lt: bool,
+}
+
+impl ExpireIf {
+    fn parse(opts: &[Vec<u8>]) -> Result<ExpireIf, Reply> {
+        let mut c = ExpireIf::default();
+        for o in opts {
+            match super::resp::Lower::of(o).as_bytes() {
+                b"nx" => c.nx = true,
+                b"xx" => c.xx = true,
+                b"gt" => c.gt = true,
+                b"lt" => c.lt = true,
+                _ => {
+                    let o = String::from_utf8_lossy(o);
+                    return Err(Reply::Error(format!("ERR Unsupported option {o}")));
+                }
+            }
+        }
+        if c.nx && (c.xx || c.gt || c.lt) {
+            return Err(Reply::Error(
+                "ERR NX and XX, GT or LT options at the same time are not compatible".into(),
+            ));
+        }
+        if c.gt && c.lt {
+            return Err(Reply::Error(
+                "ERR GT and LT options at the same time are not compatible".into(),
+            ));
+        }
+        Ok(c)
+    }
+
+    /// Whether a new deadline `new` (ms from now) may replace `current`.
+    fn allows(&self, current: Option<i64>, new: i64) -> bool {
+        (!self.nx || current.is_none())
+            && (!self.xx || current.is_some())
+            && (!self.gt || current.is_some_and(|c| new > c))
+            && (!self.lt || current.is_none_or(|c| new < c))
+    }
 }
 
 #[cfg(test)]

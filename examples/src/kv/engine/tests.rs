@@ -277,3 +277,51 @@ fn errors_read_like_redis() {
     );
     assert_eq!(run(&mut ks, t, "COMMAND"), Reply::Array(vec![]));
 }
+
+#[test]
+fn time_and_expiretime_answer_as_redis_does() {
+    let mut ks = Keyspace::default();
+    let now = Instant::now();
+    let unix = super::unix_ms();
+    let Reply::Array(t) = run(&mut ks, now, "TIME") else { panic!("TIME is an array") };
+    let field = |r: &Reply| match r {
+        Reply::Bulk(b) => String::from_utf8(b.clone()).unwrap().parse::<u64>().unwrap(),
+        other => panic!("{other:?}"),
+    };
+    assert!(field(&t[0]).abs_diff(unix / 1000) <= 1, "seconds since the epoch");
+    assert!(field(&t[1]) < 1_000_000, "microseconds");
+    assert_eq!(run(&mut ks, now, "EXPIRETIME nope"), Reply::Int(-2));
+    run(&mut ks, now, "SET k v");
+    assert_eq!(run(&mut ks, now, "PEXPIRETIME k"), Reply::Int(-1));
+    run(&mut ks, now, "PEXPIRE k 60000");
+    let Reply::Int(at) = run(&mut ks, now, "PEXPIRETIME k") else { panic!() };
+    assert!((at - (unix as i64 + 60_000)).abs() < 1_000, "{at}");
+    assert_eq!(run(&mut ks, now, "EXPIRETIME k"), Reply::Int(at / 1000));
+}
+
+#[test]
+fn expire_conditions_answer_as_redis_does() {
+    let mut ks = Keyspace::default();
+    let now = Instant::now();
+    run(&mut ks, now, "SET k v");
+    assert_eq!(run(&mut ks, now, "EXPIRE k 100 XX"), Reply::Int(0), "no deadline yet");
+    assert_eq!(run(&mut ks, now, "EXPIRE k 100 GT"), Reply::Int(0), "none counts as never");
+    assert_eq!(run(&mut ks, now, "EXPIRE k 100 NX"), Reply::Int(1));
+    assert_eq!(run(&mut ks, now, "EXPIRE k 200 NX"), Reply::Int(0), "has one now");
+    assert_eq!(run(&mut ks, now, "EXPIRE k 50 GT"), Reply::Int(0));
+    assert_eq!(run(&mut ks, now, "EXPIRE k 200 GT"), Reply::Int(1));
+    assert_eq!(run(&mut ks, now, "TTL k"), Reply::Int(200));
+    assert_eq!(run(&mut ks, now, "PEXPIRE k 300000 LT"), Reply::Int(0));
+    assert_eq!(run(&mut ks, now, "PEXPIRE k 100000 LT XX"), Reply::Int(1));
+    assert_eq!(run(&mut ks, now, "TTL k"), Reply::Int(100));
+    assert!(matches!(run(&mut ks, now, "EXPIRE k 1 NX GT"), Reply::Error(_)));
+    assert!(matches!(run(&mut ks, now, "EXPIRE k 1 GT LT"), Reply::Error(_)));
+    assert!(matches!(run(&mut ks, now, "EXPIRE k 1 SOON"), Reply::Error(_)));
+    assert_eq!(run(&mut ks, now, "EXPIRE nope 1 NX"), Reply::Int(0));
+    let at = (super::unix_ms() / 1000 + 50).to_string();
+    assert_eq!(run(&mut ks, now, &format!("EXPIREAT k {at} GT")), Reply::Int(0));
+    assert_eq!(run(&mut ks, now, &format!("EXPIREAT k {at} LT")), Reply::Int(1));
+    run(&mut ks, now, "SET p v");
+    assert_eq!(run(&mut ks, now, "PEXPIREAT p 1 LT"), Reply::Int(1), "in the past: deleted");
+    assert_eq!(run(&mut ks, now, "EXISTS p"), Reply::Int(0));
+}

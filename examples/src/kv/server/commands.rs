@@ -92,6 +92,9 @@ pub(super) const QUEUEABLE: &[&[u8]] = &[
     b"smembers",
     b"sismember",
     b"scard",
+    b"time",
+    b"expiretime",
+    b"pexpiretime",
 ];
 
 /// The commands whose first argument is their one key (the others are
