@@ -87,22 +87,11 @@ pub(crate) fn send_control(
     create: bool,
     sys: Option<&SystemStats>,
 ) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let mut env = env;
-    loop {
-        match send_inner(shard, addr, env, create) {
-            Ok(()) => return true,
-            Err((e, SendFail::Full)) if Instant::now() < deadline => {
-                env = e;
-                // Take in what others sent us meanwhile (kept for our loop):
-                // it frees our own mailbox, so two shards waiting on each
-                // other both make progress.
-                pump(Duration::from_micros(100));
-            }
-            Err((e, _)) => {
-                discard_in(e, sys);
-                return false;
-            }
+    match wait_out_full(env, |env| send_inner(shard, addr, env, create)) {
+        Ok(()) => true,
+        Err(env) => {
+            discard_in(env, sys);
+            false
         }
     }
 }
@@ -118,20 +107,35 @@ pub(crate) fn send_fd_control(
     fd: FixedFd,
     sys: Option<&SystemStats>,
 ) -> bool {
+    let send =
+        |(env, fd)| send_fd_to_shard(shard, addr, env, fd).map_err(|(e, f, why)| ((e, f), why));
+    match wait_out_full((env, fd), send) {
+        Ok(()) => true,
+        Err((env, fd)) => {
+            drop(fd); // closes it: nobody can take it any more
+            discard_in(env, sys);
+            false
+        }
+    }
+}
+
+/// Retries `send` while the transport queue is full, for up to 5 s, taking
+/// in what others sent meanwhile (kept for this thread's loop): it frees
+/// our own mailbox, so two shards waiting on each other both make
+/// progress. Hands the item back when it could not be sent.
+fn wait_out_full<T>(
+    mut item: T,
+    mut send: impl FnMut(T) -> Result<(), (T, SendFail)>,
+) -> Result<(), T> {
     let deadline = Instant::now() + Duration::from_secs(5);
-    let (mut env, mut fd) = (env, fd);
     loop {
-        match send_fd_to_shard(shard, addr, env, fd) {
-            Ok(()) => return true,
-            Err((e, f, SendFail::Full)) if Instant::now() < deadline => {
-                (env, fd) = (e, f);
+        match send(item) {
+            Ok(()) => return Ok(()),
+            Err((back, SendFail::Full)) if Instant::now() < deadline => {
+                item = back;
                 pump(Duration::from_micros(100));
             }
-            Err((e, f, _)) => {
-                drop(f); // closes it: nobody can take it any more
-                discard_in(e, sys);
-                return false;
-            }
+            Err((back, _)) => return Err(back),
         }
     }
 }
