@@ -8,6 +8,8 @@
 //! redis-tools, redis-server); without them the case fails loudly.
 //! Then SET and GET pipelined (`-P 16`) with 500 clients, and with 4 KiB
 //! values (`-d 4096`).
+//! The Ringmail side is the `kv` binary the README runs (`--workers 1`),
+//! built by the case itself, with the allocator it ships with.
 //! Beside req/s, each server's own CPU time per request: its threads' time
 //! on a CPU over a round (`/proc/<pid>/task/*/schedstat`) divided by the
 //! requests of the round (all eight tests).
@@ -120,16 +122,16 @@ pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
          -r 100000, -P 1 and -P 16, {rounds} rounds; \
          servers on cpus {server_cpus}, redis-benchmark on cpu {client_cpu}"
     );
-    // Ringmail: one ring (worker + keyspace shard) plus the acceptor.
+    // Ringmail: the `kv` binary users run (with its allocator), one ring
+    // (worker + keyspace shard) plus the acceptor.
     let rport = ringmail_examples::unused_port();
-    let mut ringmail = Command::new(std::env::current_exe().unwrap())
-        .args(["--kv-server", &rport.to_string()])
+    let mut ringmail = Command::new("taskset")
+        .args(["-c", &server_cpus])
+        .arg(kv_binary())
+        .args(["--port", &rport.to_string(), "--workers", "1"])
         .stdout(Stdio::null())
         .spawn()
         .expect("ringmail kv server");
-    let _ = Command::new("taskset")
-        .args(["-a", "-p", "-c", &server_cpus, &ringmail.id().to_string()])
-        .output();
     let tport = ringmail_examples::unused_port();
     let redis = Redis(
         Command::new("taskset")
@@ -333,15 +335,23 @@ fn bench_transactions(port: u16, total: usize, conns: usize, cpu: usize) -> f64 
     (per * DEPTH * conns) as f64 / secs
 }
 
-/// The server side of the case, run in a child process: the Ringmail KV
-/// service with one ring on `port`, until SIGTERM.
-pub fn serve(port: u16) -> ! {
-    use ringmail_examples::{kv, server};
-    let system = ringmail::System::with_config(ringmail::SystemConfig::server());
-    let (listener, _) = server::listen(port).expect("listen");
-    let srv = kv::server::start(&system, listener, 1).expect("kv server");
-    system.wait_for_signal().expect("wait for SIGTERM");
-    drop(srv);
-    system.shutdown();
-    std::process::exit(0)
+/// The `kv` binary of the examples crate, built now with this build's
+/// profile (`cargo run` builds only the bench binary, and a `kv` left from
+/// an older build would measure old code): the server the README runs,
+/// with the allocator it ships with.
+fn kv_binary() -> std::path::PathBuf {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.toml");
+    let mut build = Command::new(cargo);
+    build.args(["build", "-q", "--manifest-path", manifest, "-p", "ringmail-examples"]);
+    build.args(["--bin", "kv"]);
+    if !cfg!(debug_assertions) {
+        build.arg("--release");
+    }
+    let ok = build.status().is_ok_and(|s| s.success());
+    assert!(ok, "kv: building the kv binary failed");
+    let exe = std::env::current_exe().expect("the bench binary's path");
+    let kv = exe.with_file_name("kv");
+    assert!(kv.exists(), "kv: no kv binary at {}", kv.display());
+    kv
 }

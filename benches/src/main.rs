@@ -106,11 +106,6 @@ fn main() {
         let port = |i: usize| args.get(i).and_then(|p| p.parse().ok()).unwrap_or_else(|| usage());
         remote::serve(port(1), port(2));
     }
-    if case == "--kv-server" {
-        // The Ringmail side of the `kv` case, in its own process.
-        let port = args.get(1).and_then(|p| p.parse().ok()).unwrap_or_else(|| usage());
-        kv::serve(port);
-    }
     if case == "--help" || case == "-h" {
         usage();
     }
