@@ -6,7 +6,9 @@
 //! (`kv-pubsub-<port>`, a [`ringmail::Group`]). `PUBLISH` on any worker
 //! sends a [`Publish`] to every member (itself included): each delivers the
 //! message to its subscribers and answers the count, and the publisher's
-//! reply is the sum, as Redis' is. A subscriber gets each publication once,
+//! reply is the sum, as Redis' is. While no connection of the server
+//! listens to anything, `PUBLISH` answers 0 on the spot (see
+//! [`Subscriptions`]). A subscriber gets each publication once,
 //! in the order one publisher published (the per-sender order of `tell`);
 //! a worker whose mailbox is full holds the publishing worker back as any
 //! send does (the actor pauses, never its shard).
@@ -18,6 +20,8 @@
 //! limit, as any slow reader is.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use ringmail::net::ConnId;
 use ringmail::{ActorRef, Message};
@@ -51,12 +55,23 @@ impl Message for Publish {
 /// One worker's subscriptions, both ways: what each connection is
 /// subscribed to (for its replies' counts and its close), and who listens
 /// on each channel and pattern (for delivery).
+///
+/// It also keeps a count shared by every worker of the server: the
+/// connections subscribed to anything, server-wide ([`Subscriptions::listening`]).
+/// While it is zero a `PUBLISH` reaches nobody, so it answers 0 at once,
+/// with no message to any worker (Redis' answer when no one listens). The
+/// count rises before a `SUBSCRIBE` is confirmed, so a publication that
+/// follows a confirmation the client has seen is never skipped.
 #[derive(Default, Debug)]
 pub struct Subscriptions {
     channels: HashMap<Vec<u8>, HashSet<ConnId>>,
     patterns: HashMap<Vec<u8>, HashSet<ConnId>>,
     /// Per connection: its channels, its patterns.
     of_conn: HashMap<ConnId, (Names, Names)>,
+    /// Subscribed connections of every worker sharing it.
+    listening: Arc<AtomicUsize>,
+    /// This worker's part of `listening` (`of_conn.len()` when last synced).
+    reported: usize,
 }
 
 /// Channel or pattern names.
@@ -76,6 +91,31 @@ fn bulk(b: &[u8]) -> Reply {
 }
 
 impl Subscriptions {
+    /// A worker's subscriptions, counted in `listening` with those of the
+    /// other workers given the same count.
+    pub fn shared(listening: Arc<AtomicUsize>) -> Subscriptions {
+        Subscriptions { listening, ..Subscriptions::default() }
+    }
+
+    /// Whether any connection of any worker sharing the count listens to
+    /// anything (false: a publication reaches nobody).
+    pub fn anyone_listening(&self) -> bool {
+        self.listening.load(Ordering::Acquire) > 0
+    }
+
+    /// Brings the shared count in step with this worker's subscribed
+    /// connections; called at the end of every change, before its replies
+    /// are sent.
+    fn sync(&mut self) {
+        let now = self.of_conn.len();
+        if now > self.reported {
+            self.listening.fetch_add(now - self.reported, Ordering::Release);
+        } else if now < self.reported {
+            self.listening.fetch_sub(self.reported - now, Ordering::Release);
+        }
+        self.reported = now;
+    }
+
     /// How many channels and patterns `conn` listens to.
     pub fn count(&self, conn: ConnId) -> usize {
         self.of_conn.get(&conn).map_or(0, |(c, p)| c.len() + p.len())
@@ -101,6 +141,7 @@ impl Subscriptions {
                 Reply::Int(self.count(conn) as i64),
             ]));
         }
+        self.sync();
         out
     }
 
@@ -150,12 +191,14 @@ impl Subscriptions {
         if self.count(conn) == 0 {
             self.of_conn.remove(&conn);
         }
+        self.sync();
         out
     }
 
     /// Forgets a connection that closed (or was `RESET`).
     pub fn drop_conn(&mut self, conn: ConnId) {
         let Some((chans, pats)) = self.of_conn.remove(&conn) else { return };
+        self.sync();
         for (names, index) in [(chans, &mut self.channels), (pats, &mut self.patterns)] {
             for name in names {
                 if let Some(set) = index.get_mut(&name) {
@@ -224,5 +267,30 @@ mod tests {
         s.drop_conn(c2);
         assert!(s.deliveries(b"news", b"hi").is_empty());
         assert!(s.channels.is_empty() && s.patterns.is_empty() && s.of_conn.is_empty());
+    }
+
+    #[test]
+    fn the_shared_count_follows_subscribed_connections_of_every_worker() {
+        let listening = Arc::new(AtomicUsize::new(0));
+        let (mut one, mut two) =
+            (Subscriptions::shared(listening.clone()), Subscriptions::shared(listening.clone()));
+        let (c1, c2, c3) = (ConnId(1), ConnId(2), ConnId(3));
+        assert!(!one.anyone_listening());
+        one.subscribe(c1, Kind::Channel, &[b("news"), b("sport")]);
+        assert!(two.anyone_listening(), "a subscription on one worker is seen by the others");
+        assert_eq!(listening.load(Ordering::Relaxed), 1, "connections, not channels");
+        two.subscribe(c2, Kind::Pattern, &[b("n*")]);
+        two.subscribe(c3, Kind::Channel, &[b("x")]);
+        assert_eq!(listening.load(Ordering::Relaxed), 3);
+        one.unsubscribe(c1, Kind::Channel, &[b("news")]);
+        assert_eq!(listening.load(Ordering::Relaxed), 3, "c1 still listens to sport");
+        one.unsubscribe(c1, Kind::Channel, &[]);
+        two.unsubscribe(c2, Kind::Pattern, &[b("elsewhere")]);
+        assert_eq!(listening.load(Ordering::Relaxed), 2);
+        two.drop_conn(c2);
+        two.drop_conn(c3);
+        two.drop_conn(c3);
+        assert_eq!(listening.load(Ordering::Relaxed), 0);
+        assert!(!one.anyone_listening());
     }
 }

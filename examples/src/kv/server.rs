@@ -189,6 +189,7 @@ pub fn start_with(
         workers: (0..n).map(|_| Arc::default()).collect(),
         acceptor: std::sync::OnceLock::new(),
         system: system.metrics_source(),
+        listening: Arc::default(),
     });
     let workers: Vec<ActorRef<KvWorker>> = rings
         .iter()

@@ -42,6 +42,9 @@ pub struct ServerInfo {
     /// Set once the acceptor is made (after the workers it hands to).
     pub(super) acceptor: std::sync::OnceLock<Arc<AcceptorStats>>,
     pub(super) system: MetricsSource,
+    /// Connections subscribed to a channel or pattern, on every worker
+    /// (kept by each worker's `Subscriptions`).
+    pub(super) listening: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// The `INFO` sections, in Redis' order; `default` and `all` name every one.
@@ -93,6 +96,7 @@ impl ServerInfo {
                 "clients" => {
                     line("connected_clients", &sum(|w| &w.connected));
                     line("blocked_clients", &0);
+                    line("pubsub_clients", &self.listening.load(Relaxed));
                 }
                 "stats" => {
                     let m = self.system.snapshot();

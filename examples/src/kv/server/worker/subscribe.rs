@@ -55,8 +55,12 @@ impl KvWorker {
     }
 
     /// `PUBLISH channel message`: to every worker of the server; the reply
-    /// is how many subscribers got it, summed.
+    /// is how many subscribers got it, summed. While no connection of any
+    /// worker listens to anything, 0 at once, with no message.
     pub(super) fn publish(&mut self, conn: ConnId, seq: u64, args: Vec<Vec<u8>>) -> Pending {
+        if !self.subs.anyone_listening() {
+            return Pending::ready(Reply::Int(0));
+        }
         let members = self.group.as_ref().map_or_else(Vec::new, |g| g.members());
         let me = self.me.clone().expect("started");
         let n = members.len();
