@@ -60,10 +60,15 @@ impl Entry {
     }
 }
 
+/// A key as the keyspace stores it: in its entry when it is short (up to
+/// 24 bytes), so that finding a key reads no other memory than the entry;
+/// hashed and compared as the bytes, so lookups take a `&[u8]`.
+pub type Key = smallvec::SmallVec<[u8; 24]>;
+
 /// One keyspace.
 #[derive(Default)]
 pub struct Keyspace {
-    pub(super) map: IndexMap<Vec<u8>, Entry>,
+    pub(super) map: IndexMap<Key, Entry>,
 }
 
 /// Redis' error for a command on a key of another type.
@@ -240,7 +245,7 @@ impl Keyspace {
             out.extend(value_commands(k, &e.value));
             if let Some(t) = e.expires {
                 let at = unix_now + t.saturating_duration_since(now).as_millis() as u64;
-                out.push(vec![b"PEXPIREAT".to_vec(), k.clone(), at.to_string().into_bytes()]);
+                out.push(vec![b"PEXPIREAT".to_vec(), k.to_vec(), at.to_string().into_bytes()]);
             }
         }
         out
@@ -326,7 +331,9 @@ impl Keyspace {
             "del" | "unlink" | "exists" if a.is_empty() => arity(cmd),
             "del" | "unlink" => Reply::Int(
                 a.iter()
-                    .filter(|k| self.live(k, now).is_some() && self.map.swap_remove(*k).is_some())
+                    .filter(|k| {
+                        self.live(k, now).is_some() && self.map.swap_remove(k.as_slice()).is_some()
+                    })
                     .count() as i64,
             ),
             "exists" => Reply::Int(a.iter().filter(|k| self.live(k, now).is_some()).count() as i64),
@@ -360,7 +367,7 @@ impl Keyspace {
                     return arity(cmd);
                 }
                 for kv in a.chunks(2) {
-                    self.map.insert(kv[0].clone(), Entry::string(kv[1].clone(), None));
+                    self.map.insert(Key::from_slice(&kv[0]), Entry::string(kv[1].clone(), None));
                 }
                 Reply::Simple("OK")
             }
@@ -369,7 +376,10 @@ impl Keyspace {
                     if let Err(e) = self.string(k, now) {
                         return e;
                     }
-                    let e = self.map.entry(k.clone()).or_insert(Entry::string(Vec::new(), None));
+                    let e = self
+                        .map
+                        .entry(Key::from_slice(k))
+                        .or_insert(Entry::string(Vec::new(), None));
                     let Value::Str(s) = &mut e.value else { unreachable!("checked above") };
                     s.extend_from_slice(v);
                     Reply::Int(s.len() as i64)
@@ -413,7 +423,7 @@ impl Keyspace {
                     Some(n) => match self.live(k, now) {
                         None => Reply::Int(0),
                         Some(_) if n <= 0 => {
-                            self.map.swap_remove(k);
+                            self.map.swap_remove(k.as_slice());
                             Reply::Int(1)
                         }
                         Some(e) => match deadline(now, n, if cmd == "expire" { 1000 } else { 1 }) {
@@ -437,7 +447,7 @@ impl Keyspace {
                         Some(e) => {
                             let unix_now = unix_ms();
                             if ms <= unix_now as i64 {
-                                self.map.swap_remove(k);
+                                self.map.swap_remove(k.as_slice());
                             } else {
                                 e.expires = Some(now + Duration::from_millis(ms as u64 - unix_now));
                             }
@@ -449,7 +459,7 @@ impl Keyspace {
             },
             "getdel" => match a {
                 [k] => match self.string(k, now) {
-                    Ok(Some(_)) => match self.map.swap_remove(k) {
+                    Ok(Some(_)) => match self.map.swap_remove(k.as_slice()) {
                         Some(Entry { value: Value::Str(v), .. }) => Reply::Bulk(v),
                         _ => Reply::Nil,
                     },
@@ -498,7 +508,7 @@ impl Keyspace {
                         .iter()
                         .filter(|(_, e)| e.expires.is_none_or(|t| t > now))
                         .filter(|(k, _)| glob(pattern, k))
-                        .map(|(k, _)| k.clone())
+                        .map(|(k, _)| k.to_vec())
                         .collect();
                     keys.sort();
                     Reply::Array(keys.into_iter().map(Reply::Bulk).collect())
@@ -548,8 +558,8 @@ impl Keyspace {
                 [from, to] => match self.live(from, now).is_some() {
                     false => err("ERR no such key"),
                     true => {
-                        let e = self.map.swap_remove(from).expect("live");
-                        self.map.insert(to.clone(), e);
+                        let e = self.map.swap_remove(from.as_slice()).expect("live");
+                        self.map.insert(Key::from_slice(to), e);
                         Reply::Simple("OK")
                     }
                 },
@@ -604,7 +614,7 @@ impl Keyspace {
                 return Reply::Nil;
             }
         }
-        self.map.insert(k.clone(), Entry::string(v.clone(), ttl));
+        self.map.insert(Key::from_slice(k), Entry::string(v.clone(), ttl));
         Reply::Simple("OK")
     }
 
@@ -623,7 +633,8 @@ impl Keyspace {
             }
             Ok(None) => {
                 let Some(next) = 0i64.checked_add(by) else { return err(OVERFLOW) };
-                self.map.insert(k.to_vec(), Entry::string(next.to_string().into_bytes(), None));
+                self.map
+                    .insert(Key::from_slice(k), Entry::string(next.to_string().into_bytes(), None));
                 Reply::Int(next)
             }
         }
@@ -648,8 +659,8 @@ impl Keyspace {
             return err("ERR increment would produce NaN or Infinity");
         }
         let text = float_text(next).into_bytes();
-        let expires = self.map.get(k).and_then(|e| e.expires);
-        self.map.insert(k.to_vec(), Entry::string(text.clone(), expires));
+        let expires = self.map.get(k.as_slice()).and_then(|e| e.expires);
+        self.map.insert(Key::from_slice(k), Entry::string(text.clone(), expires));
         Reply::Bulk(text)
     }
 
@@ -687,8 +698,8 @@ impl Keyspace {
             _ => return err("ERR syntax error"),
         };
         if expires.is_some_and(|t| t <= now) {
-            self.map.swap_remove(k);
-        } else if let Some(e) = self.map.get_mut(k) {
+            self.map.swap_remove(k.as_slice());
+        } else if let Some(e) = self.map.get_mut(k.as_slice()) {
             e.expires = expires;
         }
         Reply::Bulk(value)
@@ -736,8 +747,9 @@ impl Keyspace {
         let s = match cur {
             Some(s) => s,
             None => {
-                self.map.insert(k.clone(), Entry::string(Vec::new(), None));
-                let Some(Entry { value: Value::Str(s), .. }) = self.map.get_mut(k) else {
+                self.map.insert(Key::from_slice(k), Entry::string(Vec::new(), None));
+                let Some(Entry { value: Value::Str(s), .. }) = self.map.get_mut(k.as_slice())
+                else {
                     unreachable!("just inserted")
                 };
                 s
@@ -790,7 +802,7 @@ impl Keyspace {
             {
                 continue;
             }
-            keys.push(Reply::Bulk(k.clone()));
+            keys.push(Reply::Bulk(k.to_vec()));
         }
         Reply::Array(vec![Reply::Bulk(pos.to_string().into_bytes()), Reply::Array(keys)])
     }

@@ -96,7 +96,10 @@ impl Keyspace {
             return Ok(None);
         }
         if !exists {
-            self.map.insert(key.to_vec(), Entry { value: kind.empty(), expires: None });
+            self.map.insert(
+                super::engine::Key::from_slice(key),
+                Entry { value: kind.empty(), expires: None },
+            );
         }
         Ok(self.map.get_mut(key).map(|e| &mut e.value))
     }
