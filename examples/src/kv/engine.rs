@@ -24,11 +24,16 @@ use indexmap::IndexMap;
 
 use super::resp::Reply;
 
+/// A string value: up to 40 bytes in the entry itself (the size of the
+/// other types' tables, so entries do not grow), so that a `GET` of a short
+/// value reads no memory besides its entry; longer ones on the heap.
+pub type Str = smallvec::SmallVec<[u8; 40]>;
+
 /// What a key holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Value {
-    /// A string (any bytes).
-    Str(Vec<u8>),
+    /// A string (any bytes; up to 40 in the entry itself, see [`Str`]).
+    Str(Str),
     /// A hash: field -> value.
     Hash(HashMap<Vec<u8>, Vec<u8>>),
     /// A list.
@@ -55,8 +60,8 @@ pub(super) struct Entry {
 }
 
 impl Entry {
-    fn string(value: Vec<u8>, expires: Option<Instant>) -> Entry {
-        Entry { value: Value::Str(value), expires }
+    fn string(value: &[u8], expires: Option<Instant>) -> Entry {
+        Entry { value: Value::Str(Str::from_slice(value)), expires }
     }
 }
 
@@ -212,7 +217,7 @@ impl Keyspace {
     /// The value of `key` now, if it exists and is a string.
     pub fn value(&mut self, key: &[u8], now: Instant) -> Option<Vec<u8>> {
         match &self.live(key, now)?.value {
-            Value::Str(v) => Some(v.clone()),
+            Value::Str(v) => Some(v.to_vec()),
             _ => None,
         }
     }
@@ -281,7 +286,7 @@ impl Keyspace {
 
     /// The string at `key`: `Ok(None)` if there is none, `WRONGTYPE` if
     /// the key holds another type.
-    fn string(&mut self, key: &[u8], now: Instant) -> Result<Option<&mut Vec<u8>>, Reply> {
+    fn string(&mut self, key: &[u8], now: Instant) -> Result<Option<&mut Str>, Reply> {
         match self.live(key, now) {
             None => Ok(None),
             Some(Entry { value: Value::Str(v), .. }) => Ok(Some(v)),
@@ -322,7 +327,7 @@ impl Keyspace {
             },
             "get" => match a {
                 [k] => match self.string(k, now) {
-                    Ok(v) => v.map_or(Reply::Nil, |v| Reply::Bulk(v.clone())),
+                    Ok(v) => v.map_or(Reply::Nil, |v| Reply::Bulk(v.to_vec())),
                     Err(e) => e,
                 },
                 _ => arity(cmd),
@@ -357,7 +362,7 @@ impl Keyspace {
             "mget" => Reply::Array(
                 a.iter()
                     .map(|k| match self.string(k, now) {
-                        Ok(Some(v)) => Reply::Bulk(v.clone()),
+                        Ok(Some(v)) => Reply::Bulk(v.to_vec()),
                         _ => Reply::Nil,
                     })
                     .collect(),
@@ -367,7 +372,7 @@ impl Keyspace {
                     return arity(cmd);
                 }
                 for kv in a.chunks(2) {
-                    self.map.insert(Key::from_slice(&kv[0]), Entry::string(kv[1].clone(), None));
+                    self.map.insert(Key::from_slice(&kv[0]), Entry::string(&kv[1], None));
                 }
                 Reply::Simple("OK")
             }
@@ -376,10 +381,7 @@ impl Keyspace {
                     if let Err(e) = self.string(k, now) {
                         return e;
                     }
-                    let e = self
-                        .map
-                        .entry(Key::from_slice(k))
-                        .or_insert(Entry::string(Vec::new(), None));
+                    let e = self.map.entry(Key::from_slice(k)).or_insert(Entry::string(&[], None));
                     let Value::Str(s) = &mut e.value else { unreachable!("checked above") };
                     s.extend_from_slice(v);
                     Reply::Int(s.len() as i64)
@@ -460,7 +462,7 @@ impl Keyspace {
             "getdel" => match a {
                 [k] => match self.string(k, now) {
                     Ok(Some(_)) => match self.map.swap_remove(k.as_slice()) {
-                        Some(Entry { value: Value::Str(v), .. }) => Reply::Bulk(v),
+                        Some(Entry { value: Value::Str(v), .. }) => Reply::Bulk(v.into_vec()),
                         _ => Reply::Nil,
                     },
                     Ok(None) => Reply::Nil,
@@ -614,7 +616,7 @@ impl Keyspace {
                 return Reply::Nil;
             }
         }
-        self.map.insert(Key::from_slice(k), Entry::string(v.clone(), ttl));
+        self.map.insert(Key::from_slice(k), Entry::string(v, ttl));
         Reply::Simple("OK")
     }
 
@@ -634,7 +636,7 @@ impl Keyspace {
             Ok(None) => {
                 let Some(next) = 0i64.checked_add(by) else { return err(OVERFLOW) };
                 self.map
-                    .insert(Key::from_slice(k), Entry::string(next.to_string().into_bytes(), None));
+                    .insert(Key::from_slice(k), Entry::string(next.to_string().as_bytes(), None));
                 Reply::Int(next)
             }
         }
@@ -660,7 +662,7 @@ impl Keyspace {
         }
         let text = float_text(next).into_bytes();
         let expires = self.map.get(k.as_slice()).and_then(|e| e.expires);
-        self.map.insert(Key::from_slice(k), Entry::string(text.clone(), expires));
+        self.map.insert(Key::from_slice(k), Entry::string(&text, expires));
         Reply::Bulk(text)
     }
 
@@ -670,7 +672,7 @@ impl Keyspace {
         let value = match self.string(k, now) {
             Err(e) => return e,
             Ok(None) => return Reply::Nil,
-            Ok(Some(v)) => v.clone(),
+            Ok(Some(v)) => v.to_vec(),
         };
         let opt = opts.first().map(|o| o.to_ascii_lowercase());
         let expires = match (opt.as_deref(), opts.get(1), opts.len()) {
@@ -747,7 +749,7 @@ impl Keyspace {
         let s = match cur {
             Some(s) => s,
             None => {
-                self.map.insert(Key::from_slice(k), Entry::string(Vec::new(), None));
+                self.map.insert(Key::from_slice(k), Entry::string(&[], None));
                 let Some(Entry { value: Value::Str(s), .. }) = self.map.get_mut(k.as_slice())
                 else {
                     unreachable!("just inserted")
@@ -849,7 +851,7 @@ fn value_commands(key: &[u8], value: &Value) -> Vec<Vec<Vec<u8>>> {
     let head = |name: &[u8]| vec![name.to_vec(), key.to_vec()];
     let mut out = Vec::new();
     match value {
-        Value::Str(v) => out.push(vec![b"SET".to_vec(), key.to_vec(), v.clone()]),
+        Value::Str(v) => out.push(vec![b"SET".to_vec(), key.to_vec(), v.to_vec()]),
         Value::Hash(h) => {
             let pairs: Vec<_> = h.iter().collect();
             for part in pairs.chunks(PART) {

@@ -325,3 +325,19 @@ fn expire_conditions_answer_as_redis_does() {
     assert_eq!(run(&mut ks, now, "PEXPIREAT p 1 LT"), Reply::Int(1), "in the past: deleted");
     assert_eq!(run(&mut ks, now, "EXISTS p"), Reply::Int(0));
 }
+
+#[test]
+fn short_strings_live_in_the_entry_without_making_it_bigger() {
+    // A string of up to 40 bytes is stored inline, in the space a hash's
+    // table takes anyway: the entry is no bigger than with a `Vec`.
+    let hash_size = std::mem::size_of::<std::collections::HashMap<Vec<u8>, Vec<u8>>>();
+    assert!(std::mem::size_of::<Str>() <= hash_size);
+    assert!(std::mem::size_of::<Value>() <= hash_size + 8);
+    let mut s = Keyspace::default();
+    let now = Instant::now();
+    let v = vec![b'x'; 40];
+    s.execute(&[b"SET".to_vec(), b"k".to_vec(), v.clone()], now);
+    let Some(Entry { value: Value::Str(stored), .. }) = s.live(b"k", now) else { panic!() };
+    assert!(!stored.spilled(), "40 bytes stay in the entry");
+    assert_eq!(s.execute(&[b"GET".to_vec(), b"k".to_vec()], now), Some(Reply::Bulk(v)));
+}
