@@ -77,6 +77,12 @@ impl Pending {
         Pending { left: parts as u32, parts: vec![None; parts], combine, done: None, resp3: false }
     }
 
+    /// Waiting for the one reply of a single-shard command: no parts to
+    /// combine, so none are allocated ([`KvWorker::fill`] sets `done`).
+    pub(super) fn awaiting_one() -> Pending {
+        Pending { left: 1, parts: Vec::new(), combine: Combine::Single, done: None, resp3: false }
+    }
+
     pub(super) fn ready(r: Reply) -> Pending {
         Pending {
             left: 0,
@@ -418,8 +424,13 @@ impl KvWorker {
                     let seq = c.first_seq + c.pending.len() as u64;
                     WorkerStats::bump(&self.stats.commands, 1);
                     let quit = args[0].eq_ignore_ascii_case(b"quit");
-                    let cmd_name = args[0].clone();
-                    let was_multi = c.multi.is_some();
+                    // DISCARD, RESET and an aborted EXEC forget the watches
+                    // (EXEC or DISCARD without MULTI do not, as in Redis).
+                    let forgets = match Lower::of(&args[0]).as_bytes() {
+                        b"reset" => true,
+                        b"discard" | b"exec" => c.multi.is_some(),
+                        _ => false,
+                    };
                     if !c.authed && !allowed_before_auth(&args[0]) {
                         let mut p =
                             Pending::ready(Reply::Error("NOAUTH Authentication required.".into()));
@@ -449,13 +460,6 @@ impl KvWorker {
                             }
                             Step::Run(args) => self.route(conn, seq, args),
                         },
-                    };
-                    // DISCARD, RESET and an aborted EXEC forget the watches
-                    // (EXEC or DISCARD without MULTI do not, as in Redis).
-                    let forgets = match Lower::of(&cmd_name).as_bytes() {
-                        b"reset" => true,
-                        b"discard" | b"exec" => was_multi,
-                        _ => false,
                     };
                     if !c.watch.is_empty() && c.multi.is_none() && forgets {
                         for s in std::mem::take(&mut c.watch) {
@@ -493,7 +497,7 @@ impl KvWorker {
         let single = |args: Vec<Vec<u8>>, out: &mut Vec<Vec<Req>>| {
             let s = shard_of(&args[1], n);
             out[s].push(Req { conn, seq, part: 0, args });
-            Pending::awaiting(1, Combine::Single)
+            Pending::awaiting_one()
         };
         match cmd.as_bytes() {
             c if args.len() >= 2 && single_key(c) => single(args, &mut self.outgoing),
@@ -524,7 +528,7 @@ impl KvWorker {
                     blocking.push(s);
                 }
                 self.outgoing[s].push(Req { conn, seq, part: 0, args });
-                Pending::awaiting(1, Combine::Single)
+                Pending::awaiting_one()
             }
             b"del" | b"unlink" | b"exists" | b"mget" if args.len() >= 2 => self.split(
                 conn,
@@ -576,6 +580,14 @@ impl KvWorker {
         else {
             return;
         };
+        if p.parts.is_empty() {
+            // `awaiting_one`: the reply itself.
+            if part == 0 && p.left == 1 {
+                p.done = Some(reply);
+                p.left = 0;
+            }
+            return;
+        }
         if let Some(slot) = p.parts.get_mut(part as usize) {
             if slot.replace(reply).is_none() {
                 p.left -= 1;
