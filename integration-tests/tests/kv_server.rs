@@ -1166,3 +1166,58 @@ fn eight_clients_moving_between_a_thousand_counters_never_change_their_sum() {
     assert!(moves > 100 && sums > 10, "{moves} moves, {sums} sums");
     system.shutdown();
 }
+
+#[test]
+fn requests_cut_anywhere_across_receives_are_answered_as_whole_ones() {
+    // The worker parses straight from what a receive brought and keeps
+    // only the unparsed end: a request cut at any byte (one byte per
+    // write, or a big value over many writes) must come out whole.
+    let (system, srv) = serve(2);
+    let mut s = TcpStream::connect(srv.addr).unwrap();
+    s.set_nodelay(true).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let big = "v".repeat(20_000);
+    let mut req = format!("*3\r\n$3\r\nSET\r\n$3\r\nbig\r\n${}\r\n{big}\r\n", big.len());
+    req.push_str("*2\r\n$3\r\nGET\r\n$3\r\nbig\r\n");
+    req.push_str(
+        "*3\r\n$3\r\nSET\r\n$1\r\na\r\n$2\r\nxy\r\n*2\r\n$3\r\nGET\r\n$1\r\na\r\nPING\r\n",
+    );
+    let want = format!("+OK\r\n${}\r\n{big}\r\n+OK\r\n$2\r\nxy\r\n+PONG\r\n", big.len());
+    let bytes = req.as_bytes();
+    // Pieces of 1, 2, 3, ... bytes, then the rest in 7 000-byte pieces,
+    // each its own write with a pause so that each is its own receive.
+    let mut at = 0;
+    let mut piece = 1;
+    while at < bytes.len() {
+        let end = (at + piece).min(bytes.len());
+        s.write_all(&bytes[at..end]).unwrap();
+        std::thread::sleep(Duration::from_micros(300));
+        at = end;
+        piece = if piece < 40 { piece + 1 } else { 7_000 };
+    }
+    let mut got = Vec::new();
+    let mut buf = [0u8; 8192];
+    while got.len() < want.len() {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "closed after {} bytes", got.len());
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert!(got == want.as_bytes(), "{:?}", String::from_utf8_lossy(&got[..got.len().min(200)]));
+    // The same requests again, cut byte by byte around the small ones only.
+    let tail = "*2\r\n$3\r\nGET\r\n$1\r\na\r\nPING\r\n";
+    for b in tail.as_bytes() {
+        s.write_all(&[*b]).unwrap();
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    let want = b"$2\r\nxy\r\n+PONG\r\n";
+    let mut got = Vec::new();
+    while got.len() < want.len() {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0);
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert_eq!(got, want);
+    drop(s);
+    all_closed(&srv);
+    system.shutdown();
+}

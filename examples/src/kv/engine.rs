@@ -302,6 +302,23 @@ impl Keyspace {
         Some(self.run(name, &args[1..], now))
     }
 
+    /// [`Keyspace::execute`], allowed to move the request's arguments into
+    /// the keyspace: a plain `SET`'s value is stored without a copy (what
+    /// is left in `args` afterwards is unspecified).
+    pub fn execute_owned(&mut self, args: &mut [Vec<u8>], now: Instant) -> Option<Reply> {
+        if let [name, key, value] = args {
+            if name.eq_ignore_ascii_case(b"set") {
+                let value = Str::from_vec(std::mem::take(value));
+                self.map.insert(
+                    Key::from_slice(key),
+                    Entry { value: Value::Str(value), expires: None },
+                );
+                return Some(Reply::Simple("OK"));
+            }
+        }
+        self.execute(args, now)
+    }
+
     fn run(&mut self, name: &[u8], a: &[Vec<u8>], now: Instant) -> Reply {
         let lower = super::resp::Lower::of(name);
         let cmd = lower.as_str();

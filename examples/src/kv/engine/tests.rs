@@ -341,3 +341,31 @@ fn short_strings_live_in_the_entry_without_making_it_bigger() {
     assert!(!stored.spilled(), "40 bytes stay in the entry");
     assert_eq!(s.execute(&[b"GET".to_vec(), b"k".to_vec()], now), Some(Reply::Bulk(v)));
 }
+
+#[test]
+fn a_plain_set_run_owned_moves_its_value_and_answers_as_set_does() {
+    let now = Instant::now();
+    let mut owned = Keyspace::default();
+    let mut copied = Keyspace::default();
+    let big = vec![b'v'; 4096];
+    for args in [
+        vec![b"SET".to_vec(), b"k".to_vec(), big.clone()],
+        vec![b"set".to_vec(), b"s".to_vec(), b"short".to_vec()],
+        vec![b"SET".to_vec(), b"e".to_vec(), b"x".to_vec(), b"PX".to_vec(), b"100".to_vec()],
+        vec![b"SET".to_vec(), b"k".to_vec()],
+    ] {
+        let mut moved = args.clone();
+        assert_eq!(owned.execute_owned(&mut moved, now), copied.execute(&args, now));
+    }
+    let mut args = vec![b"SET".to_vec(), b"m".to_vec(), big.clone()];
+    owned.execute_owned(&mut args, now);
+    assert!(args[2].is_empty(), "the value moved into the keyspace");
+    for key in ["k", "s", "e"] {
+        let get = vec![b"GET".to_vec(), key.as_bytes().to_vec()];
+        assert_eq!(owned.execute(&get, now), copied.execute(&get, now));
+    }
+    let get = vec![b"GET".to_vec(), b"m".to_vec()];
+    assert_eq!(owned.execute(&get, now), Some(Reply::Bulk(big)));
+    let later = now + Duration::from_millis(200);
+    assert_eq!(owned.execute(&[b"GET".to_vec(), b"e".to_vec()], later), Some(Reply::Nil));
+}

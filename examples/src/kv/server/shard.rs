@@ -424,7 +424,7 @@ impl KeyShard {
         let mut aborted: Option<(ConnId, u64)> = None;
         let mut pushed: Vec<Vec<u8>> = Vec::new();
         let mut reqs = batch.reqs.into_iter().peekable();
-        while let Some(r) = reqs.next() {
+        while let Some(mut r) = reqs.next() {
             let before = self.logged();
             let w = (worker, r.conn);
             let watch_step = match Lower::of(&r.args[0]).as_bytes() {
@@ -454,7 +454,7 @@ impl KeyShard {
                 replies.push((r.conn, r.seq, r.part, reply));
                 continue;
             }
-            let ran = self.run(&r.args, now);
+            let ran = self.run(&mut r.args, now);
             if matches!(&ran, Ran::Reply(reply) if !matches!(reply, Reply::Error(_))) {
                 self.watches.touch(&r.args);
             }
@@ -512,7 +512,9 @@ impl KeyShard {
 
     /// Runs one request: executes it (and logs what it changed), or says
     /// it blocks.
-    pub(super) fn run(&mut self, args: &[Vec<u8>], now: Instant) -> Ran {
+    /// Without a log, a request's arguments may be moved into the keyspace
+    /// (a `SET`'s value is not copied), so they are taken `&mut`.
+    pub(super) fn run(&mut self, args: &mut [Vec<u8>], now: Instant) -> Ran {
         let cmd = Lower::of(&args[0]);
         match cmd.as_bytes() {
             b"info" => return Ran::Reply(shard_info(&self.space, self.aof.as_ref(), now)),
@@ -526,7 +528,7 @@ impl KeyShard {
                 aof.record(&mut self.space, args, &reply, now);
                 Ran::Reply(reply)
             }
-            None => Ran::Reply(self.space.execute(args, now).unwrap_or(Reply::Nil)),
+            None => Ran::Reply(self.space.execute_owned(args, now).unwrap_or(Reply::Nil)),
         }
     }
 

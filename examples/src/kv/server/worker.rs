@@ -409,13 +409,22 @@ impl KvWorker {
             self.clients.insert(conn, c);
             return; // answering its last requests, then closing: no more input
         }
-        c.inbuf.extend_from_slice(bytes);
+        // Requests are parsed from the received bytes themselves when no
+        // earlier part waits in `inbuf` (the usual case): only what is left
+        // unparsed is copied, not every byte twice.
+        let mut joined = std::mem::take(&mut c.inbuf);
+        let input: &[u8] = if joined.is_empty() {
+            bytes
+        } else {
+            joined.extend_from_slice(bytes);
+            &joined
+        };
         let mut used = 0;
         loop {
             if c.in_tx {
                 break; // parsed once its transaction has run
             }
-            match resp::parse(&c.inbuf[used..], &self.limits) {
+            match resp::parse(&input[used..], &self.limits) {
                 Ok(Parsed::Request(args, n)) => {
                     used += n;
                     if args.is_empty() {
@@ -482,10 +491,13 @@ impl KvWorker {
                 }
             }
         }
-        if c.close_after {
-            c.inbuf = Vec::new();
-        } else {
-            c.inbuf.drain(..used);
+        if !c.close_after && used < input.len() {
+            c.inbuf = if joined.is_empty() {
+                input[used..].to_vec()
+            } else {
+                joined.drain(..used);
+                joined
+            };
         }
         self.clients.insert(conn, c);
     }
