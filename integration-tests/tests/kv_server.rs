@@ -722,6 +722,17 @@ fn scan_over_several_shards_returns_every_key_once_whatever_the_count() {
     assert_eq!(hashes, ["a-hash"]);
     let e = err_text(cmd("SCAN").arg("nope").query::<()>(&mut c));
     assert!(e.contains("invalid cursor"), "{e}");
+    // A shard that ends short of COUNT hands on to the next one within the
+    // call: a keyspace smaller than COUNT is scanned in one call, as in
+    // Redis (clients' own tests expect cursor 0 back).
+    let _: () = redis::cmd("FLUSHALL").query(&mut c).unwrap();
+    let _: () = c.mset(&[("a", 1), ("b", 2), ("c", 3), ("d", 4), ("e", 5)]).unwrap();
+    let (next, mut keys): (u64, Vec<String>) = cmd("SCAN").arg(0).query(&mut c).unwrap();
+    keys.sort();
+    assert_eq!((next, keys), (0, vec!["a".into(), "b".into(), "c".into(), "d".into(), "e".into()]));
+    let (_, keys): (u64, Vec<String>) =
+        cmd("SCAN").arg(0).arg("MATCH").arg("[ace]").query(&mut c).unwrap();
+    assert_eq!(keys.len(), 3);
     system.shutdown();
 }
 

@@ -53,8 +53,10 @@ pub(super) enum Combine {
     Concat,
     /// Every shard's counts, then the text (`INFO`, with these sections).
     Info(Arc<ServerInfo>, Vec<Vec<u8>>),
-    /// One shard's `SCAN` step: its local cursor made global.
-    Scan { shard: u64, shards: u64 },
+    /// A `SCAN` step: its local cursor made global. A shard that ends
+    /// before `count` keys were found hands on to the next shard within
+    /// the same call (`args`, with cursor 0), its keys kept in `found`.
+    Scan { shard: u64, shards: u64, count: usize, args: Vec<Vec<u8>>, found: Vec<Reply> },
 }
 
 /// `SCAN` cursors: the shard in the bits above these, its own cursor below.
@@ -150,8 +152,13 @@ impl Pending {
                     Reply::Array(all)
                 }
             }
-            Combine::Scan { shard, shards } => match parts.into_iter().next() {
+            Combine::Scan { shard, shards, found, .. } => match parts.into_iter().next() {
                 Some(Reply::Array(mut v)) if v.len() == 2 => {
+                    if let Reply::Array(keys) = &mut v[1] {
+                        let mut all = found.clone();
+                        all.append(keys);
+                        *keys = all;
+                    }
                     let local = match &v[0] {
                         Reply::Bulk(c) => {
                             std::str::from_utf8(c).ok().and_then(|c| c.parse::<u64>().ok())
@@ -374,6 +381,7 @@ impl Handler<Replies> for KvWorker {
         for conn in touched {
             self.answer(conn, ctx);
         }
+        self.send_batches(ctx); // a SCAN going on to its next shard
         self.conns.flush(ctx);
     }
 }
@@ -605,6 +613,28 @@ impl KvWorker {
                 p.left -= 1;
             }
         }
+        // A SCAN whose shard ended short of COUNT goes on to the next shard.
+        if let (0, Combine::Scan { shard, shards, count, args, found }) = (p.left, &mut p.combine) {
+            if let Some(Reply::Array(v)) = &mut p.parts[0] {
+                let ended = matches!(v.first(), Some(Reply::Bulk(c)) if c.as_slice() == b"0");
+                let pair = v.len() == 2;
+                let keys = match v.get_mut(1) {
+                    Some(Reply::Array(keys)) if pair => Some(keys),
+                    _ => None,
+                };
+                if let Some(keys) = keys.filter(|k| ended && found.len() + k.len() < *count) {
+                    if *shard + 1 < *shards {
+                        found.append(keys);
+                        *shard += 1;
+                        p.parts[0] = None;
+                        p.left = 1;
+                        let req = Req { conn, seq, part: 0, args: args.clone() };
+                        self.outgoing[*shard as usize].push(req);
+                        return;
+                    }
+                }
+            }
+        }
         if p.left == 0 && p.done.is_none() {
             p.finish();
         }
@@ -626,9 +656,19 @@ impl KvWorker {
             let done = Reply::Array(vec![Reply::Bulk(b"0".to_vec()), Reply::Array(Vec::new())]);
             return Pending::ready(done);
         }
+        // COUNT as the shard reads it (a bad one is the shard's error).
+        let count = args
+            .iter()
+            .position(|a| a.eq_ignore_ascii_case(b"count"))
+            .and_then(|i| args.get(i + 1))
+            .and_then(|c| std::str::from_utf8(c).ok()?.parse::<usize>().ok())
+            .unwrap_or(10);
+        let mut from_top = args.clone();
+        from_top[1] = b"0".to_vec();
         args[1] = local.to_string().into_bytes();
         self.outgoing[shard as usize].push(Req { conn, seq, part: 0, args });
-        Pending::awaiting(1, Combine::Scan { shard, shards: n })
+        let found = Vec::new();
+        Pending::awaiting(1, Combine::Scan { shard, shards: n, count, args: from_top, found })
     }
 
     /// Splits a multi-key command by shard. `step`: arguments per key (1,
