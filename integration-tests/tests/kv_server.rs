@@ -1232,3 +1232,64 @@ fn requests_cut_anywhere_across_receives_are_answered_as_whole_ones() {
     all_closed(&srv);
     system.shutdown();
 }
+
+#[test]
+fn two_key_commands_run_when_their_keys_share_a_shard_and_are_refused_across_shards() {
+    use ringmail_examples::kv::server::shard_of;
+    let (system, srv) = serve(3);
+    let mut c = client(&srv);
+    // Two plain names on different shards, and a pair placed together.
+    let (a, b) = (
+        "alpha",
+        (0..)
+            .map(|i| format!("k{i}"))
+            .find(|k| shard_of(k.as_bytes(), 3) != shard_of(b"alpha", 3))
+            .unwrap(),
+    );
+    let (x, y) = ("{q}src", "{q}dst");
+    let _: () = c.rpush(x, &["1", "2", "3"]).unwrap();
+    let moved: String = cmd("RPOPLPUSH").arg(x).arg(y).query(&mut c).unwrap();
+    assert_eq!(moved, "3");
+    let moved: String = cmd("LMOVE").arg(x).arg(y).arg("LEFT").arg("RIGHT").query(&mut c).unwrap();
+    assert_eq!(moved, "1");
+    assert_eq!(c.lrange::<_, Vec<String>>(y, 0, -1).unwrap(), ["3", "1"]);
+    let n: i64 = cmd("LPUSHX").arg(y).arg("0").query(&mut c).unwrap();
+    assert_eq!(n, 3);
+    let ok: i64 = cmd("MSETNX").arg("{q}m1").arg("1").arg("{q}m2").arg("2").query(&mut c).unwrap();
+    assert_eq!(ok, 1);
+    let ok: i64 = cmd("RENAMENX").arg("{q}m1").arg("{q}m3").query(&mut c).unwrap();
+    assert_eq!(ok, 1);
+    let f: String = cmd("HINCRBYFLOAT").arg("hf").arg("f").arg("1.5").query(&mut c).unwrap();
+    assert_eq!(f, "1.5");
+    let _: () = c.set(a, "v").unwrap();
+    for args in [
+        vec!["RPOPLPUSH", a, &b],
+        vec!["LMOVE", a, &b, "LEFT", "LEFT"],
+        vec!["RENAMENX", a, &b],
+        vec!["MSETNX", a, "1", &b, "2"],
+    ] {
+        let mut command = cmd(args[0]);
+        for arg in &args[1..] {
+            command.arg(*arg);
+        }
+        let e = err_text(command.query::<()>(&mut c));
+        assert!(e.to_lowercase().contains("crossslot"), "{args:?}: {e}");
+    }
+    // In a transaction, with their keys together.
+    let (moved, ok): (String, i64) = redis::pipe()
+        .atomic()
+        .cmd("RPOPLPUSH")
+        .arg(y)
+        .arg(x)
+        .cmd("MSETNX")
+        .arg("{q}m4")
+        .arg("4")
+        .arg("{q}m5")
+        .arg("5")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!((moved.as_str(), ok), ("1", 1));
+    drop(c);
+    all_closed(&srv);
+    system.shutdown();
+}

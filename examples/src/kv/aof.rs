@@ -135,6 +135,13 @@ pub const WRITE_COMMANDS: &[&[u8]] = &[
     b"rpop",
     b"sadd",
     b"srem",
+    b"lpushx",
+    b"rpushx",
+    b"hincrbyfloat",
+    b"renamenx",
+    b"msetnx",
+    b"rpoplpush",
+    b"lmove",
 ];
 
 /// Whether `cmd` (any case) is one of [`WRITE_COMMANDS`].
@@ -262,6 +269,18 @@ impl Aof {
         let ok = !matches!(reply, Reply::Error(_));
         let push = |pending: &mut Vec<u8>, a: &[&[u8]]| encode_request(a, pending);
         match cmd.as_bytes() {
+            // SET ... GET answers the old value whether or not it set:
+            // logged as the key's state now (a no-op SET logs its value
+            // again, which changes nothing at replay).
+            b"set" if args.len() > 3 && !matches!(reply, Reply::Simple(_) | Reply::Error(_)) => {
+                let k = &args[1];
+                if let Some(v) = ks.value(k, now) {
+                    push(&mut self.pending, &[b"SET", k, &v]);
+                    if let Some(at) = ks.expires_at_unix_ms(k, now) {
+                        push(&mut self.pending, &[b"PEXPIREAT", k, at.to_string().as_bytes()]);
+                    }
+                }
+            }
             b"set" if matches!(reply, Reply::Simple(_)) => {
                 let (k, v) = (&args[1], &args[2]);
                 push(&mut self.pending, &[b"SET", k, v]);
@@ -317,7 +336,9 @@ impl Aof {
             // Logged as its effect: at replay, `from` may already be gone
             // (past a deadline it had), and a raw RENAME would then leave
             // `to`'s old value in place.
-            b"rename" if ok && args[1] != args[2] => {
+            b"rename" | b"renamenx"
+                if ok && args[1] != args[2] && !matches!(reply, Reply::Int(0)) =>
+            {
                 self.raw(&[b"DEL".to_vec(), args[1].clone()]);
                 for c in ks.rebuild(&args[2], now) {
                     self.raw(&c);
@@ -328,14 +349,35 @@ impl Aof {
             // the same state), then the key's deadline, so that a replay
             // after the deadline does not bring back a key created anew.
             b"hset" | b"hmset" | b"hsetnx" | b"hdel" | b"hincrby" | b"lpush" | b"rpush"
-            | b"lpop" | b"rpop" | b"sadd" | b"srem"
+            | b"lpushx" | b"rpushx" | b"lpop" | b"rpop" | b"sadd" | b"srem"
                 if ok
                     && !matches!(reply, Reply::Nil)
                     && !(matches!(reply, Reply::Int(0))
-                        && matches!(cmd.as_bytes(), b"hdel" | b"srem" | b"sadd" | b"hsetnx")) =>
+                        && matches!(
+                            cmd.as_bytes(),
+                            b"hdel" | b"srem" | b"sadd" | b"hsetnx" | b"lpushx" | b"rpushx"
+                        )) =>
             {
                 self.raw(args);
                 self.deadline_of(ks, &args[1], now);
+            }
+            // As its result, so that a replay computes no float again.
+            b"hincrbyfloat" if matches!(reply, Reply::Bulk(_)) => {
+                let Reply::Bulk(v) = reply else { unreachable!() };
+                push(&mut self.pending, &[b"HSET", &args[1], &args[2], v]);
+                self.deadline_of(ks, &args[1], now);
+            }
+            // A move between two lists (maybe one): deterministic on the
+            // same state, then both keys' deadlines.
+            b"rpoplpush" | b"lmove" if matches!(reply, Reply::Bulk(_)) => {
+                self.raw(args);
+                self.deadline_of(ks, &args[1], now);
+                self.deadline_of(ks, &args[2], now);
+            }
+            b"msetnx" if matches!(reply, Reply::Int(1)) => {
+                let mut mset = args.to_vec();
+                mset[0] = b"MSET".to_vec();
+                self.raw(&mset);
             }
             // Counters and appends are logged as their result (with the
             // key's deadline, which they keep): a replay then cannot bring

@@ -573,15 +573,34 @@ impl Keyspace {
             "getrange" => self.getrange(a, now),
             "setrange" => self.setrange(a, now),
             "incrbyfloat" => self.incr_by_float(a, now),
-            "rename" => match a {
+            "rename" | "renamenx" => match a {
                 [from, to] => match self.live(from, now).is_some() {
                     false => err("ERR no such key"),
+                    // RENAMENX onto a key that exists (or onto itself): 0.
+                    true if cmd == "renamenx" && self.live(to, now).is_some() => Reply::Int(0),
                     true => {
                         let e = self.map.swap_remove(from.as_slice()).expect("live");
                         self.map.insert(Key::from_slice(to), e);
-                        Reply::Simple("OK")
+                        if cmd == "renamenx" {
+                            Reply::Int(1)
+                        } else {
+                            Reply::Simple("OK")
+                        }
                     }
                 },
+                _ => arity(cmd),
+            },
+            // All or nothing: set only if none of the keys exists.
+            "msetnx" => match a.len() {
+                n if n >= 2 && n.is_multiple_of(2) => {
+                    if a.chunks(2).any(|kv| self.live(&kv[0], now).is_some()) {
+                        return Reply::Int(0);
+                    }
+                    for kv in a.chunks(2) {
+                        self.map.insert(Key::from_slice(&kv[0]), Entry::string(&kv[1], None));
+                    }
+                    Reply::Int(1)
+                }
                 _ => arity(cmd),
             },
             "scan" => self.scan(a, now),
@@ -602,14 +621,16 @@ impl Keyspace {
     fn set(&mut self, a: &[Vec<u8>], now: Instant) -> Reply {
         // (SETEX, PSETEX and SETNX are this with EX, PX or NX.)
         let [k, v, opts @ ..] = a else { return arity("set") };
-        let (mut ttl, mut nx, mut xx) = (None, false, false);
+        let (mut ttl, mut nx, mut xx, mut keep, mut get) = (None, false, false, false, false);
         let mut i = 0;
         while i < opts.len() {
             let o = opts[i].to_ascii_lowercase();
             match o.as_slice() {
                 b"nx" => nx = true,
                 b"xx" => xx = true,
-                b"ex" | b"px" if ttl.is_none() && i + 1 < opts.len() => {
+                b"keepttl" if ttl.is_none() => keep = true,
+                b"get" => get = true,
+                b"ex" | b"px" if ttl.is_none() && !keep && i + 1 < opts.len() => {
                     let Some(n) = int(&opts[i + 1]) else { return err(NOT_INT) };
                     let unit = if o == b"ex" { 1000 } else { 1 };
                     match deadline(now, n, unit) {
@@ -625,16 +646,31 @@ impl Keyspace {
         if nx && xx {
             return err("ERR syntax error");
         }
-        // Only NX and XX need to know whether the key lives: a plain SET
-        // replaces whatever is there, expired or not, in one probe.
-        if nx || xx {
-            let exists = self.live(k, now).is_some();
+        // GET: the old value is the reply (WRONGTYPE, and no change, if the
+        // key holds another type), also when NX/XX keeps the SET from
+        // happening.
+        let old = if get {
+            match self.string(k, now) {
+                Err(e) => return e,
+                Ok(v) => Some(v.map_or(Reply::Nil, |v| Reply::Bulk(v.to_vec()))),
+            }
+        } else {
+            None
+        };
+        // Only NX, XX and KEEPTTL need to know whether the key lives: a
+        // plain SET replaces whatever is there, expired or not, in one probe.
+        if nx || xx || keep {
+            let live = self.live(k, now);
+            let exists = live.is_some();
+            if keep {
+                ttl = live.and_then(|e| e.expires);
+            }
             if (nx && exists) || (xx && !exists) {
-                return Reply::Nil;
+                return old.unwrap_or(Reply::Nil);
             }
         }
         self.map.insert(Key::from_slice(k), Entry::string(v, ttl));
-        Reply::Simple("OK")
+        old.unwrap_or(Reply::Simple("OK"))
     }
 
     fn incr_by(&mut self, k: &[u8], by: i64, now: Instant) -> Reply {
@@ -661,9 +697,6 @@ impl Keyspace {
 
     fn incr_by_float(&mut self, a: &[Vec<u8>], now: Instant) -> Reply {
         let [k, by] = a else { return arity("incrbyfloat") };
-        const NOT_FLOAT: &str = "ERR value is not a valid float";
-        let float =
-            |b: &[u8]| std::str::from_utf8(b).ok()?.parse::<f64>().ok().filter(|f| f.is_finite());
         let Some(by) = float(by) else { return err(NOT_FLOAT) };
         let cur = match self.string(k, now) {
             Err(e) => return e,
@@ -831,7 +864,15 @@ impl Keyspace {
 /// digits of its long double, trailing zeros dropped. With a double, 15
 /// significant digits give what Redis gives for sums of decimal inputs
 /// (`0.1 + 0.2` is `0.3`, not `0.30000000000000004`).
-fn float_text(f: f64) -> String {
+/// Redis' error for an argument or value that is not a float.
+pub(super) const NOT_FLOAT: &str = "ERR value is not a valid float";
+
+/// A finite float argument or value (`INCRBYFLOAT`, `HINCRBYFLOAT`).
+pub(super) fn float(b: &[u8]) -> Option<f64> {
+    std::str::from_utf8(b).ok()?.parse::<f64>().ok().filter(|f| f.is_finite())
+}
+
+pub(super) fn float_text(f: f64) -> String {
     if f == 0.0 {
         return "0".into();
     }

@@ -9,7 +9,10 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Instant;
 
-use super::engine::{arity, err, int, range, Entry, Keyspace, Value, NOT_INT, WRONGTYPE};
+use super::engine::{
+    arity, err, float, float_text, int, range, Entry, Keyspace, Value, NOT_FLOAT, NOT_INT,
+    WRONGTYPE,
+};
 use super::resp::Reply;
 
 /// The commands of this module (lower case).
@@ -23,11 +26,16 @@ const COMMANDS: &[&str] = &[
     "hdel",
     "hexists",
     "hincrby",
+    "hincrbyfloat",
     "hlen",
     "hkeys",
     "hvals",
     "lpush",
     "rpush",
+    "lpushx",
+    "rpushx",
+    "rpoplpush",
+    "lmove",
     "lpop",
     "rpop",
     "lrange",
@@ -124,10 +132,12 @@ impl Keyspace {
         let rest = &a[1..];
         let reply = match cmd {
             "hset" | "hmset" | "hsetnx" | "hget" | "hmget" | "hgetall" | "hdel" | "hexists"
-            | "hincrby" | "hlen" | "hkeys" | "hvals" => self.hash(cmd, k, rest, now),
-            "lpush" | "rpush" | "lpop" | "rpop" | "lrange" | "llen" | "lindex" => {
-                self.list(cmd, k, rest, now)
+            | "hincrby" | "hincrbyfloat" | "hlen" | "hkeys" | "hvals" => {
+                self.hash(cmd, k, rest, now)
             }
+            "rpoplpush" | "lmove" => self.lmove(cmd, a, now),
+            "lpush" | "rpush" | "lpushx" | "rpushx" | "lpop" | "rpop" | "lrange" | "llen"
+            | "lindex" => self.list(cmd, k, rest, now),
             _ => self.set_cmd(cmd, k, rest, now),
         };
         self.drop_if_empty(k);
@@ -135,10 +145,10 @@ impl Keyspace {
     }
 
     fn hash(&mut self, cmd: &str, k: &[u8], a: &[Vec<u8>], now: Instant) -> Reply {
-        let writes = matches!(cmd, "hset" | "hmset" | "hsetnx" | "hincrby");
+        let writes = matches!(cmd, "hset" | "hmset" | "hsetnx" | "hincrby" | "hincrbyfloat");
         let ok_arity = match cmd {
             "hset" | "hmset" => !a.is_empty() && a.len().is_multiple_of(2),
-            "hsetnx" | "hincrby" => a.len() == 2,
+            "hsetnx" | "hincrby" | "hincrbyfloat" => a.len() == 2,
             "hget" | "hexists" => a.len() == 1,
             "hmget" | "hdel" => !a.is_empty(),
             _ => a.is_empty(),
@@ -152,6 +162,13 @@ impl Keyspace {
                 None => return err(NOT_INT),
             },
             _ => 0,
+        };
+        let by_float = match cmd {
+            "hincrbyfloat" => match float(&a[1]) {
+                Some(f) => f,
+                None => return err(NOT_FLOAT),
+            },
+            _ => 0.0,
         };
         let h = match self.aggregate(k, Kind::Hash, writes, now) {
             Err(e) => return e,
@@ -210,6 +227,22 @@ impl Keyspace {
                 h.insert(a[0].clone(), next.to_string().into_bytes());
                 Reply::Int(next)
             }
+            "hincrbyfloat" => {
+                let cur = match h.get(&a[0]) {
+                    None => 0.0,
+                    Some(v) => match float(v) {
+                        Some(f) => f,
+                        None => return err("ERR hash value is not a float"),
+                    },
+                };
+                let next = cur + by_float;
+                if !next.is_finite() {
+                    return err("ERR increment would produce NaN or Infinity");
+                }
+                let text = float_text(next).into_bytes();
+                h.insert(a[0].clone(), text.clone());
+                Reply::Bulk(text)
+            }
             "hlen" => Reply::Int(h.len() as i64),
             "hkeys" => Reply::Array(bulks(h.keys())),
             _ => Reply::Array(bulks(h.values())), // hvals
@@ -219,7 +252,7 @@ impl Keyspace {
     fn list(&mut self, cmd: &str, k: &[u8], a: &[Vec<u8>], now: Instant) -> Reply {
         let pushes = matches!(cmd, "lpush" | "rpush");
         let ok_arity = match cmd {
-            "lpush" | "rpush" => !a.is_empty(),
+            "lpush" | "rpush" | "lpushx" | "rpushx" => !a.is_empty(),
             "lpop" | "rpop" => a.len() <= 1,
             "lrange" => a.len() == 2,
             "lindex" => a.len() == 1,
@@ -248,18 +281,18 @@ impl Keyspace {
         let Some(l) = l else {
             return match cmd {
                 "lrange" => Reply::Array(Vec::new()),
-                "llen" => Reply::Int(0),
+                "llen" | "lpushx" | "rpushx" => Reply::Int(0), // no list: no push
                 // With a count, a missing list is a null array, as in Redis.
                 "lpop" | "rpop" if !nums.is_empty() => Reply::NullArray,
                 _ => Reply::Nil, // lpop, rpop, lindex
             };
         };
         match cmd {
-            "lpush" => {
+            "lpush" | "lpushx" => {
                 a.iter().for_each(|x| l.push_front(x.clone()));
                 Reply::Int(l.len() as i64)
             }
-            "rpush" => {
+            "rpush" | "rpushx" => {
                 a.iter().for_each(|x| l.push_back(x.clone()));
                 Reply::Int(l.len() as i64)
             }
@@ -285,6 +318,50 @@ impl Keyspace {
             }
             _ => Reply::Int(l.len() as i64), // llen
         }
+    }
+
+    /// `RPOPLPUSH src dst` and `LMOVE src dst LEFT|RIGHT LEFT|RIGHT`: an
+    /// element popped from one end of `src` pushed onto one end of `dst`
+    /// (which may be `src`: a rotation). Both keys are checked for their
+    /// type before anything moves, as Redis does.
+    fn lmove(&mut self, cmd: &str, a: &[Vec<u8>], now: Instant) -> Reply {
+        let side = |s: &[u8]| match s.to_ascii_lowercase().as_slice() {
+            b"left" => Some(true),
+            b"right" => Some(false),
+            _ => None,
+        };
+        let (src, dst, from_left, to_left) = match (cmd, a) {
+            ("rpoplpush", [src, dst]) => (src, dst, false, true),
+            ("lmove", [src, dst, from, to]) => match (side(from), side(to)) {
+                (Some(f), Some(t)) => (src, dst, f, t),
+                _ => return err("ERR syntax error"),
+            },
+            _ => return arity(cmd),
+        };
+        if let Err(e) = self.aggregate(dst, Kind::List, false, now) {
+            return e;
+        }
+        let popped = match self.aggregate(src, Kind::List, false, now) {
+            Err(e) => return e,
+            Ok(Some(Value::List(l))) => {
+                if from_left {
+                    l.pop_front()
+                } else {
+                    l.pop_back()
+                }
+            }
+            Ok(_) => None,
+        };
+        let Some(v) = popped else { return Reply::Nil };
+        if let Ok(Some(Value::List(l))) = self.aggregate(dst, Kind::List, true, now) {
+            if to_left {
+                l.push_front(v.clone());
+            } else {
+                l.push_back(v.clone());
+            }
+        }
+        self.drop_if_empty(src);
+        Reply::Bulk(v)
     }
 
     fn set_cmd(&mut self, cmd: &str, k: &[u8], a: &[Vec<u8>], now: Instant) -> Reply {

@@ -151,3 +151,67 @@ fn files_of_other_generations_are_never_replayed() {
     assert!(gen_shard_file(&path, 2, 0).exists());
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+#[test]
+fn moves_float_increments_renamenx_msetnx_and_set_options_replay_to_the_same_state() {
+    let d = dir("newer");
+    let path = d.join("kv.aof");
+    let mut aof = Aof::open(&gen_shard_file(&path, 0, 0), Fsync::Everysec).unwrap();
+    let mut ks = Keyspace::default();
+    let now = Instant::now();
+    let cmds: &[&[&str]] = &[
+        &["RPUSH", "l", "a", "b", "c"],
+        &["LPUSHX", "l", "z"],
+        &["LPUSHX", "none", "z"], // 0: nothing to log, no list at replay
+        &["RPOPLPUSH", "l", "m"],
+        &["LMOVE", "l", "m", "LEFT", "LEFT"],
+        &["LMOVE", "m", "m", "LEFT", "RIGHT"],
+        &["HINCRBYFLOAT", "h", "f", "0.1"],
+        &["HINCRBYFLOAT", "h", "f", "0.2"],
+        &["SET", "r", "1"],
+        &["RENAMENX", "r", "r2"],
+        &["SET", "taken", "x"],
+        &["SET", "r3", "y"],
+        &["RENAMENX", "r3", "taken"], // 0: both stay
+        &["MSETNX", "n1", "1", "n2", "2"],
+        &["MSETNX", "n3", "3", "n1", "9"], // 0: nothing set
+        &["SET", "t", "old", "PX", "50"],
+        &["SET", "t", "new", "KEEPTTL"], // keeps the deadline: gone at replay
+        &["SET", "g", "first"],
+        &["SET", "g", "second", "GET"],
+        &["SET", "g", "third", "NX", "GET"], // no change
+    ];
+    for cmd in cmds {
+        let args: Vec<Vec<u8>> = cmd.iter().map(|a| a.as_bytes().to_vec()).collect();
+        let reply = ks.execute(&args, now).unwrap();
+        assert!(!matches!(reply, Reply::Error(_)), "{cmd:?}: {reply:?}");
+        aof.record(&mut ks, &args, &reply, now);
+    }
+    std::fs::write(gen_shard_file(&path, 0, 0), &aof.pending).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(120));
+    let mut shards = vec![Keyspace::default()];
+    load_and_rewrite(&path, &mut shards).unwrap();
+    let t = Instant::now();
+    let run = |ks: &mut Keyspace, c: &[&str]| {
+        let args: Vec<Vec<u8>> = c.iter().map(|a| a.as_bytes().to_vec()).collect();
+        ks.execute(&args, t).unwrap()
+    };
+    let b = |s: &str| Reply::Bulk(s.as_bytes().to_vec());
+    let items = |v: &[&str]| Reply::Array(v.iter().map(|s| b(s)).collect());
+    let ks = &mut shards[0];
+    assert_eq!(run(ks, &["LRANGE", "l", "0", "-1"]), items(&["a", "b"]));
+    assert_eq!(run(ks, &["LRANGE", "m", "0", "-1"]), items(&["c", "z"]));
+    assert_eq!(run(ks, &["EXISTS", "none"]), Reply::Int(0));
+    assert_eq!(run(ks, &["HGET", "h", "f"]), b("0.3"));
+    assert_eq!(
+        run(ks, &["MGET", "r", "r2", "r3", "taken"]),
+        Reply::Array(vec![Reply::Nil, b("1"), b("y"), b("x")])
+    );
+    assert_eq!(
+        run(ks, &["MGET", "n1", "n2", "n3"]),
+        Reply::Array(vec![b("1"), b("2"), Reply::Nil])
+    );
+    assert_eq!(run(ks, &["EXISTS", "t"]), Reply::Int(0), "KEEPTTL kept the deadline");
+    assert_eq!(run(ks, &["GET", "g"]), b("second"));
+    std::fs::remove_dir_all(&d).unwrap();
+}

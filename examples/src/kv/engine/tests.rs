@@ -369,3 +369,77 @@ fn a_plain_set_run_owned_moves_its_value_and_answers_as_set_does() {
     let later = now + Duration::from_millis(200);
     assert_eq!(owned.execute(&[b"GET".to_vec(), b"e".to_vec()], later), Some(Reply::Nil));
 }
+
+#[test]
+fn set_keepttl_and_get_renamenx_and_msetnx_answer_as_redis_does() {
+    let mut ks = Keyspace::default();
+    let now = Instant::now();
+    run(&mut ks, now, "SET k v PX 100000");
+    assert_eq!(run(&mut ks, now, "SET k w KEEPTTL"), Reply::Simple("OK"));
+    assert!(matches!(run(&mut ks, now, "PTTL k"), Reply::Int(t) if t > 99_000));
+    assert_eq!(run(&mut ks, now, "SET k x"), Reply::Simple("OK"));
+    assert_eq!(run(&mut ks, now, "PTTL k"), Reply::Int(-1), "a plain SET clears it");
+    assert_eq!(run(&mut ks, now, "SET k y EX 10 KEEPTTL"), err("ERR syntax error"));
+    assert_eq!(run(&mut ks, now, "SET k y KEEPTTL PX 10"), err("ERR syntax error"));
+    // GET: the old value, or nil; with NX the old value and no change.
+    assert_eq!(run(&mut ks, now, "SET k y GET"), bulk("x"));
+    assert_eq!(run(&mut ks, now, "SET fresh 1 GET"), Reply::Nil);
+    assert_eq!(run(&mut ks, now, "SET k z NX GET"), bulk("y"));
+    assert_eq!(run(&mut ks, now, "GET k"), bulk("y"));
+    run(&mut ks, now, "HSET h f 1");
+    assert_eq!(run(&mut ks, now, "SET h v GET"), err(WRONGTYPE));
+    assert_eq!(run(&mut ks, now, "TYPE h"), Reply::Simple("hash"), "unchanged");
+    // RENAMENX.
+    assert_eq!(run(&mut ks, now, "RENAMENX k fresh"), Reply::Int(0), "fresh exists");
+    assert_eq!(run(&mut ks, now, "RENAMENX k k"), Reply::Int(0));
+    assert_eq!(run(&mut ks, now, "RENAMENX k new"), Reply::Int(1));
+    assert_eq!(run(&mut ks, now, "GET new"), bulk("y"));
+    assert_eq!(run(&mut ks, now, "RENAMENX k other"), err("ERR no such key"));
+    // MSETNX: all or nothing.
+    assert_eq!(run(&mut ks, now, "MSETNX a 1 b 2"), Reply::Int(1));
+    assert_eq!(run(&mut ks, now, "MSETNX c 3 a 9"), Reply::Int(0));
+    assert_eq!(run(&mut ks, now, "EXISTS c"), Reply::Int(0), "nothing set");
+    assert_eq!(run(&mut ks, now, "GET a"), bulk("1"));
+    assert_eq!(
+        run(&mut ks, now, "MSETNX c"),
+        err("ERR wrong number of arguments for 'msetnx' command")
+    );
+}
+
+#[test]
+fn pushx_moves_between_lists_and_hincrbyfloat_answer_as_redis_does() {
+    let mut ks = Keyspace::default();
+    let now = Instant::now();
+    let list = |ks: &mut Keyspace, k: &str| run(ks, now, &format!("LRANGE {k} 0 -1"));
+    let items = |v: &[&str]| Reply::Array(v.iter().map(|s| bulk(s)).collect());
+    assert_eq!(run(&mut ks, now, "LPUSHX l a"), Reply::Int(0));
+    assert_eq!(run(&mut ks, now, "EXISTS l"), Reply::Int(0), "no list made");
+    run(&mut ks, now, "RPUSH l b");
+    assert_eq!(run(&mut ks, now, "LPUSHX l a"), Reply::Int(2));
+    assert_eq!(run(&mut ks, now, "RPUSHX l c d"), Reply::Int(4));
+    assert_eq!(list(&mut ks, "l"), items(&["a", "b", "c", "d"]));
+    run(&mut ks, now, "SET s x");
+    assert_eq!(run(&mut ks, now, "LPUSHX s a"), err(WRONGTYPE));
+    // RPOPLPUSH and LMOVE, a rotation, and an emptied source deleted.
+    assert_eq!(run(&mut ks, now, "RPOPLPUSH l m"), bulk("d"));
+    assert_eq!(run(&mut ks, now, "LMOVE l m LEFT RIGHT"), bulk("a"));
+    assert_eq!(list(&mut ks, "m"), items(&["d", "a"]));
+    assert_eq!(run(&mut ks, now, "LMOVE l l LEFT RIGHT"), bulk("b"));
+    assert_eq!(list(&mut ks, "l"), items(&["c", "b"]));
+    assert_eq!(run(&mut ks, now, "RPOPLPUSH nothing m"), Reply::Nil);
+    assert_eq!(run(&mut ks, now, "RPOPLPUSH l s"), err(WRONGTYPE));
+    assert_eq!(list(&mut ks, "l"), items(&["c", "b"]), "nothing moved");
+    assert_eq!(run(&mut ks, now, "LMOVE l m UP DOWN"), err("ERR syntax error"));
+    run(&mut ks, now, "RPOPLPUSH l m");
+    run(&mut ks, now, "RPOPLPUSH l m");
+    assert_eq!(run(&mut ks, now, "EXISTS l"), Reply::Int(0), "emptied: deleted");
+    assert_eq!(list(&mut ks, "m"), items(&["c", "b", "d", "a"]));
+    // HINCRBYFLOAT.
+    assert_eq!(run(&mut ks, now, "HINCRBYFLOAT h f 10.5"), bulk("10.5"));
+    assert_eq!(run(&mut ks, now, "HINCRBYFLOAT h f 0.1"), bulk("10.6"));
+    assert_eq!(run(&mut ks, now, "HINCRBYFLOAT h f -5"), bulk("5.6"));
+    run(&mut ks, now, "HSET h word abc");
+    assert_eq!(run(&mut ks, now, "HINCRBYFLOAT h word 1"), err("ERR hash value is not a float"));
+    assert_eq!(run(&mut ks, now, "HINCRBYFLOAT h f x"), err("ERR value is not a valid float"));
+    assert_eq!(run(&mut ks, now, "HINCRBYFLOAT s f 1"), err(WRONGTYPE));
+}

@@ -95,6 +95,13 @@ pub(super) const QUEUEABLE: &[&[u8]] = &[
     b"time",
     b"expiretime",
     b"pexpiretime",
+    b"lpushx",
+    b"rpushx",
+    b"hincrbyfloat",
+    b"renamenx",
+    b"msetnx",
+    b"rpoplpush",
+    b"lmove",
 ];
 
 /// The commands whose first argument is their one key (the others are
@@ -141,6 +148,9 @@ pub(super) fn single_key(cmd: &[u8]) -> bool {
             | b"hvals"
             | b"lpush"
             | b"rpush"
+            | b"lpushx"
+            | b"rpushx"
+            | b"hincrbyfloat"
             | b"lpop"
             | b"rpop"
             | b"lrange"
@@ -256,8 +266,8 @@ pub(super) fn shards_of(args: &[Vec<u8>], n: usize) -> Vec<usize> {
     let cmd = args[0].to_ascii_lowercase();
     let keys: Vec<&Vec<u8>> = match cmd.as_slice() {
         b"del" | b"unlink" | b"exists" | b"mget" => args[1..].iter().collect(),
-        b"rename" => args[1..].iter().take(2).collect(),
-        b"mset" => args[1..].iter().step_by(2).collect(),
+        b"rename" | b"renamenx" | b"rpoplpush" | b"lmove" => args[1..].iter().take(2).collect(),
+        b"mset" | b"msetnx" => args[1..].iter().step_by(2).collect(),
         b"dbsize" | b"flushall" | b"flushdb" | b"keys" => return (0..n).collect(),
         b"ping" | b"echo" => Vec::new(),
         _ => args.get(1).into_iter().collect(),

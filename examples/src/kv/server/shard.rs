@@ -203,8 +203,8 @@ impl Watches {
                 return;
             }
             b"del" | b"unlink" => args[1..].iter().collect(),
-            b"mset" => args[1..].iter().step_by(2).collect(),
-            b"rename" => args[1..].iter().take(2).collect(),
+            b"mset" | b"msetnx" => args[1..].iter().step_by(2).collect(),
+            b"rename" | b"renamenx" | b"rpoplpush" | b"lmove" => args[1..].iter().take(2).collect(),
             c if is_write(c) => args.get(1).into_iter().collect(),
             _ => return,
         };

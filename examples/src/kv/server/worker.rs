@@ -521,9 +521,11 @@ impl KvWorker {
         };
         match cmd.as_bytes() {
             c if args.len() >= 2 && single_key(c) => single(args, &mut self.outgoing),
-            // Both keys on one shard, or Redis Cluster's refusal.
-            b"rename" if args.len() == 3 => {
-                if shard_of(&args[1], n) != shard_of(&args[2], n) {
+            // All keys on one shard, or Redis Cluster's refusal (the
+            // engine checks the exact argument count).
+            b"rename" | b"renamenx" | b"rpoplpush" | b"lmove" | b"msetnx" if args.len() >= 3 => {
+                let shards = shards_of(&args, n);
+                if shards.iter().any(|&s| s != shards[0]) {
                     return Pending::ready(Reply::Error(CROSSSLOT.into()));
                 }
                 single(args, &mut self.outgoing)
