@@ -557,11 +557,13 @@ fn info_reports_clients_commands_keyspace_persistence_and_the_frameworks_counter
     let text: String = cmd("INFO").query(&mut c).unwrap();
     let info: std::collections::HashMap<&str, &str> =
         text.lines().filter_map(|l| l.split_once(':')).collect();
-    for section in ["# Server", "# Clients", "# Stats", "# Persistence", "# Keyspace"] {
+    for section in ["# Server", "# Clients", "# Stats", "# Persistence", "# Cluster", "# Keyspace"]
+    {
         assert!(text.contains(section), "{section} in {text}");
     }
     assert!(text.contains("\r\n"), "Redis' line ends");
     assert_eq!(info["redis_version"], "7.2.0", "{text}");
+    assert_eq!(info["cluster_enabled"], "0", "{text}");
     assert_eq!(info["tcp_port"], srv.addr.port().to_string());
     assert_eq!(info["connected_clients"], "2");
     assert_eq!(info["total_connections_received"], "2");
@@ -1261,6 +1263,17 @@ fn two_key_commands_run_when_their_keys_share_a_shard_and_are_refused_across_sha
     assert_eq!(ok, 1);
     let f: String = cmd("HINCRBYFLOAT").arg("hf").arg("f").arg("1.5").query(&mut c).unwrap();
     assert_eq!(f, "1.5");
+    // EXPIRETIME and PEXPIRETIME go to their key's shard (every name of
+    // eight, so that some live away from the worker's own ring).
+    for i in 0..8 {
+        let k = format!("exp{i}");
+        let _: () = c.set(&k, "v").unwrap();
+        let _: i64 = cmd("EXPIREAT").arg(&k).arg(33177117420u64).query(&mut c).unwrap();
+        let at: i64 = cmd("EXPIRETIME").arg(&k).query(&mut c).unwrap();
+        assert_eq!(at, 33177117420, "{k}");
+        let at: i64 = cmd("PEXPIRETIME").arg(&k).query(&mut c).unwrap();
+        assert_eq!(at, 33177117420000, "{k}");
+    }
     let _: () = c.set(a, "v").unwrap();
     for args in [
         vec!["RPOPLPUSH", a, &b],

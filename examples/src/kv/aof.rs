@@ -283,6 +283,11 @@ impl Aof {
             }
             b"set" if matches!(reply, Reply::Simple(_)) => {
                 let (k, v) = (&args[1], &args[2]);
+                if args.len() > 3 && !ks.contains(k, now) {
+                    // EXAT/PXAT in the past: set and gone at once.
+                    push(&mut self.pending, &[b"DEL", k]);
+                    return;
+                }
                 push(&mut self.pending, &[b"SET", k, v]);
                 if let Some(at) = ks.expires_at_unix_ms(k, now) {
                     push(&mut self.pending, &[b"PEXPIREAT", k, at.to_string().as_bytes()]);

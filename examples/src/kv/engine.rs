@@ -201,12 +201,35 @@ pub fn unix_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+/// The time since the Unix epoch, to the nanosecond.
+fn unix_now() -> Duration {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default()
+}
+
+/// The Unix time in milliseconds of deadline `t`, to the nearest one (the
+/// two clocks are read a little apart, here and when `t` was set).
+fn unix_ms_of(now: Instant, t: Instant) -> u64 {
+    let at = unix_now() + t.saturating_duration_since(now);
+    u64::try_from((at.as_nanos() + 500_000) / 1_000_000).unwrap_or(u64::MAX)
+}
+
+/// The deadline for the absolute Unix time `at_ms` (EXPIREAT, SET EXAT,
+/// ...): `now` itself when that is already past. Computed from the Unix
+/// clock to the nanosecond, so that reading it back (`EXPIRETIME`) gives
+/// `at_ms` again, not a millisecond off.
+fn at_unix_ms(now: Instant, at_ms: u64) -> Option<Instant> {
+    match Duration::from_millis(at_ms).checked_sub(unix_now()) {
+        Some(left) => now.checked_add(left),
+        None => Some(now),
+    }
+}
+
 impl Keyspace {
     /// When `key` expires, in Unix milliseconds (`None`: it does not, or
     /// it does not exist).
     pub fn expires_at_unix_ms(&mut self, key: &[u8], now: Instant) -> Option<u64> {
         let t = self.live(key, now)?.expires?;
-        Some(unix_ms() + t.saturating_duration_since(now).as_millis() as u64)
+        Some(unix_ms_of(now, t))
     }
 
     /// When `key` expires (`None`: it does not, or it does not exist).
@@ -464,11 +487,12 @@ impl Keyspace {
                     Some(ms) => match self.live(k, now) {
                         None => Reply::Int(0),
                         Some(e) => {
-                            let unix_now = unix_ms();
-                            if ms <= unix_now as i64 {
-                                self.map.swap_remove(k.as_slice());
-                            } else {
-                                e.expires = Some(now + Duration::from_millis(ms as u64 - unix_now));
+                            let at = u64::try_from(ms).ok().and_then(|ms| at_unix_ms(now, ms));
+                            match at.filter(|&t| t > now) {
+                                Some(t) => e.expires = Some(t),
+                                None => {
+                                    self.map.swap_remove(k.as_slice());
+                                }
                             }
                             Reply::Int(1)
                         }
@@ -539,8 +563,7 @@ impl Keyspace {
                     None => Reply::Int(-2),
                     Some(Entry { expires: None, .. }) => Reply::Int(-1),
                     Some(Entry { expires: Some(t), .. }) => {
-                        let left = t.saturating_duration_since(now).as_millis() as u64;
-                        let at = i64::try_from(unix_ms().saturating_add(left)).unwrap_or(i64::MAX);
+                        let at = i64::try_from(unix_ms_of(now, *t)).unwrap_or(i64::MAX);
                         Reply::Int(if cmd == "expiretime" { at / 1000 } else { at })
                     }
                 },
@@ -630,12 +653,27 @@ impl Keyspace {
                 b"xx" => xx = true,
                 b"keepttl" if ttl.is_none() => keep = true,
                 b"get" => get = true,
-                b"ex" | b"px" if ttl.is_none() && !keep && i + 1 < opts.len() => {
+                b"ex" | b"px" | b"exat" | b"pxat"
+                    if ttl.is_none() && !keep && i + 1 < opts.len() =>
+                {
                     let Some(n) = int(&opts[i + 1]) else { return err(NOT_INT) };
-                    let unit = if o == b"ex" { 1000 } else { 1 };
-                    match deadline(now, n, unit) {
-                        Some(t) if n > 0 => ttl = Some(t),
-                        _ => return err("ERR invalid expire time in 'set' command"),
+                    let invalid = || err("ERR invalid expire time in 'set' command");
+                    let unit = if matches!(o.as_slice(), b"ex" | b"exat") { 1000 } else { 1 };
+                    if n <= 0 {
+                        return invalid();
+                    }
+                    // EXAT/PXAT: a Unix time; one already past expires the
+                    // key at once, as in Redis.
+                    let at = if matches!(o.as_slice(), b"exat" | b"pxat") {
+                        let Some(ms) = n.checked_mul(unit) else { return invalid() };
+                        // Past: expired at once (the key is set, then gone).
+                        u64::try_from(ms).ok().and_then(|ms| at_unix_ms(now, ms))
+                    } else {
+                        deadline(now, n, unit)
+                    };
+                    match at {
+                        Some(t) => ttl = Some(t),
+                        None => return invalid(),
                     }
                     i += 1;
                 }
@@ -737,8 +775,7 @@ impl Keyspace {
                 }
                 let at = if matches!(o, b"exat" | b"pxat") {
                     let Some(ms) = n.checked_mul(unit) else { return invalid() };
-                    let left = ms.saturating_sub(unix_ms() as i64).max(0);
-                    deadline(now, left, 1)
+                    u64::try_from(ms).ok().and_then(|ms| at_unix_ms(now, ms))
                 } else {
                     deadline(now, n, unit)
                 };

@@ -179,7 +179,8 @@ fn moves_float_increments_renamenx_msetnx_and_set_options_replay_to_the_same_sta
         &["SET", "t", "new", "KEEPTTL"], // keeps the deadline: gone at replay
         &["SET", "g", "first"],
         &["SET", "g", "second", "GET"],
-        &["SET", "g", "third", "NX", "GET"], // no change
+        &["SET", "g", "third", "NX", "GET"],   // no change
+        &["SET", "past", "x", "PXAT", "1000"], // gone at once: not reborn at replay
     ];
     for cmd in cmds {
         let args: Vec<Vec<u8>> = cmd.iter().map(|a| a.as_bytes().to_vec()).collect();
@@ -213,5 +214,6 @@ fn moves_float_increments_renamenx_msetnx_and_set_options_replay_to_the_same_sta
     );
     assert_eq!(run(ks, &["EXISTS", "t"]), Reply::Int(0), "KEEPTTL kept the deadline");
     assert_eq!(run(ks, &["GET", "g"]), b("second"));
+    assert_eq!(run(ks, &["EXISTS", "past"]), Reply::Int(0));
     std::fs::remove_dir_all(&d).unwrap();
 }

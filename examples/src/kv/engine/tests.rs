@@ -404,6 +404,20 @@ fn set_keepttl_and_get_renamenx_and_msetnx_answer_as_redis_does() {
         run(&mut ks, now, "MSETNX c"),
         err("ERR wrong number of arguments for 'msetnx' command")
     );
+    // EXAT / PXAT: a Unix time; one in the past expires the key at once.
+    let in_10s = (unix_ms() / 1000 + 10).to_string();
+    assert_eq!(run(&mut ks, now, &format!("SET x 1 EXAT {in_10s}")), Reply::Simple("OK"));
+    assert!(matches!(run(&mut ks, now, "TTL x"), Reply::Int(t) if (9..=10).contains(&t)));
+    let in_50s = (unix_ms() + 50_000).to_string();
+    assert_eq!(run(&mut ks, now, &format!("SET x 1 PXAT {in_50s}")), Reply::Simple("OK"));
+    assert!(matches!(run(&mut ks, now, "TTL x"), Reply::Int(t) if (49..=50).contains(&t)));
+    assert_eq!(run(&mut ks, now, "SET x 1 PXAT 1000"), Reply::Simple("OK"));
+    assert_eq!(run(&mut ks, now, "EXISTS x"), Reply::Int(0));
+    assert_eq!(
+        run(&mut ks, now, "SET x 1 EXAT 0"),
+        err("ERR invalid expire time in 'set' command")
+    );
+    assert_eq!(run(&mut ks, now, "SET x 1 EX 5 PXAT 9"), err("ERR syntax error"));
 }
 
 #[test]

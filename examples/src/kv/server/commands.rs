@@ -151,6 +151,8 @@ pub(super) fn single_key(cmd: &[u8]) -> bool {
             | b"lpushx"
             | b"rpushx"
             | b"hincrbyfloat"
+            | b"expiretime"
+            | b"pexpiretime"
             | b"lpop"
             | b"rpop"
             | b"lrange"

@@ -48,8 +48,8 @@ pub struct ServerInfo {
 }
 
 /// The `INFO` sections, in Redis' order; `default` and `all` name every one.
-pub(super) const INFO_SECTIONS: [&str; 5] =
-    ["server", "clients", "stats", "persistence", "keyspace"];
+pub(super) const INFO_SECTIONS: [&str; 6] =
+    ["server", "clients", "stats", "persistence", "cluster", "keyspace"];
 
 impl ServerInfo {
     /// Redis' `INFO` text for `sections` (empty: the default ones).
@@ -128,6 +128,8 @@ impl ServerInfo {
                         line("appendfsync", &f.name());
                     }
                 }
+                // Not a Redis Cluster node (clients probe this field).
+                "cluster" => line("cluster_enabled", &0),
                 _ => {
                     if shards.keys > 0 {
                         let v =
