@@ -890,6 +890,20 @@ fn blpop_waits_as_shard_state_and_is_woken_by_a_push_from_another_client() {
     assert_eq!(a.join().unwrap(), Some(("{q}jobs".into(), "j1".into())));
     assert_eq!(b.join().unwrap(), Some(("{q}jobs".into(), "j2".into())));
     assert_eq!(pusher.llen::<_, i64>("{q}jobs").unwrap(), 0, "each job popped once");
+    // A move onto a waited-for list wakes its waiter too.
+    for (i, how) in ["RPOPLPUSH", "LMOVE"].into_iter().enumerate() {
+        let _: () = pusher.rpush("{q}src", "m").unwrap();
+        let w = waiter(i == 0);
+        std::thread::sleep(Duration::from_millis(100));
+        let mut move_cmd = cmd(how);
+        move_cmd.arg("{q}src").arg("{q}jobs");
+        if how == "LMOVE" {
+            move_cmd.arg("LEFT").arg("LEFT");
+        }
+        let moved: String = move_cmd.query(&mut pusher).unwrap();
+        assert_eq!(moved, "m");
+        assert_eq!(w.join().unwrap(), Some(("{q}jobs".into(), "m".into())), "{how}");
+    }
     // A blocked client that goes away is never served: the push stays.
     {
         let mut gone = TcpStream::connect(srv.addr).unwrap();

@@ -481,13 +481,12 @@ impl KeyShard {
             // request it belongs to (a transaction's commands share its
             // connection and number), before the next one runs, as Redis
             // serves them after each command (and after EXEC).
-            if !self.blocked.waiters.is_empty()
-                && matches!(Lower::of(&r.args[0]).as_bytes(), b"lpush" | b"rpush" | b"rename")
-            {
-                let key = if r.args[0].eq_ignore_ascii_case(b"rename") {
-                    r.args.get(2)
-                } else {
-                    r.args.get(1)
+            if !self.blocked.waiters.is_empty() {
+                // The list a command may have pushed to (or put in place).
+                let key = match Lower::of(&r.args[0]).as_bytes() {
+                    b"lpush" | b"rpush" => r.args.get(1),
+                    b"rename" | b"renamenx" | b"rpoplpush" | b"lmove" => r.args.get(2),
+                    _ => None,
                 };
                 pushed.extend(key.cloned());
             }
