@@ -983,6 +983,15 @@ fn watch_aborts_a_transaction_whose_key_changed_and_two_clients_contend_without_
     let _: () = b.set("{w}k", 7).unwrap();
     let r: (i64,) = redis::pipe().atomic().incr("{w}k", 1).query(&mut a).unwrap();
     assert_eq!(r, (8,), "EXEC forgot the watch");
+    // Conditional writes that did nothing do not count as a change, as in
+    // Redis: RENAMENX onto it, MSETNX over it, LMOVE from nothing.
+    let _: () = cmd("WATCH").arg("{w}k").query(&mut a).unwrap();
+    let _: () = b.set("{w}other", 1).unwrap();
+    let n: i64 = cmd("RENAMENX").arg("{w}other").arg("{w}k").query(&mut b).unwrap();
+    let m: i64 = cmd("MSETNX").arg("{w}k").arg(5).arg("{w}other").arg(5).query(&mut b).unwrap();
+    assert_eq!((n, m), (0, 0));
+    let r: (i64,) = redis::pipe().atomic().incr("{w}k", 1).query(&mut a).unwrap();
+    assert_eq!(r, (9,), "not aborted");
     // UNWATCH, DISCARD forget it too.
     let _: () = cmd("WATCH").arg("{w}k").query(&mut a).unwrap();
     let _: () = cmd("UNWATCH").query(&mut a).unwrap();
@@ -1250,7 +1259,71 @@ fn requests_cut_anywhere_across_receives_are_answered_as_whole_ones() {
 }
 
 #[test]
-fn two_key_commands_run_when_their_keys_share_a_shard_and_are_refused_across_shards() {
+fn a_token_renamed_around_keys_on_every_shard_is_always_exactly_in_one_place() {
+    // Atomic moves across shards: RENAME from each holder to the next and
+    // RPOPLPUSH between lists, by 4 clients, while a reader counts in one
+    // MULTI (all shards held at once) where the token and the item are.
+    // Never both places, never neither.
+    let (system, srv) = serve(3);
+    let names: Vec<String> = (0..8).map(|i| format!("place{i}")).collect();
+    let lists: Vec<String> = (0..8).map(|i| format!("queue{i}")).collect();
+    let mut c = client(&srv);
+    let _: () = c.set(&names[0], "token").unwrap();
+    let _: () = c.rpush(&lists[0], "item").unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let movers: Vec<_> = (0..4)
+        .map(|m| {
+            let (names, lists, stop) = (names.clone(), lists.clone(), stop.clone());
+            let mut c = client(&srv);
+            std::thread::spawn(move || {
+                let mut moves = 0u64;
+                let mut i = m;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let (from, to) = (&names[i % 8], &names[(i + 1) % 8]);
+                    // Only the holder's rename succeeds; the others find no key.
+                    if c.rename::<_, _, ()>(from, to).is_ok() {
+                        moves += 1;
+                    }
+                    let (src, dst) = (&lists[i % 8], &lists[(i + 3) % 8]);
+                    let got: Option<String> =
+                        cmd("RPOPLPUSH").arg(src).arg(dst).query(&mut c).unwrap();
+                    moves += u64::from(got.is_some());
+                    i += 1;
+                }
+                moves
+            })
+        })
+        .collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    let mut checks = 0;
+    while std::time::Instant::now() < deadline {
+        let mut pipe = redis::pipe();
+        pipe.atomic().cmd("EXISTS").arg(&names);
+        for l in &lists {
+            pipe.cmd("LLEN").arg(l);
+        }
+        let (tokens, lens): (i64, Vec<i64>) = {
+            let v: Vec<redis::Value> = pipe.query(&mut c).unwrap();
+            let tokens = redis::from_redis_value(v[0].clone()).unwrap();
+            let lens = v[1..].iter().map(|x| redis::from_redis_value(x.clone()).unwrap()).collect();
+            (tokens, lens)
+        };
+        assert_eq!(tokens, 1, "the token is in exactly one place");
+        assert_eq!(lens.iter().sum::<i64>(), 1, "the item is in exactly one list: {lens:?}");
+        checks += 1;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let moves: u64 = movers.into_iter().map(|h| h.join().unwrap()).sum();
+    assert!(moves > 100 && checks > 10, "{moves} moves, {checks} checks");
+    let total: i64 = c.exists(&names).unwrap();
+    assert_eq!(total, 1);
+    drop(c);
+    all_closed(&srv);
+    system.shutdown();
+}
+
+#[test]
+fn two_key_commands_run_whether_their_keys_share_a_shard_or_not() {
     use ringmail_examples::kv::server::shard_of;
     let (system, srv) = serve(3);
     let mut c = client(&srv);
@@ -1288,20 +1361,62 @@ fn two_key_commands_run_when_their_keys_share_a_shard_and_are_refused_across_sha
         let at: i64 = cmd("PEXPIRETIME").arg(&k).query(&mut c).unwrap();
         assert_eq!(at, 33177117420000, "{k}");
     }
-    let _: () = c.set(a, "v").unwrap();
-    for args in [
-        vec!["RPOPLPUSH", a, &b],
-        vec!["LMOVE", a, &b, "LEFT", "LEFT"],
-        vec!["RENAMENX", a, &b],
-        vec!["MSETNX", a, "1", &b, "2"],
-    ] {
-        let mut command = cmd(args[0]);
-        for arg in &args[1..] {
-            command.arg(*arg);
-        }
-        let e = err_text(command.query::<()>(&mut c));
-        assert!(e.to_lowercase().contains("crossslot"), "{args:?}: {e}");
+    // Across shards: the same answers as on one keyspace.
+    let _: () = cmd("SET").arg(a).arg("v").arg("PX").arg(100_000).query(&mut c).unwrap();
+    let _: () = c.rename(a, &b).unwrap();
+    assert_eq!(c.get::<_, Option<String>>(a).unwrap(), None);
+    assert_eq!(c.get::<_, String>(&b).unwrap(), "v");
+    let ttl: i64 = c.pttl(&b).unwrap();
+    assert!((90_000..=100_000).contains(&ttl), "the deadline moved along: {ttl}");
+    let e = err_text(c.rename::<_, _, ()>(a, &b));
+    assert!(e.contains("no such key"), "{e}");
+    let _: () = c.set(a, "w").unwrap();
+    let n: i64 = cmd("RENAMENX").arg(a).arg(&b).query(&mut c).unwrap();
+    assert_eq!(n, 0, "{b} exists");
+    let _: i64 = c.del(&b).unwrap();
+    let n: i64 = cmd("RENAMENX").arg(a).arg(&b).query(&mut c).unwrap();
+    assert_eq!(n, 1);
+    assert_eq!(c.get::<_, String>(&b).unwrap(), "w");
+    // A list moves whole; pops and pushes between lists on two shards.
+    let _: () = c.rpush(a, &["1", "2", "3"]).unwrap();
+    let _: () = c.rename(a, &b).unwrap();
+    assert_eq!(c.lrange::<_, Vec<String>>(&b, 0, -1).unwrap(), ["1", "2", "3"]);
+    let moved: String = cmd("RPOPLPUSH").arg(&b).arg(a).query(&mut c).unwrap();
+    assert_eq!(moved, "3");
+    let moved: String = cmd("LMOVE").arg(&b).arg(a).arg("LEFT").arg("RIGHT").query(&mut c).unwrap();
+    assert_eq!(moved, "1");
+    assert_eq!(c.lrange::<_, Vec<String>>(a, 0, -1).unwrap(), ["3", "1"]);
+    assert_eq!(c.lrange::<_, Vec<String>>(&b, 0, -1).unwrap(), ["2"]);
+    let moved: String = cmd("RPOPLPUSH").arg(&b).arg(a).query(&mut c).unwrap();
+    assert_eq!(moved, "2");
+    assert_eq!(c.exists::<_, i64>(&b).unwrap(), 0, "emptied: deleted");
+    let none: Option<String> = cmd("RPOPLPUSH").arg(&b).arg(a).query(&mut c).unwrap();
+    assert_eq!(none, None);
+    let _: () = c.set(&b, "text").unwrap();
+    let e = err_text(cmd("RPOPLPUSH").arg(a).arg(&b).query::<()>(&mut c));
+    assert!(e.contains("WRONGTYPE"), "{e}");
+    assert_eq!(c.llen::<_, i64>(a).unwrap(), 3, "nothing moved");
+    let e = err_text(cmd("LMOVE").arg(a).arg(&b).arg("UP").arg("LEFT").query::<()>(&mut c));
+    assert!(e.contains("syntax"), "{e}");
+    // MSETNX over keys of every shard: all or nothing.
+    let keys: Vec<String> = (0..12).map(|i| format!("nx{i}")).collect();
+    let mut msetnx = cmd("MSETNX");
+    for k in &keys {
+        msetnx.arg(k).arg(k);
     }
+    assert_eq!(msetnx.query::<i64>(&mut c).unwrap(), 1);
+    let _: i64 = c.del(&keys[..11]).unwrap();
+    assert_eq!(msetnx.query::<i64>(&mut c).unwrap(), 0, "{} still exists", keys[11]);
+    assert_eq!(c.exists::<_, i64>(&keys[..11]).unwrap(), 0, "none set");
+    // Pipelined: the request after a move sees it done.
+    let (_, got): ((), Option<String>) =
+        redis::pipe().cmd("RENAME").arg(&b).arg(a).cmd("GET").arg(a).query(&mut c).unwrap();
+    assert_eq!(got.as_deref(), Some("text"));
+    // Inside MULTI, keys on two shards are still refused.
+    // (refused when queued, so EXEC aborts)
+    let e = err_text(redis::pipe().atomic().cmd("RENAME").arg(a).arg(&b).query::<()>(&mut c));
+    assert!(e.contains("EXECABORT"), "{e}");
+    assert_eq!(c.exists::<_, i64>(a).unwrap(), 1, "not renamed");
     // In a transaction, with their keys together.
     let (moved, ok): (String, i64) = redis::pipe()
         .atomic()

@@ -274,7 +274,11 @@ impl Aof {
             // again, which changes nothing at replay).
             b"set" if args.len() > 3 && !matches!(reply, Reply::Simple(_) | Reply::Error(_)) => {
                 let k = &args[1];
-                if let Some(v) = ks.value(k, now) {
+                if !ks.contains(k, now) {
+                    // Set with EXAT/PXAT in the past: gone at once. (A
+                    // SET NX that did nothing leaves the key as it was.)
+                    push(&mut self.pending, &[b"DEL", k]);
+                } else if let Some(v) = ks.value(k, now) {
                     push(&mut self.pending, &[b"SET", k, &v]);
                     if let Some(at) = ks.expires_at_unix_ms(k, now) {
                         push(&mut self.pending, &[b"PEXPIREAT", k, at.to_string().as_bytes()]);
@@ -372,10 +376,19 @@ impl Aof {
                 push(&mut self.pending, &[b"HSET", &args[1], &args[2], v]);
                 self.deadline_of(ks, &args[1], now);
             }
-            // A move between two lists (maybe one): deterministic on the
-            // same state, then both keys' deadlines.
+            // A move between two lists (maybe one), as its effect: the pop
+            // and the push of the element it moved, then both keys'
+            // deadlines (replayed after the source's deadline, a raw move
+            // would find no source and lose the element).
             b"rpoplpush" | b"lmove" if matches!(reply, Reply::Bulk(_)) => {
-                self.raw(args);
+                let Reply::Bulk(v) = reply else { unreachable!() };
+                let side = |i: usize, default: bool| {
+                    args.get(i).map_or(default, |s| s.eq_ignore_ascii_case(b"left"))
+                };
+                let popped: &[u8] = if side(3, false) { b"LPOP" } else { b"RPOP" };
+                let pushed: &[u8] = if side(4, true) { b"LPUSH" } else { b"RPUSH" };
+                push(&mut self.pending, &[popped, &args[1]]);
+                push(&mut self.pending, &[pushed, &args[2], v]);
                 self.deadline_of(ks, &args[1], now);
                 self.deadline_of(ks, &args[2], now);
             }

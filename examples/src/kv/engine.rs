@@ -264,7 +264,6 @@ impl Keyspace {
     /// `RPUSH`, `SADD` in parts of at most 1 000 elements) and `PEXPIREAT k
     /// ms` for keys with a deadline, for every live key.
     pub fn dump(&mut self, now: Instant) -> Vec<Vec<Vec<u8>>> {
-        let unix_now = unix_ms();
         let mut out = Vec::new();
         for (k, e) in &self.map {
             if e.expires.is_some_and(|t| t <= now) {
@@ -272,7 +271,7 @@ impl Keyspace {
             }
             out.extend(value_commands(k, &e.value));
             if let Some(t) = e.expires {
-                let at = unix_now + t.saturating_duration_since(now).as_millis() as u64;
+                let at = unix_ms_of(now, t);
                 out.push(vec![b"PEXPIREAT".to_vec(), k.to_vec(), at.to_string().into_bytes()]);
             }
         }

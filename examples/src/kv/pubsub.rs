@@ -57,7 +57,7 @@ impl Message for Publish {
 /// on each channel and pattern (for delivery).
 ///
 /// It also keeps a count shared by every worker of the server: the
-/// connections subscribed to anything, server-wide ([`Subscriptions::listening`]).
+/// connections subscribed to anything, server-wide.
 /// While it is zero a `PUBLISH` reaches nobody, so it answers 0 at once,
 /// with no message to any worker (Redis' answer when no one listens). The
 /// count rises before a `SUBSCRIBE` is confirmed, so a publication that

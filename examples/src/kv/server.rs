@@ -16,6 +16,8 @@
 //!   message per target shard for everything one receive brought in.
 //! * Multi-key commands (MGET, MSET, DEL, EXISTS) are split by shard and
 //!   their parts combined; DBSIZE and FLUSHALL go to every shard.
+//! * `RENAME`, `RPOPLPUSH`, `LMOVE`, `MSETNX` with keys on several shards
+//!   hold them, read, then write (`worker/moves.rs`).
 //! * A transaction on one shard is one batch to it; one across shards takes
 //!   its shards in ascending order, then runs ([`TxLock`], [`TxRun`]).
 //! * Replies are written in request order per connection (pipelining),
@@ -25,7 +27,8 @@
 //!
 //! This file starts the graph ([`start_with`]); the actors live in rooms
 //! beside it: `worker.rs` (the [`KvWorker`], with its transactions in
-//! `worker/tx.rs` and its pub-sub commands in `worker/subscribe.rs`),
+//! `worker/tx.rs`, its two-key commands across shards in `worker/moves.rs`
+//! and its pub-sub commands in `worker/subscribe.rs`),
 //! `shard.rs` (the [`KeyShard`]), `commands.rs` (what a worker answers
 //! itself, [`shard_of`]) and `info.rs` (`INFO`).
 
@@ -36,7 +39,7 @@ mod worker;
 
 pub use commands::shard_of;
 pub use info::{ServerInfo, WorkerStats};
-pub use shard::{AofIdle, Batch, KeyShard, Req, TxLock, TxLocked, TxRun, Unblock};
+pub use shard::{AofIdle, Batch, KeyShard, Req, TxLock, TxLocked, TxRun, TxStep, Unblock};
 pub use worker::{Clients, KvWorker, Replies};
 
 use std::net::{SocketAddr, TcpListener};

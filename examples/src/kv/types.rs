@@ -338,19 +338,19 @@ impl Keyspace {
             },
             _ => return arity(cmd),
         };
+        // Redis' order: a missing source is nil, then each key's type.
+        match self.aggregate(src, Kind::List, false, now) {
+            Err(e) => return e,
+            Ok(None) => return Reply::Nil,
+            Ok(Some(_)) => {}
+        }
         if let Err(e) = self.aggregate(dst, Kind::List, false, now) {
             return e;
         }
         let popped = match self.aggregate(src, Kind::List, false, now) {
-            Err(e) => return e,
-            Ok(Some(Value::List(l))) => {
-                if from_left {
-                    l.pop_front()
-                } else {
-                    l.pop_back()
-                }
-            }
-            Ok(_) => None,
+            Ok(Some(Value::List(l))) if from_left => l.pop_front(),
+            Ok(Some(Value::List(l))) => l.pop_back(),
+            _ => None,
         };
         let Some(v) = popped else { return Reply::Nil };
         if let Ok(Some(Value::List(l))) = self.aggregate(dst, Kind::List, true, now) {

@@ -181,6 +181,11 @@ fn moves_float_increments_renamenx_msetnx_and_set_options_replay_to_the_same_sta
         &["SET", "g", "second", "GET"],
         &["SET", "g", "third", "NX", "GET"],   // no change
         &["SET", "past", "x", "PXAT", "1000"], // gone at once: not reborn at replay
+        &["SET", "old", "x"],
+        &["SET", "old", "y", "GET", "EXAT", "1"], // the same, with GET
+        &["RPUSH", "short", "e"],
+        &["PEXPIRE", "short", "50"],
+        &["RPOPLPUSH", "short", "kept"], // replayed after short's deadline
     ];
     for cmd in cmds {
         let args: Vec<Vec<u8>> = cmd.iter().map(|a| a.as_bytes().to_vec()).collect();
@@ -214,6 +219,8 @@ fn moves_float_increments_renamenx_msetnx_and_set_options_replay_to_the_same_sta
     );
     assert_eq!(run(ks, &["EXISTS", "t"]), Reply::Int(0), "KEEPTTL kept the deadline");
     assert_eq!(run(ks, &["GET", "g"]), b("second"));
-    assert_eq!(run(ks, &["EXISTS", "past"]), Reply::Int(0));
+    assert_eq!(run(ks, &["EXISTS", "past", "old"]), Reply::Int(0));
+    assert_eq!(run(ks, &["LRANGE", "kept", "0", "-1"]), items(&["e"]), "the element moved");
+    assert_eq!(run(ks, &["TTL", "kept"]), Reply::Int(-1));
     std::fs::remove_dir_all(&d).unwrap();
 }

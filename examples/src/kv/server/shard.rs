@@ -67,6 +67,9 @@ pub struct TxLock {
     pub(super) from: ActorRef<KvWorker>,
     pub(super) tx: u64,
     pub(super) conn: ConnId,
+    /// An `EXEC`: check (and forget) the connection's watched keys here.
+    /// A two-key command moving across shards leaves them alone.
+    pub(super) watch: bool,
 }
 impl Message for TxLock {
     type Reply = ();
@@ -80,6 +83,24 @@ pub struct TxLocked {
 }
 impl Message for TxLocked {
     type Reply = ();
+}
+
+/// Requests of the holder, run while the shard stays held (the reads of a
+/// two-key command moving across shards, before it decides its writes).
+pub struct TxStep {
+    pub(super) from: ActorRef<KvWorker>,
+    pub(super) reqs: Vec<Req>,
+}
+impl Message for TxStep {
+    type Reply = ();
+}
+
+impl Handler<TxStep> for KeyShard {
+    fn handle(&mut self, step: TxStep, ctx: &mut Context<Self>) {
+        debug_assert_eq!(self.locked_by.map(|(w, _)| w), Some(step.from.id()), "its holder");
+        let at = self.locked_at.unwrap_or_else(Instant::now);
+        self.run_batch_at(step.from, step.reqs, at, ctx);
+    }
 }
 
 /// The transaction's commands for this shard (none when it aborted); the
@@ -132,13 +153,30 @@ impl KeyShard {
         let now = Instant::now();
         self.locked_at = Some(now);
         let w = (l.from.id(), l.conn);
-        let dirty = self.watches.changed(w, now);
-        self.watches.forget(w);
+        let dirty = l.watch && self.watches.changed(w, now);
+        if l.watch {
+            self.watches.forget(w);
+        }
         // (A stopped worker: its transaction is gone, and so is the hold.)
         if l.from.tell(TxLocked { tx: l.tx, dirty }).is_err() {
             self.locked_by = None;
             self.locked_at = None;
         }
+    }
+}
+
+/// Whether a write that answered `reply` may have changed its keys (for
+/// `WATCH`): not an error, and not the answer of a conditional write that
+/// did nothing (Redis does not abort a watcher's `EXEC` for those).
+fn changed_something(cmd: &[u8], reply: &Reply) -> bool {
+    match reply {
+        Reply::Error(_) => false,
+        Reply::Int(0) => !matches!(
+            Lower::of(cmd).as_bytes(),
+            b"renamenx" | b"msetnx" | b"lpushx" | b"rpushx" | b"hsetnx" | b"setnx"
+        ),
+        Reply::Nil => !matches!(Lower::of(cmd).as_bytes(), b"lmove" | b"rpoplpush"),
+        _ => true,
     }
 }
 
@@ -438,6 +476,19 @@ impl KeyShard {
                     self.watches.forget(w);
                     Some(Reply::Simple("OK"))
                 }
+                // A move's read of a whole key: a `DEL`, then the commands
+                // that make it again (none: no such key) and its deadline.
+                b"rebuild-of" => {
+                    let key = &r.args[1];
+                    let mut cmds = self.space.rebuild(key, now);
+                    if let Some(at) = self.space.expires_at_unix_ms(key, now) {
+                        let at = at.to_string().into_bytes();
+                        cmds.push(vec![b"PEXPIREAT".to_vec(), key.clone(), at]);
+                    }
+                    let bulks =
+                        |c: Vec<Vec<u8>>| Reply::Array(c.into_iter().map(Reply::Bulk).collect());
+                    Some(Reply::Array(cmds.into_iter().map(bulks).collect()))
+                }
                 b"exec-watched" => {
                     let changed = self.watches.changed(w, now);
                     self.watches.forget(w);
@@ -455,7 +506,7 @@ impl KeyShard {
                 continue;
             }
             let ran = self.run(&mut r.args, now);
-            if matches!(&ran, Ran::Reply(reply) if !matches!(reply, Reply::Error(_))) {
+            if matches!(&ran, Ran::Reply(reply) if changed_something(&r.args[0], reply)) {
                 self.watches.touch(&r.args);
             }
             match ran {

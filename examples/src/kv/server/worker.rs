@@ -17,12 +17,15 @@ use super::commands::{
     transaction_step, wrong_arity, Step, CROSSSLOT,
 };
 use super::info::{ServerInfo, WorkerStats};
-use super::shard::{Batch, KeyShard, Req, ShardInfo, TxLock, TxLocked, TxRun, Unblock, MAX_QUEUED};
+use super::shard::{
+    Batch, KeyShard, Req, ShardInfo, TxLock, TxLocked, TxRun, TxStep, Unblock, MAX_QUEUED,
+};
 use crate::kv::engine::Keyspace;
 use crate::kv::pubsub::{self, Publish, Subscriptions};
 use crate::kv::resp::{self, Limits, Lower, Parsed, Reply};
 // ANCHOR_END: uses
 
+mod moves;
 mod subscribe;
 mod tx;
 
@@ -254,6 +257,9 @@ pub struct KvWorker {
     /// Shard holds to ask for once this turn's batches have gone (so that
     /// the requests before a transaction reach its shards first).
     pub(super) tx_out: Vec<(usize, TxLock)>,
+    /// `route` just started a move across shards (the request's
+    /// connection then waits for it, see `received`).
+    pub(super) moving: bool,
 }
 
 /// A transaction whose commands live on several shards.
@@ -270,6 +276,9 @@ pub(super) struct CrossTx {
     pub(super) reqs: Vec<Vec<Req>>,
     /// The queued commands' count (the watch check is the part after them).
     pub(super) count: usize,
+    /// A two-key command moving across shards, not an `EXEC` (see
+    /// `worker/moves.rs`).
+    pub(super) mv: Option<moves::Move>,
 }
 
 impl Actor for KvWorker {
@@ -370,6 +379,12 @@ impl Handler<Replies> for KvWorker {
     fn handle(&mut self, Replies(items): Replies, ctx: &mut Context<Self>) {
         let mut touched = Vec::new();
         for (conn, seq, part, reply) in items {
+            if moves::MOVE_PARTS.contains(&part) {
+                // A move's own read or write (`seq` is its transaction):
+                // it goes on even if its client is gone.
+                self.move_replied(seq, part, reply, ctx);
+                continue;
+            }
             if !self.clients.contains_key(&conn) {
                 continue;
             }
@@ -408,6 +423,7 @@ impl KvWorker {
             txs: HashMap::new(),
             next_tx: 1,
             tx_out: Vec::new(),
+            moving: false,
         }
     }
 
@@ -475,7 +491,13 @@ impl KvWorker {
                             Step::Run(args) if is_watch(&args[0]) => {
                                 self.watch(&mut c, conn, seq, args)
                             }
-                            Step::Run(args) => self.route(conn, seq, args),
+                            Step::Run(args) => {
+                                let p = self.route(conn, seq, args);
+                                // A move across shards: the next requests
+                                // wait for it, as for a transaction.
+                                c.in_tx = std::mem::take(&mut self.moving);
+                                p
+                            }
                         },
                     };
                     if !c.watch.is_empty() && c.multi.is_none() && forgets {
@@ -521,12 +543,13 @@ impl KvWorker {
         };
         match cmd.as_bytes() {
             c if args.len() >= 2 && single_key(c) => single(args, &mut self.outgoing),
-            // All keys on one shard, or Redis Cluster's refusal (the
-            // engine checks the exact argument count).
+            // All keys on one shard: one request there (the engine checks
+            // the exact argument count). On several: moved across them
+            // while they are all held (`worker/moves.rs`).
             b"rename" | b"renamenx" | b"rpoplpush" | b"lmove" | b"msetnx" if args.len() >= 3 => {
                 let shards = shards_of(&args, n);
                 if shards.iter().any(|&s| s != shards[0]) {
-                    return Pending::ready(Reply::Error(CROSSSLOT.into()));
+                    return self.move_across(conn, seq, args);
                 }
                 single(args, &mut self.outgoing)
             }
@@ -660,10 +683,11 @@ impl KvWorker {
         }
         // COUNT as the shard reads it (a bad one is the shard's error).
         let count = args
-            .iter()
-            .position(|a| a.eq_ignore_ascii_case(b"count"))
-            .and_then(|i| args.get(i + 1))
-            .and_then(|c| std::str::from_utf8(c).ok()?.parse::<usize>().ok())
+            .get(2..)
+            .unwrap_or_default()
+            .chunks(2)
+            .find(|o| o[0].eq_ignore_ascii_case(b"count"))
+            .and_then(|o| std::str::from_utf8(o.get(1)?).ok()?.parse::<usize>().ok())
             .unwrap_or(10);
         let mut from_top = args.clone();
         from_top[1] = b"0".to_vec();

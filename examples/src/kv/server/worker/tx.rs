@@ -14,8 +14,8 @@ impl Handler<TxLocked> for KvWorker {
         t.held += 1;
         t.dirty |= dirty;
         if t.held < t.shards.len() {
-            let (next, conn) = (t.shards[t.held], t.conn);
-            if self.shards[next].tell(TxLock { from: me, tx, conn }).is_err() {
+            let (next, conn, watch) = (t.shards[t.held], t.conn, t.mv.is_none());
+            if self.shards[next].tell(TxLock { from: me, tx, conn, watch }).is_err() {
                 self.end_tx(tx, Some("ERR shard unavailable"), ctx);
             }
             return;
@@ -32,7 +32,14 @@ impl KvWorker {
     /// next requests go on.
     pub(super) fn end_tx(&mut self, tx: u64, failed: Option<&str>, ctx: &Context<Self>) {
         let me = self.me.clone().expect("started");
-        let Some(t) = self.txs.remove(&tx) else { return };
+        let Some(mut t) = self.txs.remove(&tx) else { return };
+        if t.mv.is_some() {
+            if failed.is_none() && t.held == t.shards.len() {
+                return self.move_reads(tx, t, ctx);
+            }
+            // Its requests are its own reads: nothing to answer for them.
+            t.reqs.iter_mut().for_each(Vec::clear);
+        }
         let run = failed.is_none() && !t.dirty && t.held == t.shards.len();
         let instead = match failed {
             Some(e) => Reply::Error(e.into()),
@@ -174,8 +181,9 @@ impl KvWorker {
         let tx = self.next_tx;
         self.next_tx += 1;
         let from = self.me.clone().expect("started");
-        self.tx_out.push((shards[0], TxLock { from, tx, conn }));
-        self.txs.insert(tx, CrossTx { conn, seq, shards, held: 0, dirty: false, reqs, count });
+        self.tx_out.push((shards[0], TxLock { from, tx, conn, watch: true }));
+        let t = CrossTx { conn, seq, shards, held: 0, dirty: false, reqs, count, mv: None };
+        self.txs.insert(tx, t);
         let combine = Combine::Exec { watched: true, splits };
         Pending { left, parts, combine, done: None, resp3: false }
     }
