@@ -207,19 +207,21 @@ fn unix_now() -> Duration {
 }
 
 /// The Unix time in milliseconds of deadline `t`, to the nearest one (the
-/// two clocks are read a little apart, here and when `t` was set).
-fn unix_ms_of(now: Instant, t: Instant) -> u64 {
-    let at = unix_now() + t.saturating_duration_since(now);
+/// two clocks are read a little apart, here and when `t` was set). Read
+/// against the monotonic clock now, not a command's frozen `now` (a shard
+/// held for a transaction runs it at the instant it was taken).
+fn unix_ms_of(t: Instant) -> u64 {
+    let at = unix_now() + t.saturating_duration_since(Instant::now());
     u64::try_from((at.as_nanos() + 500_000) / 1_000_000).unwrap_or(u64::MAX)
 }
 
 /// The deadline for the absolute Unix time `at_ms` (EXPIREAT, SET EXAT,
 /// ...): `now` itself when that is already past. Computed from the Unix
-/// clock to the nanosecond, so that reading it back (`EXPIRETIME`) gives
-/// `at_ms` again, not a millisecond off.
+/// clock to the nanosecond and the monotonic clock now (see
+/// [`unix_ms_of`]), so that reading it back (`EXPIRETIME`) gives `at_ms`.
 fn at_unix_ms(now: Instant, at_ms: u64) -> Option<Instant> {
     match Duration::from_millis(at_ms).checked_sub(unix_now()) {
-        Some(left) => now.checked_add(left),
+        Some(left) => Instant::now().checked_add(left),
         None => Some(now),
     }
 }
@@ -229,7 +231,7 @@ impl Keyspace {
     /// it does not exist).
     pub fn expires_at_unix_ms(&mut self, key: &[u8], now: Instant) -> Option<u64> {
         let t = self.live(key, now)?.expires?;
-        Some(unix_ms_of(now, t))
+        Some(unix_ms_of(t))
     }
 
     /// When `key` expires (`None`: it does not, or it does not exist).
@@ -271,7 +273,7 @@ impl Keyspace {
             }
             out.extend(value_commands(k, &e.value));
             if let Some(t) = e.expires {
-                let at = unix_ms_of(now, t);
+                let at = unix_ms_of(t);
                 out.push(vec![b"PEXPIREAT".to_vec(), k.to_vec(), at.to_string().into_bytes()]);
             }
         }
@@ -562,7 +564,7 @@ impl Keyspace {
                     None => Reply::Int(-2),
                     Some(Entry { expires: None, .. }) => Reply::Int(-1),
                     Some(Entry { expires: Some(t), .. }) => {
-                        let at = i64::try_from(unix_ms_of(now, *t)).unwrap_or(i64::MAX);
+                        let at = i64::try_from(unix_ms_of(*t)).unwrap_or(i64::MAX);
                         Reply::Int(if cmd == "expiretime" { at / 1000 } else { at })
                     }
                 },

@@ -98,6 +98,13 @@ impl Message for TxStep {
 impl Handler<TxStep> for KeyShard {
     fn handle(&mut self, step: TxStep, ctx: &mut Context<Self>) {
         debug_assert_eq!(self.locked_by.map(|(w, _)| w), Some(step.from.id()), "its holder");
+        // A log in error refuses the move's writes here: its reads are
+        // refused already, so that no shard writes its part alone.
+        if let Some(aof) = self.aof.as_ref().filter(|a| a.error().is_some()) {
+            let refused = step.reqs.iter().map(|r| (r.conn, r.seq, r.part, aof.misconf()));
+            let _ = step.from.tell(Replies(refused.collect()));
+            return;
+        }
         let at = self.locked_at.unwrap_or_else(Instant::now);
         self.run_batch_at(step.from, step.reqs, at, ctx);
     }

@@ -132,7 +132,9 @@ impl KvWorker {
         let me = self.me.clone().expect("started");
         for (s, reqs) in t.shards.iter().zip(std::mem::take(&mut t.reqs)) {
             if self.shards[*s].tell(TxStep { from: me.clone(), reqs }).is_err() {
-                // A shard that stopped: nothing is moved, the others freed.
+                // A shard that stopped: nothing is moved, every held shard
+                // freed (`end_tx` frees one per entry of `reqs`).
+                t.reqs = t.shards.iter().map(|_| Vec::new()).collect();
                 self.txs.insert(tx, t);
                 return self.end_tx(tx, Some("ERR shard unavailable"), ctx);
             }
@@ -221,6 +223,11 @@ type Write = (usize, Vec<Vec<u8>>);
 /// What a move does, from its reads (as the command would on one
 /// keyspace): the client's reply and the writes, each with its shard.
 fn decide(args: &[Vec<u8>], reads: &[Reply], n: usize) -> (Reply, Vec<Write>) {
+    // A shard that refuses (its log in error: every read is refused there,
+    // see `TxStep`): nothing is written anywhere.
+    if let Some(e) = reads.iter().find(|r| matches!(r, Reply::Error(_))) {
+        return (e.clone(), Vec::new());
+    }
     let on = |k: &[u8]| shard_of(k, n);
     let wrongtype = || Reply::Error(crate::kv::engine::WRONGTYPE.into());
     let cmd = Lower::of(&args[0]);
