@@ -904,6 +904,56 @@ fn blpop_waits_as_shard_state_and_is_woken_by_a_push_from_another_client() {
         assert_eq!(moved, "m");
         assert_eq!(w.join().unwrap(), Some(("{q}jobs".into(), "m".into())), "{how}");
     }
+    // Blocking moves: at once when the source has an element; else a wait
+    // that a push ends, the element moved on (and serving a waiter there).
+    let _: () = pusher.rpush("{q}bs", &["a", "b"]).unwrap();
+    let got: String = cmd("BRPOPLPUSH").arg("{q}bs").arg("{q}bd").arg(1).query(&mut c).unwrap();
+    assert_eq!(got, "b");
+    let got: String = cmd("BLMOVE")
+        .arg("{q}bs")
+        .arg("{q}bd")
+        .arg("LEFT")
+        .arg("RIGHT")
+        .arg(1)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(got, "a");
+    assert_eq!(pusher.lrange::<_, Vec<String>>("{q}bd", 0, -1).unwrap(), ["b", "a"]);
+    let t0 = std::time::Instant::now();
+    let none: Option<String> =
+        cmd("BRPOPLPUSH").arg("{q}bs").arg("{q}bd").arg(0.2).query(&mut c).unwrap();
+    assert_eq!(none, None, "a timeout is a null bulk");
+    assert!(t0.elapsed() >= Duration::from_millis(190));
+    let mover = {
+        let mut w = client(&srv);
+        std::thread::spawn(move || {
+            let got: Option<String> = cmd("BLMOVE")
+                .arg("{q}bs")
+                .arg("{q}chain")
+                .arg("RIGHT")
+                .arg("LEFT")
+                .arg(0)
+                .query(&mut w)
+                .unwrap();
+            got
+        })
+    };
+    let popper = {
+        let mut w = client(&srv);
+        std::thread::spawn(move || {
+            let got: Option<(String, String)> = w.blpop("{q}chain", 0.0).unwrap();
+            got
+        })
+    };
+    std::thread::sleep(Duration::from_millis(150));
+    let _: () = pusher.rpush("{q}bs", "x").unwrap();
+    assert_eq!(mover.join().unwrap().as_deref(), Some("x"));
+    assert_eq!(popper.join().unwrap(), Some(("{q}chain".into(), "x".into())), "moved on");
+    assert_eq!(pusher.exists::<_, i64>(&["{q}bs", "{q}chain"]).unwrap(), 0);
+    let e = err_text(
+        cmd("BLMOVE").arg("{q}bs").arg("{q}bd").arg("UP").arg("LEFT").arg(0).query::<()>(&mut c),
+    );
+    assert!(e.contains("syntax"), "{e}");
     // A blocked client that goes away is never served: the push stays.
     {
         let mut gone = TcpStream::connect(srv.addr).unwrap();

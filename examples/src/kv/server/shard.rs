@@ -272,6 +272,9 @@ pub(super) struct Waiter {
     pub(super) keys: Vec<Vec<u8>>,
     /// `BLPOP` (else `BRPOP`).
     pub(super) left: bool,
+    /// `BRPOPLPUSH`/`BLMOVE`: the list it pushes onto, and at which end
+    /// (true: the head); the reply is then the element alone.
+    pub(super) dest: Option<(Vec<u8>, bool)>,
     pub(super) timer: Option<ringmail::TimerId>,
 }
 
@@ -319,10 +322,12 @@ impl Message for Unblock {
 /// What running one request on a shard gave.
 pub(super) enum Ran {
     Reply(Reply),
-    /// `BLPOP`/`BRPOP` found nothing: wait (0: for ever).
+    /// `BLPOP`/`BRPOP` found nothing: wait (0: for ever); `dest` for a
+    /// blocking move (see [`Waiter`]).
     Block {
         keys: Vec<Vec<u8>>,
         left: bool,
+        dest: Option<(Vec<u8>, bool)>,
         timeout: std::time::Duration,
     },
 }
@@ -521,7 +526,7 @@ impl KeyShard {
                     writes.push(self.logged() > before);
                     replies.push((r.conn, r.seq, r.part, reply));
                 }
-                Ran::Block { keys, left, timeout } => {
+                Ran::Block { keys, left, dest, timeout } => {
                     let id = self.blocked.next;
                     self.blocked.next += 1;
                     let timer = (!timeout.is_zero())
@@ -531,7 +536,7 @@ impl KeyShard {
                         self.blocked.by_key.entry(k.clone()).or_default().push_back(id);
                     }
                     let (from, conn, seq, part) = (batch.from.clone(), r.conn, r.seq, r.part);
-                    let w = Waiter { from, conn, seq, part, keys, left, timer };
+                    let w = Waiter { from, conn, seq, part, keys, left, dest, timer };
                     self.blocked.waiters.insert(id, w);
                 }
             }
@@ -543,7 +548,8 @@ impl KeyShard {
                 // The list a command may have pushed to (or put in place).
                 let key = match Lower::of(&r.args[0]).as_bytes() {
                     b"lpush" | b"rpush" => r.args.get(1),
-                    b"rename" | b"renamenx" | b"rpoplpush" | b"lmove" => r.args.get(2),
+                    b"rename" | b"renamenx" | b"rpoplpush" | b"lmove" | b"brpoplpush"
+                    | b"blmove" => r.args.get(2),
                     _ => None,
                 };
                 pushed.extend(key.cloned());
@@ -576,6 +582,7 @@ impl KeyShard {
         match cmd.as_bytes() {
             b"info" => return Ran::Reply(shard_info(&self.space, self.aof.as_ref(), now)),
             b"blpop" | b"brpop" => return self.blocking_pop(cmd.as_bytes() == b"blpop", args, now),
+            b"brpoplpush" | b"blmove" => return self.blocking_move(args, now),
             _ => {}
         }
         match self.aof.as_mut() {
@@ -623,7 +630,66 @@ impl KeyShard {
                 _ => {}
             }
         }
-        Ran::Block { keys: keys.to_vec(), left, timeout }
+        Ran::Block { keys: keys.to_vec(), left, dest: None, timeout }
+    }
+
+    /// `BRPOPLPUSH src dst timeout` / `BLMOVE src dst LEFT|RIGHT
+    /// LEFT|RIGHT timeout` (both keys on this shard): `LMOVE` now if `src`
+    /// has an element, else a wait on `src` that moves one when it comes.
+    pub(super) fn blocking_move(&mut self, args: &[Vec<u8>], now: Instant) -> Ran {
+        let side = |s: &[u8]| match s.to_ascii_lowercase().as_slice() {
+            b"left" => Some(true),
+            b"right" => Some(false),
+            _ => None,
+        };
+        let (src, dst, from, to, timeout) = match args {
+            [n, src, dst, t] if n.eq_ignore_ascii_case(b"brpoplpush") => (src, dst, false, true, t),
+            [n, src, dst, f, d, t] if n.eq_ignore_ascii_case(b"blmove") => {
+                match (side(f), side(d)) {
+                    (Some(f), Some(d)) => (src, dst, f, d, t),
+                    _ => return Ran::Reply(Reply::Error("ERR syntax error".into())),
+                }
+            }
+            _ => return Ran::Reply(wrong_arity(Lower::of(&args[0]).as_str())),
+        };
+        let timeout = match std::str::from_utf8(timeout).ok().and_then(|t| t.parse::<f64>().ok()) {
+            Some(s) if s < 0.0 => {
+                return Ran::Reply(Reply::Error("ERR timeout is negative".into()))
+            }
+            Some(s) if s.is_finite() && s < 1e9 => std::time::Duration::from_secs_f64(s),
+            _ => {
+                return Ran::Reply(Reply::Error(
+                    "ERR timeout is not a float or out of range".into(),
+                ))
+            }
+        };
+        if let Some(aof) = self.aof.as_ref().filter(|a| a.error().is_some()) {
+            return Ran::Reply(aof.misconf());
+        }
+        match self.move_one(src, dst, from, to, now) {
+            Reply::Nil => Ran::Block {
+                keys: vec![src.clone()],
+                left: from,
+                dest: Some((dst.clone(), to)),
+                timeout,
+            },
+            reply => Ran::Reply(reply),
+        }
+    }
+
+    /// `LMOVE src dst` at the given ends, logged and seen by watchers: the
+    /// element, nil when `src` has none, or WRONGTYPE.
+    fn move_one(&mut self, src: &[u8], dst: &[u8], from: bool, to: bool, now: Instant) -> Reply {
+        let end = |left: bool| if left { b"LEFT".to_vec() } else { b"RIGHT".to_vec() };
+        let args = vec![b"LMOVE".to_vec(), src.to_vec(), dst.to_vec(), end(from), end(to)];
+        let reply = self.space.execute(&args, now).unwrap_or(Reply::Nil);
+        if let Some(aof) = self.aof.as_mut() {
+            aof.record(&mut self.space, &args, &reply, now);
+        }
+        if matches!(reply, Reply::Bulk(_)) {
+            self.watches.touch(&args);
+        }
+        reply
     }
 
     /// Pops the head (or tail) of the list at `k`, logging it: the value,
@@ -643,17 +709,40 @@ impl KeyShard {
     /// Serves the clients blocked on `key`, first come first served, while
     /// its list has elements.
     pub(super) fn serve_blocked(&mut self, key: &[u8], now: Instant, ctx: &Context<Self>) {
+        let mut pushed_to = Vec::new();
         while let Some(&id) = self.blocked.by_key.get(key).and_then(|q| q.front()) {
-            let left = self.blocked.waiters.get(&id).is_none_or(|w| w.left);
+            let (left, dest) = match self.blocked.waiters.get(&id) {
+                Some(w) => (w.left, w.dest.clone()),
+                None => (true, None),
+            };
             let before = self.logged();
-            let Some(Reply::Bulk(v)) = self.pop(key, left, now) else { return };
+            let reply = match &dest {
+                // A blocking move: the element moves on, and is the reply.
+                Some((dst, to)) => match self.move_one(key, dst, left, *to, now) {
+                    Reply::Bulk(v) => {
+                        pushed_to.push(dst.clone());
+                        Reply::Bulk(v)
+                    }
+                    Reply::Error(e) => Reply::Error(e), // dst of another type now
+                    _ => return,
+                },
+                None => {
+                    let Some(Reply::Bulk(v)) = self.pop(key, left, now) else { return };
+                    Reply::Array(vec![Reply::Bulk(key.to_vec()), Reply::Bulk(v)])
+                }
+            };
             let w = self.blocked.remove(id).expect("queued waiters exist");
             if let Some(t) = w.timer {
                 ctx.cancel_timer(t);
             }
-            let reply = Reply::Array(vec![Reply::Bulk(key.to_vec()), Reply::Bulk(v)]);
             let wrote = self.logged() > before;
             self.send(w.from, vec![(w.conn, w.seq, w.part, reply)], vec![wrote], ctx);
+        }
+        // Elements moved onto other lists may serve their waiters in turn.
+        for dst in pushed_to {
+            if dst.as_slice() != key {
+                self.serve_blocked(&dst, now, ctx);
+            }
         }
     }
 
@@ -683,7 +772,9 @@ impl KeyShard {
 impl Handler<BlockTimeout> for KeyShard {
     fn handle(&mut self, BlockTimeout(id): BlockTimeout, ctx: &mut Context<Self>) {
         if let Some(w) = self.blocked.remove(id) {
-            let replies = vec![(w.conn, w.seq, w.part, Reply::NullArray)];
+            // A blocking move times out with a null bulk, a pop with a null array.
+            let none = if w.dest.is_some() { Reply::Nil } else { Reply::NullArray };
+            let replies = vec![(w.conn, w.seq, w.part, none)];
             self.send(w.from, replies, vec![false], ctx);
         }
     }

@@ -559,9 +559,15 @@ impl KvWorker {
             // Blocking pops: all keys on one shard (Redis Cluster's rule),
             // which keeps the request until it can answer.
             b"blpop" | b"brpop" if args.len() < 3 => Pending::ready(wrong_arity(cmd.as_str())),
-            b"blpop" | b"brpop" => {
-                let mut shards: Vec<usize> =
-                    args[1..args.len() - 1].iter().map(|k| shard_of(k, n)).collect();
+            b"brpoplpush" if args.len() != 4 => Pending::ready(wrong_arity(cmd.as_str())),
+            b"blmove" if args.len() != 6 => Pending::ready(wrong_arity(cmd.as_str())),
+            b"blpop" | b"brpop" | b"brpoplpush" | b"blmove" => {
+                // Its keys: a pop's all but the timeout, a move's two.
+                let keys = match cmd.as_bytes() {
+                    b"brpoplpush" | b"blmove" => &args[1..3],
+                    _ => &args[1..args.len() - 1],
+                };
+                let mut shards: Vec<usize> = keys.iter().map(|k| shard_of(k, n)).collect();
                 shards.sort_unstable();
                 shards.dedup();
                 if shards.len() > 1 {
