@@ -48,6 +48,16 @@ const COMMANDS: &[&str] = &[
     "scard",
 ];
 
+/// A list end as `LMOVE` names it: `LEFT` (true) or `RIGHT` (false), any
+/// case.
+pub(super) fn side(s: &[u8]) -> Option<bool> {
+    match s.to_ascii_lowercase().as_slice() {
+        b"left" => Some(true),
+        b"right" => Some(false),
+        _ => None,
+    }
+}
+
 /// Whether `cmd` (lower case) is a hash, list or set command.
 pub fn is_type_command(cmd: &str) -> bool {
     COMMANDS.contains(&cmd)
@@ -325,11 +335,6 @@ impl Keyspace {
     /// (which may be `src`: a rotation). Both keys are checked for their
     /// type before anything moves, as Redis does.
     fn lmove(&mut self, cmd: &str, a: &[Vec<u8>], now: Instant) -> Reply {
-        let side = |s: &[u8]| match s.to_ascii_lowercase().as_slice() {
-            b"left" => Some(true),
-            b"right" => Some(false),
-            _ => None,
-        };
         let (src, dst, from_left, to_left) = match (cmd, a) {
             ("rpoplpush", [src, dst]) => (src, dst, false, true),
             ("lmove", [src, dst, from, to]) => match (side(from), side(to)) {

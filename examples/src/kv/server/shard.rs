@@ -13,6 +13,7 @@ use super::worker::{KvWorker, Replies};
 use crate::kv::aof::{is_write, Aof, AofIo};
 use crate::kv::engine::Keyspace;
 use crate::kv::resp::{Lower, Reply};
+use crate::kv::types::side;
 
 /// Most replies and pushes one connection may have queued (pipelined
 /// requests not answered yet, publications behind them).
@@ -169,6 +170,15 @@ impl KeyShard {
             self.locked_by = None;
             self.locked_at = None;
         }
+    }
+}
+
+/// A blocking command's timeout in seconds (0: for ever), or Redis' error.
+fn block_timeout(t: &[u8]) -> Result<std::time::Duration, Reply> {
+    match std::str::from_utf8(t).ok().and_then(|t| t.parse::<f64>().ok()) {
+        Some(s) if s < 0.0 => Err(Reply::Error("ERR timeout is negative".into())),
+        Some(s) if s.is_finite() && s < 1e9 => Ok(std::time::Duration::from_secs_f64(s)),
+        _ => Err(Reply::Error("ERR timeout is not a float or out of range".into())),
     }
 }
 
@@ -604,17 +614,9 @@ impl KeyShard {
         if keys.is_empty() {
             return Ran::Reply(wrong_arity(name));
         }
-        let secs = std::str::from_utf8(timeout).ok().and_then(|t| t.parse::<f64>().ok());
-        let timeout = match secs {
-            Some(s) if s < 0.0 => {
-                return Ran::Reply(Reply::Error("ERR timeout is negative".into()))
-            }
-            Some(s) if s.is_finite() && s < 1e9 => std::time::Duration::from_secs_f64(s),
-            _ => {
-                return Ran::Reply(Reply::Error(
-                    "ERR timeout is not a float or out of range".into(),
-                ))
-            }
+        let timeout = match block_timeout(timeout) {
+            Ok(t) => t,
+            Err(e) => return Ran::Reply(e),
         };
         if let Some(aof) = self.aof.as_ref() {
             if aof.error().is_some() {
@@ -637,11 +639,6 @@ impl KeyShard {
     /// LEFT|RIGHT timeout` (both keys on this shard): `LMOVE` now if `src`
     /// has an element, else a wait on `src` that moves one when it comes.
     pub(super) fn blocking_move(&mut self, args: &[Vec<u8>], now: Instant) -> Ran {
-        let side = |s: &[u8]| match s.to_ascii_lowercase().as_slice() {
-            b"left" => Some(true),
-            b"right" => Some(false),
-            _ => None,
-        };
         let (src, dst, from, to, timeout) = match args {
             [n, src, dst, t] if n.eq_ignore_ascii_case(b"brpoplpush") => (src, dst, false, true, t),
             [n, src, dst, f, d, t] if n.eq_ignore_ascii_case(b"blmove") => {
@@ -652,16 +649,9 @@ impl KeyShard {
             }
             _ => return Ran::Reply(wrong_arity(Lower::of(&args[0]).as_str())),
         };
-        let timeout = match std::str::from_utf8(timeout).ok().and_then(|t| t.parse::<f64>().ok()) {
-            Some(s) if s < 0.0 => {
-                return Ran::Reply(Reply::Error("ERR timeout is negative".into()))
-            }
-            Some(s) if s.is_finite() && s < 1e9 => std::time::Duration::from_secs_f64(s),
-            _ => {
-                return Ran::Reply(Reply::Error(
-                    "ERR timeout is not a float or out of range".into(),
-                ))
-            }
+        let timeout = match block_timeout(timeout) {
+            Ok(t) => t,
+            Err(e) => return Ran::Reply(e),
         };
         if let Some(aof) = self.aof.as_ref().filter(|a| a.error().is_some()) {
             return Ran::Reply(aof.misconf());

@@ -27,6 +27,7 @@
 
 // The worker's own room: its types, imports and helpers.
 use super::*;
+use crate::kv::types::side;
 
 /// Parts of a move's own requests: writes below [`MOVE_READ`], reads
 /// from it (a read's index added). `u32::MAX` (an `UNWATCH`) is neither.
@@ -45,15 +46,6 @@ pub(in crate::kv::server) struct Move {
     /// The client's reply, once decided; given when `writes_left` is 0.
     reply: Option<Reply>,
     writes_left: usize,
-}
-
-/// `LEFT` (true) or `RIGHT` (false), any case.
-fn side(s: &[u8]) -> Option<bool> {
-    match s.to_ascii_lowercase().as_slice() {
-        b"left" => Some(true),
-        b"right" => Some(false),
-        _ => None,
-    }
 }
 
 fn bulk(s: &[u8]) -> Vec<u8> {
@@ -207,13 +199,7 @@ impl KvWorker {
         let Some(t) = self.txs.remove(&tx) else { return };
         let reply = t.mv.and_then(|m| m.reply).unwrap_or(Reply::Nil);
         self.fill(t.conn, t.seq, 0, reply);
-        if let Some(c) = self.clients.get_mut(&t.conn) {
-            c.in_tx = false;
-            self.received(t.conn, &[]);
-        }
-        self.answer(t.conn, ctx);
-        self.send_batches(ctx);
-        self.conns.flush(ctx);
+        self.resume(t.conn, ctx);
     }
 }
 

@@ -70,12 +70,17 @@ impl KvWorker {
             None => Reply::Simple("OK"),
         };
         self.fill(t.conn, t.seq, t.count as u32, check);
-        // The connection's next requests, behind the transaction's.
-        if let Some(c) = self.clients.get_mut(&t.conn) {
+        self.resume(t.conn, ctx);
+    }
+
+    /// A transaction or move of `conn` ended: its next requests, parsed
+    /// and sent behind it, and its replies written.
+    pub(super) fn resume(&mut self, conn: ConnId, ctx: &Context<Self>) {
+        if let Some(c) = self.clients.get_mut(&conn) {
             c.in_tx = false;
-            self.received(t.conn, &[]);
+            self.received(conn, &[]);
         }
-        self.answer(t.conn, ctx);
+        self.answer(conn, ctx);
         self.send_batches(ctx);
         self.conns.flush(ctx);
     }
