@@ -20,9 +20,12 @@
 //!   `MSG_RING` is sent (it has a reserved CQ entry, so it never needs a credit).
 //!
 //! An fd hand-off is a parcel that always takes the ring path: it needs a CQ
-//! credit and one free slot of the receiver's kernel allocation range (so a
-//! receiver that lags makes hand-offs wait, never fail with `ENFILE`);
-//! lacking either, it parks on the sender until a later flush.
+//! credit and one free slot of the receiver's kernel allocation range (so the
+//! kernel never answers `ENFILE`). Lacking a credit, it parks on the sender
+//! until a later flush (the receiver's loop gives credits back by itself);
+//! lacking a slot, it is handed back at once with `NoFreeSlot`, since only
+//! the receiver's owner frees slots and the lane's later parcels must not
+//! wait for that.
 //!
 //! The receiver hands every parcel to the sender's `reorder::Reorder`, which
 //! releases parcels strictly by sequence number. fd hand-offs are parcels too

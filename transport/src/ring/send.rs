@@ -1,7 +1,7 @@
 //! The sending side: lanes, batching and routing.
 //!
 //! Each target has one [`OutLane`]: the next sequence number, the batch still
-//! pending, and the fd hand-offs parked for want of a slot or a credit.
+//! pending, and the fd hand-offs parked for want of a credit.
 //! What this file keeps:
 //!
 //! * a message is accepted only after room was reserved in the target's
@@ -14,8 +14,11 @@
 //!   queue, and the sender that raised the doorbell flag owes the doorbell,
 //!   retried from `bells` until it is sent;
 //! * fd hand-offs never use the fallback queue: they wait parked, in lane
-//!   order, until the target has a free slot and a credit, with at most
-//!   `io_reserve / 2` (at least one) in flight;
+//!   order, for a CQ credit of the target and for room under this ring's
+//!   bound of `io_reserve / 2` (at least one) in flight; both come back
+//!   without anything from the receiver's owner. A hand-off that finds no
+//!   free slot in the target's table does not wait: it comes back with
+//!   `NoFreeSlot`, and the lane's later parcels go on;
 //! * a parcel address is taken back from the kernel's user data here only
 //!   when no SQE carrying it was pushed;
 //! * a refused parcel releases its reservation and its messages come back to
@@ -82,9 +85,12 @@ impl<T: Send + 'static> Ring<T> {
     /// Moves `fd` (a slot of this ring's table) to `to`, with `msg`.
     ///
     /// The receiver gets [`Event::Fd`] in order with the other messages from
-    /// this ring. If the kernel refuses (no free slot in the receiver's
-    /// table, receiver gone), the fd and message come back as
-    /// [`Event::Returned`]. On `Err`, both are handed back at once
+    /// this ring. The hand-off may wait on this ring for a CQ credit of the
+    /// receiver (its ring loop gives them back) or for this ring's in-flight
+    /// bound, but never for the receiver to free a slot of its table: with
+    /// none free, the fd and message come back as [`Event::Returned`] with
+    /// [`ReturnReason::NoFreeSlot`] and later messages are not held behind
+    /// it. They also come back if the kernel refuses or the receiver is gone. On `Err`, both are handed back at once
     /// (`SendError::Closed` also when `fd` belongs to another ring).
     pub fn send_fd(
         &mut self,
@@ -290,9 +296,13 @@ impl<T: Send + 'static> Ring<T> {
         if target.core.is_closing() {
             return self.refuse(target, *parcel, ReturnReason::ReceiverClosed);
         }
-        // A free slot in the receiver's table, then a CQ credit.
+        // A free slot in the receiver's table, then a CQ credit. Without a
+        // slot it comes back at once: the receiver's table frees only when
+        // its owner drops files, which may be never, and the lane's later
+        // parcels must not wait behind it (they would hold the receiver's
+        // capacity in its reorder step).
         if !target.take_fd_slot() {
-            return self.park(parcel);
+            return self.refuse(target, *parcel, ReturnReason::NoFreeSlot);
         }
         match target.core.take_credit() {
             Credit::Granted => {
@@ -372,9 +382,9 @@ impl<T: Send + 'static> Ring<T> {
                     continue;
                 }
                 if !target.take_fd_slot() {
-                    self.out.get_mut(&id).expect("lane").parked.push_front(parcel);
-                    self.parked += 1;
-                    break;
+                    // As in `route_fd`: a full table hands it back.
+                    self.refuse(&target, *parcel, ReturnReason::NoFreeSlot);
+                    continue;
                 }
                 match target.core.take_credit() {
                     Credit::Granted => {

@@ -181,23 +181,112 @@ fn fd_moves_between_rings_and_closes_with_its_owner() {
 }
 
 #[test]
-fn fd_handoffs_wait_for_a_free_slot_instead_of_failing() {
-    // The receiver's kernel allocation range has a single slot: the second
-    // hand-off must wait (parked on the sender) until the first is dropped,
-    // never fail with ENFILE, and order must hold.
-    let mut rx = Ring::<u32>::with_config(RingConfig::default().fixed_files(2)).unwrap();
+fn an_fd_handoff_to_a_full_table_comes_back_and_the_lane_goes_on() {
+    // The receiver has two slots for incoming fds and keeps both files. The
+    // sender's third hand-off must not hold its lane: it comes back to the
+    // sender at once with `NoFreeSlot` (the fd with it, still open), the 100
+    // messages sent behind it arrive in order without the receiver freeing
+    // anything, and an unrelated sender finds room in the 103-message mailbox.
+    let cfg = RingConfig::default().fixed_files(4).mailbox_capacity(103);
+    let mut rx = Ring::<u32>::with_config(cfg).unwrap();
     let a = rx.addr();
     let mut tx = Ring::<u32>::new().unwrap();
-    let (_r1, w1) = pipe();
-    let (_r2, w2) = pipe();
-    let f1 = tx.register_fd(w1).map_err(|(e, _)| e).unwrap();
-    let f2 = tx.register_fd(w2).map_err(|(e, _)| e).unwrap();
-    tx.send_fd(&a, f1, 1).unwrap();
-    tx.send_fd(&a, f2, 2).unwrap();
-    tx.send(&a, 3).unwrap();
-    let order = pump_pair(&mut tx, &mut rx, 3);
-    assert_eq!(order, vec![1, 2, 3]);
+    let mut reads = Vec::new();
+    for i in 0..3 {
+        let (r, w) = pipe();
+        reads.push(r);
+        let fd = tx.register_fd(w).map_err(|(e, _)| e).unwrap();
+        tx.send_fd(&a, fd, i).unwrap();
+    }
+    for i in 100..200 {
+        tx.send(&a, i).unwrap();
+    }
+    tx.flush().unwrap();
+    let mut kept = Vec::new();
+    let mut got = Vec::new();
+    let mut back = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while got.len() < 102 || back.is_empty() {
+        assert!(Instant::now() < deadline, "stuck: received {got:?}, handed back {back:?}");
+        let mut evs = Vec::new();
+        tx.wait(&mut evs, Some(Duration::from_millis(2))).unwrap();
+        for e in evs.drain(..) {
+            match e {
+                Event::Returned { msg, fd: Some(fd), reason: ReturnReason::NoFreeSlot } => {
+                    assert!(tx.owns(&fd), "the fd comes back into the sender's table");
+                    back.push((msg, fd));
+                }
+                _ => panic!("only the third hand-off comes back"),
+            }
+        }
+        rx.wait(&mut evs, Some(Duration::from_millis(2))).unwrap();
+        for e in evs {
+            match e {
+                Event::Fd { msg, fd } => {
+                    got.push(msg);
+                    kept.push(fd); // never freed while the test runs
+                }
+                Event::Message(m) => got.push(m),
+                _ => panic!("unexpected event on the receiver"),
+            }
+        }
+    }
+    let mut expect = vec![0, 1];
+    expect.extend(100..200);
+    assert_eq!(got, expect, "everything but the refused hand-off, in send order");
+    assert_eq!(back.iter().map(|(m, _)| *m).collect::<Vec<_>>(), [2]);
+    assert_eq!(tx.fds_in_flight(), 0, "nothing parked on the sender");
+    assert_eq!(a.queued(), 0, "nothing held against the receiver's capacity");
+    let mut other = Ring::<u32>::new().unwrap();
+    for i in 0..103 {
+        other.send(&a, i).unwrap_or_else(|e| panic!("an unrelated sender got {e:?} at {i}"));
+    }
+    // The handed-back file is open (its pipe has no EOF) until dropped.
+    let mut b = [0u8; 1];
+    let rd = |r: &OwnedFd, b: &mut [u8; 1]| {
+        // SAFETY: reading one byte into a valid local buffer.
+        unsafe { libc::read(std::os::fd::AsRawFd::as_raw_fd(r), b.as_mut_ptr().cast(), 1) }
+    };
+    assert_eq!(rd(&reads[2], &mut b), -1, "still open: no data, no EOF");
+    drop(back);
+    tx.flush().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while rd(&reads[2], &mut b) != 0 {
+        assert!(Instant::now() < deadline, "the handed-back fd was never closed");
+        tx.wait(&mut Vec::new(), Some(Duration::from_millis(2))).unwrap();
+    }
+    drop(kept);
+}
+
+#[test]
+fn fd_handoffs_over_the_in_flight_bound_wait_in_order() {
+    // The sender lets at most 4 hand-offs be in flight (io_reserve 8): the
+    // rest park on it and leave as earlier ones settle, in lane order with
+    // the data message behind them.
+    let mut rx = Ring::<u32>::with_config(RingConfig::default().fixed_files(64)).unwrap();
+    let a = rx.addr();
+    let mut tx = Ring::<u32>::with_config(RingConfig::default().cq_entries(32)).unwrap();
+    let mut keep = Vec::new();
+    for i in 0..20 {
+        let (r, w) = pipe();
+        keep.push(r);
+        let fd = tx.register_fd(w).map_err(|(e, _)| e).unwrap();
+        tx.send_fd(&a, fd, i).unwrap();
+    }
+    assert!(tx.fds_in_flight() > 4, "some hand-offs parked");
+    tx.send(&a, 100).unwrap();
+    let got = pump_pair(&mut tx, &mut rx, 21);
+    let mut expect: Vec<u32> = (0..20).collect();
+    expect.push(100);
+    assert_eq!(got, expect);
     assert_eq!(tx.fds_in_flight(), 0);
+    // Every pipe's write end went through exactly one owner and is closed.
+    for r in &keep {
+        let mut b = [0u8; 1];
+        // SAFETY: reading one byte into a valid local buffer.
+        let n = unsafe { libc::read(std::os::fd::AsRawFd::as_raw_fd(r), b.as_mut_ptr().cast(), 1) };
+        assert_eq!(n, 0);
+    }
 }
 
 #[test]
@@ -243,35 +332,6 @@ fn busy_poll_receives() {
     });
     assert_eq!(messages(drain_until(&mut rx, 1)), vec![7]);
     t.join().unwrap();
-}
-
-#[test]
-fn many_fd_handoffs_through_one_free_slot_keep_order() {
-    // Receiver: one slot in its kernel range. Sender: at most 4 fd hand-offs
-    // in flight (io_reserve 8). 20 hand-offs then a data message: each waits
-    // for the slot the previous one frees; all arrive, in order.
-    let mut rx = Ring::<u32>::with_config(RingConfig::default().fixed_files(2)).unwrap();
-    let a = rx.addr();
-    let mut tx = Ring::<u32>::with_config(RingConfig::default().cq_entries(32)).unwrap();
-    let mut keep = Vec::new();
-    for i in 0..20 {
-        let (r, w) = pipe();
-        keep.push(r);
-        let fd = tx.register_fd(w).map_err(|(e, _)| e).unwrap();
-        tx.send_fd(&a, fd, i).unwrap();
-    }
-    tx.send(&a, 100).unwrap();
-    let got = pump_pair(&mut tx, &mut rx, 21);
-    let mut expect: Vec<u32> = (0..20).collect();
-    expect.push(100);
-    assert_eq!(got, expect);
-    // Every pipe's write end went through exactly one owner and is closed.
-    for r in &keep {
-        let mut b = [0u8; 1];
-        // SAFETY: reading one byte into a valid local buffer.
-        let n = unsafe { libc::read(std::os::fd::AsRawFd::as_raw_fd(r), b.as_mut_ptr().cast(), 1) };
-        assert_eq!(n, 0);
-    }
 }
 
 #[test]
@@ -510,13 +570,14 @@ fn an_address_reports_its_ring_capacity_backlog_and_close() {
 
 #[test]
 fn an_fd_handoff_that_waits_for_cq_credit_gives_its_table_slot_back() {
-    // One slot in the receiver's range and a small CQ: the data messages
-    // ahead take every CQ credit, so each hand-off behind them takes the
+    // Eight slots in the receiver's range and a small CQ: the data messages
+    // ahead take every CQ credit, so each hand-off behind them takes a
     // table slot, finds no credit, and must give the slot back before it
-    // waits; a slot kept would leave every later hand-off waiting for good
-    // (cargo-mutants: `return_fd_slot` made a no-op survived every test).
+    // waits (again at every retry); slots kept would soon leave none, and
+    // a later hand-off would come back `NoFreeSlot` (cargo-mutants:
+    // `return_fd_slot` made a no-op survived every test).
     let mut rx =
-        Ring::<u32>::with_config(RingConfig::default().fixed_files(2).cq_entries(16)).unwrap();
+        Ring::<u32>::with_config(RingConfig::default().fixed_files(16).cq_entries(16)).unwrap();
     let a = rx.addr();
     let mut tx = Ring::<u32>::with_config(RingConfig::default().cq_entries(32)).unwrap();
     let mut keep = Vec::new();
