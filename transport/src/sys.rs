@@ -115,6 +115,23 @@ pub(crate) fn push_msg_fd(
     Ok(())
 }
 
+/// `IOSQE_IO_LINK`, `IOSQE_IO_HARDLINK` and `IOSQE_CQE_SKIP_SUCCESS`: the
+/// SQE flags a user's entry must not carry (see [`crate::Ring::push_io`]).
+pub(crate) const FORBIDDEN_USER_FLAGS: u8 = squeue::Flags::IO_LINK.bits()
+    | squeue::Flags::IO_HARDLINK.bits()
+    | squeue::Flags::SKIP_SUCCESS.bits();
+
+/// The `flags` byte of an entry (`IOSQE_*`), which the io-uring crate sets
+/// but does not let us read.
+pub(crate) fn sqe_flags(e: &squeue::Entry) -> u8 {
+    const _: () = assert!(std::mem::size_of::<squeue::Entry>() == 64);
+    // SAFETY: `squeue::Entry` is `#[repr(C)]` around the kernel's
+    // `io_uring_sqe` (its only field), whose layout starts with `opcode: u8`
+    // then `flags: u8`; so byte 1 of the entry is initialised and is the
+    // flags. The pointer comes from a live reference and is read at once.
+    unsafe { *(e as *const squeue::Entry as *const u8).add(1) }
+}
+
 /// Pushes an SQE built by the user.
 ///
 /// # Safety

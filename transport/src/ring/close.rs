@@ -8,8 +8,11 @@
 //! drain runs, parcels still held in reorder buffers go back to their origin,
 //! and the close epoch is bumped so that senders prune their lanes to it.
 //! Dropping a ring sends what it accepted for others first, hands back what
-//! it did not deliver, ends each of its lanes, and empties its fixed-file
-//! table so no file outlives it.
+//! it did not deliver, ends each of its lanes, cancels its own pending I/O and
+//! waits for each operation's final completion (an address keeps the ring
+//! file, and so its operations, alive: the kernel's own teardown of the ring
+//! may come much later), and empties its fixed-file table so no file
+//! outlives it.
 
 use std::mem;
 use std::sync::atomic::Ordering;
@@ -173,6 +176,11 @@ impl<T: Send + 'static> Drop for Ring<T> {
             let _ = self.submit_now();
             let _ = self.poll_kernel(); // reaped while submitting: handle it
         }
+        // The ring's own I/O: an address keeps the ring file, and so every
+        // pending operation, alive; cancel them and wait for their ends, so
+        // that no buffer they name is touched after this drop and an armed
+        // accept stops taking connections.
+        self.cancel_all_io();
         self.fds.shut();
         // Addresses keep the ring file alive through their duplicate fd:
         // empty the fixed-file table now so no file outlives its owner.

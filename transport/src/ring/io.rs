@@ -55,21 +55,39 @@ impl<T: Send + 'static> Ring<T> {
     /// `user_data` is overwritten. Keep at most `io_reserve` completions
     /// outstanding, so that I/O never competes with messages for CQ space.
     ///
+    /// Dropping the ring cancels every operation still pending (this one
+    /// included) and returns only after the kernel posted each one's final
+    /// completion: once the ring is gone, the kernel touches none of the
+    /// memory its operations named, and an armed accept or receive has
+    /// stopped (addresses to the ring keep its file, and so its pending
+    /// operations, alive; the drop does not rely on the file going away).
+    ///
+    /// # Panics
+    /// When `token` is not below 2^61, or the entry carries `IO_LINK`,
+    /// `IO_HARDLINK` or `CQE_SKIP_SUCCESS`: a chain would continue into the
+    /// ring's own message SQEs, whose failure handling relies on their CQEs,
+    /// and an operation that succeeds silently would leave the ring's drop
+    /// waiting for a completion that never comes.
+    ///
     /// # Safety
     /// Every buffer or other memory the entry references must stay valid
     /// (and unaliased where the kernel writes) until its final completion has
-    /// been returned by `wait`. Keep at most `io_reserve / 2` I/O completions
-    /// outstanding (fd hand-offs use the other half). The entry must not
-    /// select buffers from group 0 (`IOSQE_BUFFER_SELECT`): that group is
-    /// [`recv_multi`](Ring::recv_multi)'s. The entry must not carry `IO_LINK` or
-    /// `IO_HARDLINK`: the chain would continue into the ring's own message
-    /// SQEs, whose failure handling relies on their CQEs. `token` must be
-    /// below 2^61.
+    /// been returned by `wait`, or until the ring has been dropped. Keep at
+    /// most `io_reserve / 2` I/O completions outstanding (fd hand-offs use
+    /// the other half). The entry must not select buffers from group 0
+    /// (`IOSQE_BUFFER_SELECT`): that group is
+    /// [`recv_multi`](Ring::recv_multi)'s.
     pub unsafe fn push_io(&mut self, entry: squeue::Entry, token: u64) -> Result<(), PushError> {
         assert!(token < 1 << 61, "push_io token must be below 2^61");
+        assert!(
+            sys::sqe_flags(&entry) & sys::FORBIDDEN_USER_FLAGS == 0,
+            "push_io entries must not carry IO_LINK, IO_HARDLINK or CQE_SKIP_SUCCESS"
+        );
         let e = entry.user_data((token << 3) | Tag::Io as u64);
         // SAFETY: forwarded from this function's contract.
-        unsafe { self.push_retry(&e) }
+        unsafe { self.push_retry(&e) }?;
+        self.io_pending += 1;
+        Ok(())
     }
 
     /// Queues `e`, submitting once to make room if the SQ is full.
@@ -114,6 +132,7 @@ impl<T: Send + 'static> Ring<T> {
         // SAFETY: the entry references no memory (null address pointers);
         // `listener` is only named. No link flags.
         unsafe { self.push_retry(&e) }?;
+        self.io_pending += 1;
         self.accepts.insert(token);
         Ok(())
     }
@@ -144,8 +163,39 @@ impl<T: Send + 'static> Ring<T> {
         // owned by this ring until it is unregistered (at drop); the fd is a
         // slot of our table. No link flags.
         unsafe { self.push_retry(&e) }.map_err(|e| io::Error::new(io::ErrorKind::WouldBlock, e))?;
+        self.io_pending += 1;
         self.recvs.insert(token);
         Ok(())
+    }
+
+    /// Cancels every pending operation of this ring and takes in each final
+    /// completion; the events they make are dropped (accepted connections
+    /// closed). Waits as long as the kernel takes: until then it may still
+    /// write to memory an operation named. Used by `Drop`.
+    pub(super) fn cancel_all_io(&mut self) {
+        let mut cancelled: Option<std::time::Instant> = None;
+        while self.io_pending > 0 {
+            // Again now and then: an operation the kernel was starting when
+            // the last cancel ran is caught by the next one.
+            if cancelled.is_none_or(|t| t.elapsed() >= std::time::Duration::from_millis(100)) {
+                let e = io_uring::opcode::AsyncCancel2::new(types::CancelBuilder::any())
+                    .build()
+                    .user_data(Internal::Ignore.user_data());
+                // SAFETY: a cancel references no memory; its own completion
+                // is tagged to be ignored. No link flags.
+                let _ = unsafe { self.push_retry(&e) };
+                cancelled = Some(std::time::Instant::now());
+            }
+            let _ = self.submit_now();
+            let _ = self.poll_kernel();
+            // Even if entering failed above: what is in the CQ is handled.
+            self.reap_cq();
+            self.process_cqes();
+            if self.io_pending > 0 {
+                let _ = self.block(Some(std::time::Duration::from_millis(10)));
+            }
+        }
+        self.ready.retain(|(_, e)| !matches!(e, Event::Io { .. } | Event::Accepted { .. }));
     }
 
     /// Asks the kernel to cancel this ring's pending operation `token` (a
@@ -189,6 +239,11 @@ impl<T: Send + 'static> Ring<T> {
     }
 
     pub(super) fn io_completion(&mut self, token: u64, res: i32, flags: u32) {
+        if !io_uring::cqueue::more(flags) {
+            // The operation's final completion (a multishot op's last one, a
+            // zero-copy send's notification).
+            self.io_pending = self.io_pending.saturating_sub(1);
+        }
         if self.recvs.contains(&token) {
             if let Some(bid) = io_uring::cqueue::buffer_select(flags) {
                 if let Some(b) = self.bufs.as_mut() {

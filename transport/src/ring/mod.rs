@@ -121,6 +121,9 @@ pub struct Ring<T: Send + 'static> {
     close_started: Option<Instant>,
     /// Receive buffers of `recv_multi`, set up on first use.
     bufs: Option<BufRing>,
+    /// The ring's own operations (`push_io`, `accept_multi`, `recv_multi`)
+    /// whose final completion has not been handled: `Drop` waits for them.
+    io_pending: usize,
     /// Tokens of armed `accept_multi` operations.
     accepts: HashSet<u64, FxBuildHasher>,
     /// Tokens of armed `recv_multi` operations: only their completions may
@@ -203,6 +206,7 @@ impl<T: Send + 'static> Ring<T> {
             close_epoch: CLOSE_EPOCH.load(Ordering::Relaxed),
             close_started: None,
             bufs: None,
+            io_pending: 0,
             accepts: HashSet::default(),
             recvs: HashSet::default(),
             _not_send: PhantomData,

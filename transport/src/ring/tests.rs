@@ -603,3 +603,88 @@ fn an_fd_handoff_that_waits_for_cq_credit_gives_its_table_slot_back() {
     assert_eq!(got, expect);
     assert_eq!(tx.fds_in_flight(), 0);
 }
+
+#[test]
+fn dropping_a_ring_stops_its_armed_accept_while_an_address_keeps_it_alive() {
+    // An address keeps the ring file, so the kernel's own teardown of the
+    // ring does not run: the drop itself must cancel the multishot accept,
+    // or connections go on being taken into a ring nobody reads.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let at = listener.local_addr().unwrap();
+    let mut ring = Ring::<u32>::new().unwrap();
+    let keep = ring.addr();
+    ring.accept_multi(std::os::fd::AsRawFd::as_raw_fd(&listener), 9).unwrap();
+    ring.flush().unwrap();
+    let _first = std::net::TcpStream::connect(at).unwrap();
+    let evs = drain_until(&mut ring, 1);
+    assert!(matches!(evs[0], Event::Accepted { token: 9, more: true, .. }), "the accept is armed");
+    drop(evs);
+    drop(ring);
+    let _second = std::net::TcpStream::connect(at).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        match listener.accept() {
+            Ok(_) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                assert!(Instant::now() < deadline, "the dropped ring took the connection");
+                thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => panic!("accept: {e}"),
+        }
+    }
+    drop(keep);
+}
+
+#[test]
+fn dropping_a_ring_ends_its_pending_operations_before_it_returns() {
+    // A splice from an empty pipe runs on an io-wq worker, which blocks in
+    // the pipe and goes on without the ring's owner (unlike pollable I/O,
+    // which waits for the owner's task work): so does a read of slow
+    // storage into a user's buffer. Once the ring is dropped (an address
+    // still keeping its file), such an operation must be over: data written
+    // to the pipe afterwards stays in it and does not reach the other pipe.
+    let (a_r, a_w) = pipe();
+    let (b_r, b_w) = pipe();
+    let raw = std::os::fd::AsRawFd::as_raw_fd;
+    let set_blocking = |fd: &OwnedFd, blocking: bool| {
+        let flags = if blocking { 0 } else { libc::O_NONBLOCK };
+        // SAFETY: F_SETFL on an fd we own, with plain status flags.
+        assert_eq!(unsafe { libc::fcntl(raw(fd), libc::F_SETFL, flags) }, 0);
+    };
+    set_blocking(&a_r, true); // the splice must wait in the pipe
+    set_blocking(&b_w, true);
+    let mut ring = Ring::<u32>::new().unwrap();
+    let keep = ring.addr();
+    let e = io_uring::opcode::Splice::new(types::Fd(raw(&a_r)), -1, types::Fd(raw(&b_w)), -1, 5)
+        .build();
+    // SAFETY: a splice between two pipes references no memory of ours.
+    unsafe { ring.push_io(e, 3) }.unwrap();
+    ring.flush().unwrap();
+    let mut evs = Vec::new();
+    ring.wait(&mut evs, Some(Duration::from_millis(50))).unwrap();
+    assert!(evs.is_empty(), "the splice waits for data");
+    drop(ring);
+    // SAFETY: writing 5 bytes from a valid static buffer.
+    let n = unsafe { libc::write(raw(&a_w), b"hello".as_ptr().cast(), 5) };
+    assert_eq!(n, 5);
+    thread::sleep(Duration::from_millis(50));
+    let mut got = [0u8; 8];
+    // SAFETY: reading into a valid local buffer (both pipes are non-blocking).
+    let n = unsafe { libc::read(raw(&b_r), got.as_mut_ptr().cast(), 8) };
+    assert_eq!(n, -1, "a dropped ring's splice moved the data on");
+    set_blocking(&a_r, false);
+    // SAFETY: as above.
+    let n = unsafe { libc::read(raw(&a_r), got.as_mut_ptr().cast(), 8) };
+    assert_eq!(&got[..n.max(0) as usize], b"hello", "the data is still in the first pipe");
+    drop(keep);
+}
+
+#[test]
+#[should_panic(expected = "must not carry")]
+fn push_io_refuses_an_entry_that_would_succeed_silently() {
+    let mut ring = Ring::<u32>::new().unwrap();
+    let e = io_uring::opcode::Nop::new().build().flags(io_uring::squeue::Flags::SKIP_SUCCESS);
+    // SAFETY: a NOP references no memory (and is refused before the push).
+    let _ = unsafe { ring.push_io(e, 1) };
+}
