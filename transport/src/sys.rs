@@ -31,6 +31,7 @@ const IORING_MSG_RING_CQE_SKIP: u32 = 1 << 0;
 const IORING_ENTER_GETEVENTS: u32 = 1 << 0;
 const IORING_REGISTER_FILES_UPDATE: libc::c_uint = 6;
 const IORING_REGISTER_FILE_ALLOC_RANGE: libc::c_uint = 25;
+const IORING_REGISTER_SEND_MSG_RING: libc::c_uint = 31;
 
 /// The SQ had no room; nothing was pushed.
 #[derive(Debug)]
@@ -61,6 +62,35 @@ pub(crate) fn push_msg_data(
     // `Arc` until the kernel is done, see `mailbox::Inbox`), two integers and
     // the flags. The kernel never dereferences `target_ud`/`self_ud`.
     unsafe { ring.submission().push(&e) }.map_err(|_| SqFull)
+}
+
+/// Sends a Ringmail data message at once, without a source ring or an SQ
+/// entry (`io_uring_register(-1, IORING_REGISTER_SEND_MSG_RING)`, Linux
+/// 6.13; pinned by `a_ringless_message_reaches_a_defer_ring_owned_by_another_thread`):
+/// the way out when a sender's SQ stays full. The target CQE is as for
+/// [`push_msg_data`]; the outcome is the call's result (`EINVAL` before 6.13).
+pub(crate) fn sync_msg_data(target: BorrowedFd<'_>, count: i32, target_ud: u64) -> io::Result<()> {
+    let e =
+        opcode::MsgRingData::new(types::Fd(target.as_raw_fd()), count, target_ud, Some(MSG_MARK))
+            .build();
+    // SAFETY: `e` is a complete SQE (`squeue::Entry` is `#[repr(C)]` around
+    // `io_uring_sqe`) on this stack frame for the whole synchronous call,
+    // which copies it; it references no memory, and the target fd is kept
+    // open by the borrow.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_io_uring_register,
+            -1 as libc::c_int,
+            IORING_REGISTER_SEND_MSG_RING,
+            &e as *const squeue::Entry,
+            1 as libc::c_uint,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
 }
 
 /// Pushes an fd hand-off: `MSG_RING`/`IORING_MSG_SEND_FD` of fixed slot

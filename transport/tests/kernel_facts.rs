@@ -210,3 +210,69 @@ fn fd_message_and_linked_close_post_exactly_one_cqe() {
     }
     assert_eq!(c, vec![(201, 0)], "only the close posts on success");
 }
+
+/// The doorbell's last resort (Linux 6.13, `IORING_REGISTER_SEND_MSG_RING`):
+/// a data message sent with `io_uring_register(-1, ...)`, without a source
+/// ring, from a thread that owns no ring, reaches a DEFER_TASKRUN ring owned
+/// by another thread with its `res`, `user_data` and passed flags.
+#[test]
+fn a_ringless_message_reaches_a_defer_ring_owned_by_another_thread() {
+    const IORING_REGISTER_SEND_MSG_RING: libc::c_uint = 31;
+    let mut b = defer_ring(8);
+    let target = b.as_raw_fd();
+    let r = std::thread::spawn(move || {
+        let e = opcode::MsgRingData::new(types::Fd(target), 77, 0x1234, Some(0x524d_0000)).build();
+        // SAFETY: `e` is a complete SQE on this stack frame for the whole
+        // synchronous call; it references no memory.
+        unsafe {
+            libc::syscall(
+                libc::SYS_io_uring_register,
+                -1,
+                IORING_REGISTER_SEND_MSG_RING,
+                &e as *const squeue::Entry,
+                1 as libc::c_uint,
+            )
+        }
+    })
+    .join()
+    .unwrap();
+    assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+    let c = reap(&mut b);
+    assert_eq!(c.len(), 1);
+    assert_eq!((c[0].user_data(), c[0].result(), c[0].flags()), (0x1234, 77, 0x524d_0000));
+}
+
+/// A hand-off refused in the target's task work (a DEFER target whose table
+/// has no free slot: `-ENFILE`, known only when the target runs it) posts
+/// only the sender's error CQE, like a refusal at submit time: the linked
+/// CLOSE neither runs nor posts. The mailbox avoids `ENFILE` with its slot
+/// credits, but an accept into the same range can race it.
+#[test]
+fn an_fd_message_refused_in_the_targets_task_work_posts_only_its_error() {
+    let mut a = defer_ring(8);
+    let mut b = defer_ring(8);
+    let _keep = with_files(&a, 2);
+    b.submitter().register_files_sparse(1).unwrap();
+    // Fill b's only slot.
+    let mut p = [0; 2];
+    // SAFETY: valid array for pipe2.
+    assert_eq!(unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: fresh fds from pipe2.
+    let (pr, pw) = unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) };
+    b.submitter().register_files_update(0, &[pr.as_raw_fd()]).unwrap();
+    let head = fd_msg(&b, 0, 5).flags(squeue::Flags::SKIP_SUCCESS | squeue::Flags::IO_LINK);
+    push(&mut a, head.user_data(100));
+    push(&mut a, opcode::Close::new(types::Fixed(0)).build().user_data(200));
+    a.submit().unwrap();
+    let mut c = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while c.is_empty() && Instant::now() < deadline {
+        assert!(reap(&mut b).is_empty(), "the target gets no completion");
+        c.extend(reap(&mut a).iter().map(|c| (c.user_data(), c.result())));
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    let _ = reap(&mut b);
+    c.extend(reap(&mut a).iter().map(|c| (c.user_data(), c.result())));
+    assert_eq!(c, vec![(100, -libc::ENFILE)], "only the refused hand-off posts");
+    drop((pr, pw));
+}

@@ -124,6 +124,9 @@ pub struct Ring<T: Send + 'static> {
     /// The ring's own operations (`push_io`, `accept_multi`, `recv_multi`)
     /// whose final completion has not been handled: `Drop` waits for them.
     io_pending: usize,
+    /// Fault injection for tests: doorbell pushes find the SQ full.
+    #[cfg(test)]
+    fail_doorbell_pushes: bool,
     /// Tokens of armed `accept_multi` operations.
     accepts: HashSet<u64, FxBuildHasher>,
     /// Tokens of armed `recv_multi` operations: only their completions may
@@ -207,6 +210,8 @@ impl<T: Send + 'static> Ring<T> {
             close_started: None,
             bufs: None,
             io_pending: 0,
+            #[cfg(test)]
+            fail_doorbell_pushes: false,
             accepts: HashSet::default(),
             recvs: HashSet::default(),
             _not_send: PhantomData,

@@ -138,14 +138,17 @@ impl<T: Send + 'static> Ring<T> {
                     Internal::Doorbell(ring)
                         if res != -libc::EOWNERDEAD && res != -libc::EBADFD =>
                     {
-                        // We still owe that ring its doorbell: retry at flush.
+                        // We still owe that ring its doorbell: now, without
+                        // the SQ, else retried at flush.
                         let target = self
                             .out
                             .get(&ring)
                             .map(|l| l.target.clone())
                             .or_else(|| self.inbox.origin(ring));
                         if let Some(t) = target {
-                            self.bells.push(t);
+                            if !self.ring_doorbell_now(&t) {
+                                self.bells.push(t);
+                            }
                         }
                     }
                     Internal::Doorbell(_) | Internal::Ignore => {}

@@ -425,18 +425,15 @@ impl<T: Send + 'static> Ring<T> {
 
     /// Sends the doorbell we owe `target` (we raised its flag, so nobody
     /// else will): pushed and submitted at once, since the receiver may be
-    /// asleep with work queued. A failure comes back as
-    /// `Internal::Doorbell` and is retried from `bells`.
+    /// asleep with work queued. When our SQ stays full, it goes at once
+    /// without one ([`Ring::ring_doorbell_now`]): waiting for our next flush
+    /// would leave the receiver asleep for as long as we stay quiet, and
+    /// every other sender's doorbell held back by the raised flag. Only if
+    /// that fails too is it retried from `bells`. A failure of the pushed
+    /// one comes back as `Internal::Doorbell` and is handled the same way.
     pub(super) fn ring_doorbell(&mut self, target: &Arc<Inbox<T>>) {
         for attempt in 0..2 {
-            let r = sys::push_msg_data(
-                &mut self.uring,
-                target.fd(),
-                0,
-                Tag::Doorbell.bare(),
-                Internal::Doorbell(target.id).user_data(),
-            );
-            if r.is_ok() {
+            if self.push_doorbell(target) {
                 self.stats.doorbells_sent += 1;
                 let _ = self.submit_now();
                 return;
@@ -445,7 +442,34 @@ impl<T: Send + 'static> Ring<T> {
                 let _ = self.submit_now();
             }
         }
-        self.bells.push(target.clone());
+        if !self.ring_doorbell_now(target) {
+            self.bells.push(target.clone());
+        }
+    }
+
+    fn push_doorbell(&mut self, target: &Inbox<T>) -> bool {
+        #[cfg(test)]
+        if self.fail_doorbell_pushes {
+            return false; // fault injection: the SQ is full
+        }
+        sys::push_msg_data(
+            &mut self.uring,
+            target.fd(),
+            0,
+            Tag::Doorbell.bare(),
+            Internal::Doorbell(target.id).user_data(),
+        )
+        .is_ok()
+    }
+
+    /// Sends the doorbell synchronously, without an SQ entry (Linux 6.13;
+    /// `false` on an older kernel or a failure).
+    pub(super) fn ring_doorbell_now(&mut self, target: &Inbox<T>) -> bool {
+        let sent = sys::sync_msg_data(target.fd(), 0, Tag::Doorbell.bare()).is_ok();
+        if sent {
+            self.stats.doorbells_sent += 1;
+        }
+        sent
     }
 
     /// Hands a parcel of ours back to our owner: the target will never take it.

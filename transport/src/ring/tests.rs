@@ -688,3 +688,40 @@ fn push_io_refuses_an_entry_that_would_succeed_silently() {
     // SAFETY: a NOP references no memory (and is refused before the push).
     let _ = unsafe { ring.push_io(e, 1) };
 }
+
+#[test]
+fn a_doorbell_the_sq_cannot_take_still_wakes_a_sleeping_receiver() {
+    // The receiver of the hand-backs sleeps in `wait`; the ring handing them
+    // back (dropped with 10 undelivered messages) finds its SQ full for its
+    // doorbell and then is gone. The sleeper must wake at once, not at its
+    // wait's timeout (or never, with no timeout).
+    let mut s = Ring::<u32>::new().unwrap();
+    let (addr_s, addr_r) = mpsc::channel();
+    let t = thread::spawn(move || {
+        let mut r = Ring::<u32>::new().unwrap();
+        r.fail_doorbell_pushes = true;
+        addr_s.send(r.addr()).unwrap();
+        thread::sleep(Duration::from_millis(200)); // the sender is asleep by now
+        drop(r);
+    });
+    let a = addr_r.recv().unwrap();
+    for i in 0..10 {
+        s.send(&a, i).unwrap();
+    }
+    s.flush().unwrap();
+    let start = Instant::now();
+    let mut back = Vec::new();
+    while back.len() < 10 && start.elapsed() < Duration::from_secs(10) {
+        let mut evs = Vec::new();
+        s.wait(&mut evs, Some(Duration::from_secs(5))).unwrap();
+        back.extend(evs.into_iter().map(|e| match e {
+            Event::Returned { msg, .. } => msg,
+            _ => panic!("only hand-backs"),
+        }));
+    }
+    t.join().unwrap();
+    back.sort_unstable();
+    assert_eq!(back, (0..10).collect::<Vec<_>>());
+    let waited = start.elapsed();
+    assert!(waited < Duration::from_secs(2), "woken only by its own timeout: {waited:?}");
+}
