@@ -10,7 +10,7 @@
 use std::any::TypeId;
 use std::io;
 use std::marker::PhantomData;
-use std::os::fd::{OwnedFd, RawFd};
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::time::Duration;
 
 use ringmail_transport::FixedFd;
@@ -483,10 +483,11 @@ impl<A: Actor> Context<A> {
     /// thread for every accepted connection ([`Accept::Conn`], already in
     /// this shard's fixed-file table) and once when the accept ends
     /// ([`Accept::Ended`]; arm it again to go on). `on` runs outside any
-    /// handler and may send (e.g. [`ActorRef::tell_fd`]).
+    /// handler and may send (e.g. [`ActorRef::tell_fd`]). The listener is
+    /// only borrowed: the kernel holds its own reference once this returns.
     pub fn accept_multi(
         &self,
-        listener: RawFd,
+        listener: BorrowedFd<'_>,
         on: impl FnMut(Accept) + 'static,
     ) -> io::Result<()> {
         thread::with(|t| t.io.accept_multi(&mut t.ring, listener, Box::new(on)))

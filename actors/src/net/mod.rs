@@ -71,7 +71,7 @@ pub mod frame;
 use std::collections::HashMap;
 use std::io;
 use std::net::TcpListener;
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -186,7 +186,7 @@ impl<W: FdHandler<NewConnection>> Acceptor<W> {
             }
             Accept::Ended(e) => me.deliver_forced(Rearm(errno(e.as_ref()))),
         };
-        if ctx.accept_multi(self.listener.as_raw_fd(), on).is_err() {
+        if ctx.accept_multi(self.listener.as_fd(), on).is_err() {
             // SQ full or the shard's I/O limit reached: try again shortly.
             ctx.send_after(Duration::from_millis(5), Rearm(libc::EBUSY));
         }

@@ -51,7 +51,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::{SocketAddr, TcpListener};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
@@ -325,7 +325,7 @@ impl NodeActor {
             }
             Accept::Ended(e) => me.deliver_forced(Rearm(crate::net::errno(e.as_ref()))),
         };
-        if ctx.accept_multi(self.listener.as_raw_fd(), on).is_err() {
+        if ctx.accept_multi(self.listener.as_fd(), on).is_err() {
             ctx.send_after(Duration::from_millis(5), Rearm(libc::EBUSY));
         }
     }

@@ -270,7 +270,7 @@ impl IoTable {
     pub(crate) fn accept_multi(
         &mut self,
         ring: &mut Ring<Envelope>,
-        listener: std::os::fd::RawFd,
+        listener: std::os::fd::BorrowedFd<'_>,
         on: Box<dyn FnMut(Accept)>,
     ) -> std::io::Result<()> {
         if self.at_limit() {
@@ -387,7 +387,7 @@ impl IoTable {
             }
         }
         if !self.io.is_empty() || !self.multi.is_empty() {
-            const CANCEL_TOKEN: u64 = (1 << 61) - 1;
+            const CANCEL_TOKEN: u64 = (1 << 60) - 1;
             let cancel = opcode::AsyncCancel2::new(types::CancelBuilder::any()).build();
             // SAFETY: a cancel references no memory; no link flags.
             let _ = unsafe { ring.push_io(cancel, CANCEL_TOKEN) };

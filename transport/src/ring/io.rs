@@ -3,8 +3,11 @@
 //!
 //! What this file keeps:
 //!
-//! * user tokens are below 2^61 and travel as `token << 3 | Tag::Io` in the
-//!   user data, so their completions never pass for messages;
+//! * user tokens are below 2^60 and travel as `token << 3 | Tag::Io` in the
+//!   user data, so their completions never pass for messages; an armed
+//!   multishot accept or receive also sets bit 60 of the token ([`ARMED`]),
+//!   so a [`Ring::push_io`] operation with the same token is never taken for
+//!   it (its completion would hand out a slot or a buffer it does not have);
 //! * every SQE pushed here carries no link flags and references only memory
 //!   the caller vouched for ([`Ring::push_io`]'s contract) or the ring's own
 //!   registered buffer group;
@@ -16,7 +19,7 @@
 //!   half).
 
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd};
 
 use io_uring::{squeue, types};
 
@@ -29,6 +32,16 @@ use crate::error::ReturnReason;
 use crate::fd::FixedFd;
 use crate::mailbox::handle::{Internal, Tag};
 use crate::sys;
+
+/// Tokens are below this: the bits above travel in the user data's top.
+const TOKEN_LIMIT: u64 = 1 << 60;
+/// Set in the token part of the user data of an armed multishot accept or
+/// receive: a separate namespace from `push_io`'s.
+const ARMED: u64 = 1 << 60;
+
+fn io_user_data(token: u64) -> u64 {
+    (token << 3) | Tag::Io as u64
+}
 
 impl<T: Send + 'static> Ring<T> {
     /// Registers `fd` in this ring's table, taking ownership of it. On error
@@ -63,7 +76,7 @@ impl<T: Send + 'static> Ring<T> {
     /// operations, alive; the drop does not rely on the file going away).
     ///
     /// # Panics
-    /// When `token` is not below 2^61, or the entry carries `IO_LINK`,
+    /// When `token` is not below 2^60, or the entry carries `IO_LINK`,
     /// `IO_HARDLINK` or `CQE_SKIP_SUCCESS`: a chain would continue into the
     /// ring's own message SQEs, whose failure handling relies on their CQEs,
     /// and an operation that succeeds silently would leave the ring's drop
@@ -78,12 +91,12 @@ impl<T: Send + 'static> Ring<T> {
     /// (`IOSQE_BUFFER_SELECT`): that group is
     /// [`recv_multi`](Ring::recv_multi)'s.
     pub unsafe fn push_io(&mut self, entry: squeue::Entry, token: u64) -> Result<(), PushError> {
-        assert!(token < 1 << 61, "push_io token must be below 2^61");
+        assert!(token < TOKEN_LIMIT, "push_io token must be below 2^60");
         assert!(
             sys::sqe_flags(&entry) & sys::FORBIDDEN_USER_FLAGS == 0,
             "push_io entries must not carry IO_LINK, IO_HARDLINK or CQE_SKIP_SUCCESS"
         );
-        let e = entry.user_data((token << 3) | Tag::Io as u64);
+        let e = entry.user_data(io_user_data(token));
         // SAFETY: forwarded from this function's contract.
         unsafe { self.push_retry(&e) }?;
         self.io_pending += 1;
@@ -115,7 +128,11 @@ impl<T: Send + 'static> Ring<T> {
     /// [`send_fd`](Ring::send_fd). When the operation ends (an error, or the
     /// table is full: `-ENFILE`) its last completion is an [`Event::Io`]
     /// with `token` (or an `Accepted` with `more == false`): arm it again.
-    /// Use a token no other operation of this ring uses. Each accepted
+    /// `token` (below 2^60) must not name another armed accept or receive of
+    /// this ring; a [`push_io`](Ring::push_io) operation may use it too
+    /// (the two are told apart). The listener is only borrowed: the
+    /// operation is submitted before this returns, and the kernel then holds
+    /// its own reference to the file. Each accepted
     /// connection takes one completion: keep at most `io_reserve / 2`
     /// outstanding, as for [`push_io`](Ring::push_io).
     ///
@@ -123,17 +140,22 @@ impl<T: Send + 'static> Ring<T> {
     /// ring also use; while the range is full they are handed back to their
     /// senders with [`ReturnReason::NoFreeSlot`] rather than lost. Rings
     /// that accept should not also receive fds (give the acceptor its own).
-    pub fn accept_multi(&mut self, listener: RawFd, token: u64) -> Result<(), PushError> {
-        assert!(token < 1 << 61, "accept_multi token must be below 2^61");
-        let e = io_uring::opcode::AcceptMulti::new(types::Fd(listener))
+    pub fn accept_multi(&mut self, listener: BorrowedFd<'_>, token: u64) -> Result<(), PushError> {
+        assert!(token < TOKEN_LIMIT, "accept_multi token must be below 2^60");
+        let e = io_uring::opcode::AcceptMulti::new(types::Fd(listener.as_raw_fd()))
             .allocate_file_index(true)
             .build()
-            .user_data((token << 3) | Tag::Io as u64);
+            .user_data(io_user_data(token | ARMED));
         // SAFETY: the entry references no memory (null address pointers);
         // `listener` is only named. No link flags.
         unsafe { self.push_retry(&e) }?;
         self.io_pending += 1;
         self.accepts.insert(token);
+        // The kernel looks the fd up when it issues the SQE: do it while
+        // `listener` is borrowed, so the number cannot name another file.
+        // A failed enter is the ring's own failure and surfaces again from
+        // the next `flush`/`wait`.
+        let _ = self.submit_now();
         Ok(())
     }
 
@@ -144,9 +166,11 @@ impl<T: Send + 'static> Ring<T> {
     /// [`with_recv_buffer`](Ring::with_recv_buffer); `0` is end of stream;
     /// `-ENOBUFS` means every buffer was in use (read them, then arm again).
     /// The operation goes on while the completion's `IORING_CQE_F_MORE`
-    /// flag is set. Use a token no other operation of this ring uses.
+    /// flag is set. `token` (below 2^60) must not name another armed accept
+    /// or receive of this ring; a [`push_io`](Ring::push_io) operation may
+    /// use it too.
     pub fn recv_multi(&mut self, fd: &FixedFd, token: u64) -> io::Result<()> {
-        assert!(token < 1 << 61, "recv_multi token must be below 2^61");
+        assert!(token < TOKEN_LIMIT, "recv_multi token must be below 2^60");
         if !fd.belongs_to(&self.fds) {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "fd of another ring"));
         }
@@ -158,7 +182,7 @@ impl<T: Send + 'static> Ring<T> {
         }
         let e = io_uring::opcode::RecvMulti::new(fd.as_fixed(), crate::bufring::GROUP)
             .build()
-            .user_data((token << 3) | Tag::Io as u64);
+            .user_data(io_user_data(token | ARMED));
         // SAFETY: the entry references only the registered buffer group,
         // owned by this ring until it is unregistered (at drop); the fd is a
         // slot of our table. No link flags.
@@ -198,17 +222,24 @@ impl<T: Send + 'static> Ring<T> {
         self.ready.retain(|(_, e)| !matches!(e, Event::Io { .. } | Event::Accepted { .. }));
     }
 
-    /// Asks the kernel to cancel this ring's pending operation `token` (a
-    /// multishot receive or accept, say): its last completion then comes
-    /// with `-ECANCELED` (or its own result, if it finished first).
+    /// Asks the kernel to cancel this ring's pending operations with
+    /// `token` (a multishot receive or accept, a `push_io` operation, or
+    /// one of each): the last completion of each then comes with
+    /// `-ECANCELED` (or its own result, if it finished first).
     pub fn cancel_io(&mut self, token: u64) -> Result<(), PushError> {
-        let target = (token << 3) | Tag::Io as u64;
-        let e = io_uring::opcode::AsyncCancel2::new(types::CancelBuilder::user_data(target))
-            .build()
-            .user_data(Internal::Ignore.user_data());
-        // SAFETY: a cancel references no memory; its own completion is
-        // tagged to be ignored. No link flags.
-        unsafe { self.push_retry(&e) }
+        let mut targets = vec![io_user_data(token & (TOKEN_LIMIT - 1))];
+        if self.accepts.contains(&token) || self.recvs.contains(&token) {
+            targets.push(io_user_data(token | ARMED));
+        }
+        for target in targets {
+            let e = io_uring::opcode::AsyncCancel2::new(types::CancelBuilder::user_data(target))
+                .build()
+                .user_data(Internal::Ignore.user_data());
+            // SAFETY: a cancel references no memory; its own completion is
+            // tagged to be ignored. No link flags.
+            unsafe { self.push_retry(&e) }?;
+        }
+        Ok(())
     }
 
     /// Runs `f` on the `len` received bytes of the buffer named by a
@@ -243,6 +274,13 @@ impl<T: Send + 'static> Ring<T> {
             // The operation's final completion (a multishot op's last one, a
             // zero-copy send's notification).
             self.io_pending = self.io_pending.saturating_sub(1);
+        }
+        let armed = token & ARMED != 0;
+        let token = token & !ARMED;
+        if !armed {
+            // A `push_io` operation: whatever multishot op shares its token.
+            self.ready.push_back((self.id, Event::Io { token, result: res, flags }));
+            return;
         }
         if self.recvs.contains(&token) {
             if let Some(bid) = io_uring::cqueue::buffer_select(flags) {

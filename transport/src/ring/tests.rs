@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::error::{ReturnReason, SendError};
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use std::sync::mpsc;
 use std::thread;
 
@@ -470,12 +470,11 @@ fn wait_for_event<T: Send + 'static>(
 #[test]
 fn accepted_socket_is_handed_off_and_received_into_provided_buffers() {
     use std::io::Write;
-    use std::os::fd::AsRawFd;
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let mut acceptor = Ring::<u32>::new().unwrap();
     let mut worker = Ring::<u32>::with_config(RingConfig::default().recv_buffers(4, 8)).unwrap();
-    acceptor.accept_multi(listener.as_raw_fd(), 7).unwrap();
+    acceptor.accept_multi(listener.as_fd(), 7).unwrap();
     acceptor.flush().unwrap();
     let mut client = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
 
@@ -614,7 +613,7 @@ fn dropping_a_ring_stops_its_armed_accept_while_an_address_keeps_it_alive() {
     let at = listener.local_addr().unwrap();
     let mut ring = Ring::<u32>::new().unwrap();
     let keep = ring.addr();
-    ring.accept_multi(std::os::fd::AsRawFd::as_raw_fd(&listener), 9).unwrap();
+    ring.accept_multi(std::os::fd::AsFd::as_fd(&listener), 9).unwrap();
     ring.flush().unwrap();
     let _first = std::net::TcpStream::connect(at).unwrap();
     let evs = drain_until(&mut ring, 1);
@@ -724,4 +723,30 @@ fn a_doorbell_the_sq_cannot_take_still_wakes_a_sleeping_receiver() {
     assert_eq!(back, (0..10).collect::<Vec<_>>());
     let waited = start.elapsed();
     assert!(waited < Duration::from_secs(2), "woken only by its own timeout: {waited:?}");
+}
+
+#[test]
+fn a_push_io_token_shared_with_an_armed_accept_is_not_taken_for_it() {
+    // The same token for an armed multishot accept and a NOP: the NOP's
+    // completion is the NOP's (before, it passed for the accept's end and
+    // handed out "accepted" slot 0), and the accept stays armed.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let at = listener.local_addr().unwrap();
+    let mut ring = Ring::<u32>::new().unwrap();
+    ring.accept_multi(listener.as_fd(), 5).unwrap();
+    // SAFETY: a NOP references no memory.
+    unsafe { ring.push_io(io_uring::opcode::Nop::new().build(), 5) }.unwrap();
+    let evs = drain_until(&mut ring, 1);
+    assert!(
+        matches!(evs[..], [Event::Io { token: 5, result: 0, .. }]),
+        "the NOP completes as itself: {:?}",
+        evs.iter().map(std::mem::discriminant).collect::<Vec<_>>()
+    );
+    let _conn = std::net::TcpStream::connect(at).unwrap();
+    let evs = drain_until(&mut ring, 1);
+    assert!(matches!(evs[..], [Event::Accepted { token: 5, more: true, .. }]), "still armed");
+    // Cancelling the token ends the accept (and would end a pending NOP).
+    ring.cancel_io(5).unwrap();
+    let evs = drain_until(&mut ring, 1);
+    assert!(matches!(evs[..], [Event::Io { token: 5, result, .. }] if result == -libc::ECANCELED));
 }
