@@ -239,6 +239,22 @@ pub(crate) fn file_alloc_range(ring_fd: RawFd, off: u32, len: u32) -> io::Result
     }
 }
 
+/// Points the fd number `fd` at `/dev/null` (`dup3` over it): the number
+/// stays owned by its owner, but a `MSG_RING` naming it from now on fails at
+/// issue with `EBADFD` (not a ring) instead of reaching the ring file.
+pub(crate) fn retire_fd(fd: BorrowedFd<'_>) -> io::Result<()> {
+    let null = std::fs::File::open("/dev/null")?; // O_CLOEXEC, closed on return
+                                                  // SAFETY: `dup3` onto a number its owner keeps owning (the borrow proves
+                                                  // it is open); the call only changes which file that number names, and
+                                                  // `null` outlives the call. No memory is passed.
+    let r = unsafe { libc::dup3(null.as_raw_fd(), fd.as_raw_fd(), libc::O_CLOEXEC) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
 /// Duplicates `fd` with `O_CLOEXEC`.
 pub(crate) fn dup_cloexec(fd: BorrowedFd<'_>) -> io::Result<OwnedFd> {
     fd.try_clone_to_owned()

@@ -215,7 +215,8 @@ impl<P> Core<P> {
     }
 
     /// Closing -> Closed, draining the fallback queue one last time. Call
-    /// only when [`Core::outstanding`] is 0.
+    /// when [`Core::outstanding`] is 0, or when giving up on the credits
+    /// still out (the ring then hands back whatever still arrives on them).
     pub(crate) fn finish_close(&self, out: &mut VecDeque<P>) {
         let mut q = lock(&self.fallback);
         self.state.store(CLOSED, Ordering::Release);

@@ -56,10 +56,12 @@
 //!
 //! Closing a ring ([`crate::Ring::close`]) makes new sends fail at once with
 //! [`crate::SendError::Closed`]. Parcels already accepted are still delivered:
-//! the ring waits until every granted credit is back, drains the fallback
-//! queue a last time and becomes closed. Parcels routed after that come back
-//! to their senders. Dropping a ring does the same, but hands back what it
-//! would have delivered, since its owner is gone.
+//! the ring waits until every granted credit is back and everything accepted
+//! arrived (at most `close_timeout`), drains the fallback queue a last time
+//! and becomes closed. Parcels routed or arriving after that come back to
+//! their senders. Dropping a ring does the same, but hands back what it
+//! would have delivered, since its owner is gone, and retires its address's
+//! fd so that a parcel issued later fails at once and comes back too.
 //!
 //! # Allocation
 //!
@@ -164,6 +166,14 @@ impl<T> Inbox<T> {
 
     pub(crate) fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
         self.ring_fd.as_fd()
+    }
+
+    /// The ring is gone: its addresses' fd number now names `/dev/null`, so
+    /// a `MSG_RING` issued to it from now on fails at once (`EBADFD`) and
+    /// its parcel comes back to the sender, instead of queuing into a ring
+    /// nobody reads. A `MSG_RING` issued before stays on its way.
+    pub(crate) fn retire(&self) -> std::io::Result<()> {
+        crate::sys::retire_fd(self.ring_fd.as_fd())
     }
 
     /// Takes one free slot of this ring's kernel allocation range.

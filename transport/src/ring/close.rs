@@ -2,11 +2,15 @@
 //!
 //! The mailbox goes Open -> Closing ([`Ring::close`] or drop) -> Closed. It
 //! becomes Closed once every credit it granted is back (each ring parcel
-//! reaped) and either everything accepted has arrived or `close_timeout` has
-//! passed (a dropped ring also stops waiting for missing credits after
-//! `close_timeout`, and counts them as dead letters). Then the last fallback
-//! drain runs, parcels still held in reorder buffers go back to their origin,
-//! and the close epoch is bumped so that senders prune their lanes to it.
+//! reaped) and everything accepted has arrived, or once `close_timeout` has
+//! passed. Then the last fallback drain runs, parcels still held in reorder
+//! buffers go back to their origin, and the close epoch is bumped so that
+//! senders prune their lanes to it. A parcel that arrives after that (its
+//! sender took a credit before the close and issued it only after the
+//! timeout) goes back to its origin too. A dropped ring then retires its
+//! address's fd (it names `/dev/null` from then on), so such a parcel issued
+//! after the drop fails at issue and comes back to its sender rather than
+//! being queued into a ring nobody reads.
 //! Dropping a ring sends what it accepted for others first, hands back what
 //! it did not deliver, ends each of its lanes, cancels its own pending I/O and
 //! waits for each operation's final completion (an address keeps the ring
@@ -27,11 +31,19 @@ use super::{Event, Ring, CLOSE_EPOCH};
 use crate::error::SendError;
 use crate::mailbox::{Body, Inbox, Parcel};
 
+/// How long a dropped ring takes in parcels issued just before its address's
+/// fd was retired (an issue that had resolved the fd finishes within
+/// microseconds unless its thread is preempted in the kernel).
+const RETIRE_GRACE: Duration = Duration::from_millis(100);
+
 impl<T: Send + 'static> Ring<T> {
     /// Begins closing this ring's mailbox: new sends to it fail with
     /// [`SendError::Closed`]; messages already accepted keep arriving through
-    /// [`wait`](Ring::wait) until [`is_closed`](Ring::is_closed). The ring can
-    /// still send.
+    /// [`wait`](Ring::wait) until [`is_closed`](Ring::is_closed): once all
+    /// of them arrived, or after `close_timeout` (a sender that accepted a
+    /// message and did not flush it, or took a CQ credit and was stopped
+    /// before issuing its parcel). What arrives after that goes back to its
+    /// sender as [`Event::Returned`]. The ring can still send.
     pub fn close(&mut self) {
         self.inbox.core.begin_close();
         self.advance_close();
@@ -48,15 +60,18 @@ impl<T: Send + 'static> Ring<T> {
     }
 
     pub(super) fn advance_close(&mut self) {
-        if !self.closing_in_progress() || self.inbox.core.outstanding() > 0 {
+        if !self.closing_in_progress() {
             return;
         }
-        // Every ring parcel granted a credit has been reaped. Wait for the
-        // rest of what was accepted (senders' pending batches, fallback) to
-        // arrive, unless that takes longer than `close_timeout`: then finish,
-        // and whatever a sender routes later comes back to it as Returned.
+        // Wait for every ring parcel granted a credit to be reaped and for
+        // the rest of what was accepted (senders' pending batches, fallback)
+        // to arrive, unless that takes longer than `close_timeout`: then
+        // finish. Whatever a sender routes later comes back to it as
+        // Returned, and a parcel that still arrives on a credit granted
+        // before is handed back to its origin (`accept`), not delivered.
         let since = *self.close_started.get_or_insert_with(Instant::now);
-        if self.inbox.core.queued() > 0 && since.elapsed() < self.cfg.close_timeout {
+        let waiting = self.inbox.core.outstanding() > 0 || self.inbox.core.queued() > 0;
+        if waiting && since.elapsed() < self.cfg.close_timeout {
             return;
         }
         self.finish_close();
@@ -78,6 +93,7 @@ impl<T: Send + 'static> Ring<T> {
                 self.inbox.core.unreserve(n);
             }
         }
+        self.close_done = true;
     }
 }
 
@@ -118,11 +134,26 @@ impl<T: Send + 'static> Drop for Ring<T> {
             let _ = self.block(Some(Duration::from_millis(1)));
         }
         if !self.inbox.core.is_closed() {
-            // Senders kept credits unused past `close_timeout`: if those
-            // parcels are ever sent, nobody will read them. Counted loudly
-            // (one per parcel: the message count is unknown here).
-            dead_letter(self.inbox.core.outstanding());
             self.finish_close();
+        }
+        // No MSG_RING to this ring is due any more. A sender that took a
+        // credit and has not issued its parcel yet (past `close_timeout`:
+        // preempted, stopped) must not reach a ring nobody reads: retire the
+        // address's fd, so that parcel fails at issue with `EBADFD` and goes
+        // back to its sender (the ring file lives on in the addresses' fd,
+        // so without this it would be queued here and never reaped). Then
+        // take in, and hand back, what was issued just before.
+        if self.inbox.retire().is_ok() {
+            let grace = Instant::now() + RETIRE_GRACE;
+            while self.inbox.core.outstanding() > 0 && Instant::now() < grace {
+                let _ = self.poll_kernel();
+                let _ = self.block(Some(Duration::from_millis(1)));
+            }
+        } else {
+            // Cannot happen short of fd exhaustion for `/dev/null`: then
+            // such a parcel would be lost. Counted loudly (per parcel: the
+            // message count is unknown here).
+            dead_letter(self.inbox.core.outstanding());
         }
         // Hand-offs whose outcome we can no longer learn. Silent ones carry no
         // message; their slots stay reserved on the receiver (the kernel may

@@ -104,6 +104,9 @@ pub struct Ring<T: Send + 'static> {
     cfg: RingConfig,
     credit_cap: usize,
     out: HashMap<u64, OutLane<T>, FxBuildHasher>,
+    /// Targets whose lanes were pruned (closed for good), while anyone has
+    /// their address: a parcel that comes back from one settles its accounts.
+    pruned: HashMap<u64, std::sync::Weak<Inbox<T>>, FxBuildHasher>,
     dirty: Vec<u64>,
     parked: usize,
     fd_inflight: usize,
@@ -119,6 +122,9 @@ pub struct Ring<T: Send + 'static> {
     dropping: bool,
     close_epoch: u64,
     close_started: Option<Instant>,
+    /// The close finished (`close::finish_close` ran): a parcel that still
+    /// arrives goes back to its origin.
+    close_done: bool,
     /// Receive buffers of `recv_multi`, set up on first use.
     bufs: Option<BufRing>,
     /// The ring's own operations (`push_io`, `accept_multi`, `recv_multi`)
@@ -127,6 +133,10 @@ pub struct Ring<T: Send + 'static> {
     /// Fault injection for tests: doorbell pushes find the SQ full.
     #[cfg(test)]
     fail_doorbell_pushes: bool,
+    /// Fault injection for tests: `submit_now` submits nothing (a sender
+    /// that took credits and has not issued its parcels yet).
+    #[cfg(test)]
+    hold_submits: bool,
     /// Tokens of armed `accept_multi` operations.
     accepts: HashSet<u64, FxBuildHasher>,
     /// Tokens of armed `recv_multi` operations: only their completions may
@@ -193,6 +203,7 @@ impl<T: Send + 'static> Ring<T> {
             cfg,
             credit_cap,
             out: HashMap::default(),
+            pruned: HashMap::default(),
             dirty: Vec::new(),
             parked: 0,
             fd_inflight: 0,
@@ -208,10 +219,13 @@ impl<T: Send + 'static> Ring<T> {
             dropping: false,
             close_epoch: CLOSE_EPOCH.load(Ordering::Relaxed),
             close_started: None,
+            close_done: false,
             bufs: None,
             io_pending: 0,
             #[cfg(test)]
             fail_doorbell_pushes: false,
+            #[cfg(test)]
+            hold_submits: false,
             accepts: HashSet::default(),
             recvs: HashSet::default(),
             _not_send: PhantomData,
@@ -432,6 +446,10 @@ impl<T: Send + 'static> Ring<T> {
     }
 
     pub(super) fn submit_now(&mut self) -> Result<(), RingError> {
+        #[cfg(test)]
+        if self.hold_submits {
+            return Ok(());
+        }
         for _ in 0..16 {
             if self.uring.submission().is_empty() {
                 return Ok(());

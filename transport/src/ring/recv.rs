@@ -167,9 +167,17 @@ impl<T: Send + 'static> Ring<T> {
 
     fn send_failed(&mut self, parcel: Box<Parcel<T>>, err: i32) {
         let Some(target) = self.out.get(&parcel.to).map(|l| l.target.clone()) else {
-            // The lane was pruned: its ring closed for good (a forced close
-            // that gave up on this credit). Hand everything back here.
+            // The lane was pruned: its ring closed for good (a close that
+            // gave up on this credit). Settle the mailbox's accounts if
+            // anyone still has its address, and hand everything back here.
             let Parcel { to, body, .. } = *parcel;
+            if let Some(t) = self.pruned.get(&to).and_then(std::sync::Weak::upgrade) {
+                t.core.return_credits(1);
+                t.core.unreserve(body.messages());
+                if matches!(body, Body::Fd { .. }) && err != libc::EOVERFLOW {
+                    t.return_fd_slot();
+                }
+            }
             match body {
                 Body::Batch(msgs) => {
                     for m in msgs {
@@ -262,6 +270,16 @@ impl<T: Send + 'static> Ring<T> {
     /// Puts a parcel through its sender's reorder step and delivers what is due.
     fn accept(&mut self, p: Box<Parcel<T>>) {
         let from = p.from;
+        if self.close_done {
+            // The mailbox is closed (its close gave up waiting for this
+            // parcel's credit): nothing is delivered after the close, and its
+            // sender's reorder state is gone. Back to its origin.
+            let Parcel { body, .. } = *p;
+            let n = body.messages();
+            self.hand_back_to_origin(from, body);
+            self.inbox.core.unreserve(n);
+            return;
+        }
         let mut in_order = mem::take(&mut self.in_order);
         let lane = self.lanes.entry(from).or_default();
         match lane.accept(p.seq, p, |q| in_order.push(q)) {

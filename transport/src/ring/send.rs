@@ -218,6 +218,12 @@ impl<T: Send + 'static> Ring<T> {
     pub(super) fn prune(&mut self, id: u64) {
         if let Some(l) = self.out.get(&id) {
             if l.target.core.is_closed() && l.pending.is_empty() && l.parked.is_empty() {
+                // A parcel of ours may still be on its way to it (issued on a
+                // credit its close gave up on): if it comes back, its
+                // reservation and credit go back to the mailbox while anyone
+                // still has its address.
+                self.pruned.retain(|_, w| w.strong_count() > 0);
+                self.pruned.insert(id, Arc::downgrade(&l.target));
                 self.out.remove(&id);
             }
         }

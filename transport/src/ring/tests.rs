@@ -750,3 +750,71 @@ fn a_push_io_token_shared_with_an_armed_accept_is_not_taken_for_it() {
     let evs = drain_until(&mut ring, 1);
     assert!(matches!(evs[..], [Event::Io { token: 5, result, .. }] if result == -libc::ECANCELED));
 }
+
+/// A sender that took a CQ credit for a parcel and has not issued it (its
+/// `submit` held back, as for a thread stopped between the two).
+fn sender_holding_a_credit(to: &Addr<u32>, msg: u32) -> Ring<u32> {
+    let mut s = Ring::<u32>::new().unwrap();
+    s.hold_submits = true;
+    s.send(to, msg).unwrap();
+    s.flush().unwrap();
+    assert_eq!(to.queued(), 1);
+    s
+}
+
+fn returned_to(s: &mut Ring<u32>) -> Vec<(u32, ReturnReason)> {
+    s.hold_submits = false;
+    drain_until(s, 1)
+        .into_iter()
+        .map(|e| match e {
+            Event::Returned { msg, reason, .. } => (msg, reason),
+            _ => panic!("only a hand-back"),
+        })
+        .collect()
+}
+
+#[test]
+fn a_parcel_issued_after_its_receiver_was_dropped_comes_back() {
+    // The receiver gives up on the credit after its close timeout and is
+    // dropped while an address (the sender's lane) keeps its ring file. The
+    // parcel issued afterwards must come back to its sender, not be queued
+    // into the dead ring's CQ (lost, and its box leaked).
+    let cfg = RingConfig::default().close_timeout(Duration::from_millis(100));
+    let r = Ring::<u32>::with_config(cfg).unwrap();
+    let a = r.addr();
+    let mut s = sender_holding_a_credit(&a, 7);
+    let t = Instant::now();
+    drop(r);
+    assert!(t.elapsed() < Duration::from_secs(2), "the drop waits at most about close_timeout");
+    assert_eq!(returned_to(&mut s), [(7, ReturnReason::ReceiverClosed)]);
+    assert_eq!(a.queued(), 0);
+}
+
+#[test]
+fn an_explicit_close_ends_after_its_timeout_and_hands_back_a_late_parcel() {
+    // close() with a credit out used to wait for it for good. It ends after
+    // close_timeout; the parcel that arrives later (the ring lives on) goes
+    // back to its sender, not to the closed ring's owner.
+    let cfg = RingConfig::default().close_timeout(Duration::from_millis(100));
+    let mut r = Ring::<u32>::with_config(cfg).unwrap();
+    let a = r.addr();
+    let mut s = sender_holding_a_credit(&a, 9);
+    r.close();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while !r.is_closed() {
+        assert!(Instant::now() < deadline, "the close never ended");
+        let mut evs = Vec::new();
+        r.wait(&mut evs, Some(Duration::from_millis(10))).unwrap();
+        assert!(evs.is_empty());
+    }
+    s.hold_submits = false;
+    s.flush().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while a.queued() > 0 {
+        assert!(Instant::now() < deadline, "the late parcel was never taken in");
+        let mut evs = Vec::new();
+        r.wait(&mut evs, Some(Duration::from_millis(10))).unwrap();
+        assert!(evs.is_empty(), "nothing is delivered after the close");
+    }
+    assert_eq!(returned_to(&mut s), [(9, ReturnReason::ReceiverClosed)]);
+}
