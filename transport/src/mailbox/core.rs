@@ -235,6 +235,50 @@ impl<P> Core<P> {
     }
 }
 
+/// Messages handed back to a ring by the rings it sent them to, waiting for
+/// its owner, with a hint for the cheap look between doorbells. A pusher
+/// queues here, then raises the ring's doorbell flag ([`Core::raise_doorbell`])
+/// and rings if it flipped it. The receiver, after reaping a doorbell and
+/// lowering the flag, must take the queue under its lock whatever the hint
+/// says: the hint's store and the flag's swap are two variables, and the
+/// memory model lets the receiver read a stale `false` hint after a pusher
+/// found the flag still raised and rang nothing (the loom model
+/// `loom_a_hand_back_is_never_left_without_a_doorbell` finds that
+/// interleaving when the drain trusts the hint).
+pub(crate) struct Handbacks<R> {
+    items: Mutex<Option<Vec<R>>>,
+    pending: AtomicBool,
+}
+
+impl<R> Handbacks<R> {
+    pub(crate) fn new() -> Self {
+        Handbacks { items: Mutex::new(Some(Vec::new())), pending: AtomicBool::new(false) }
+    }
+
+    /// Queues `r`; `Err(r)` once the queue was shut (the ring is gone).
+    pub(crate) fn push(&self, r: R) -> Result<(), R> {
+        let mut q = lock(&self.items);
+        let Some(items) = q.as_mut() else { return Err(r) };
+        items.push(r);
+        self.pending.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// True when hand-backs may be waiting (a hint: may read a stale
+    /// `false`; see the type's docs).
+    pub(crate) fn pending(&self) -> bool {
+        self.pending.load(Ordering::Acquire)
+    }
+
+    /// Takes everything queued; with `shut`, refuses any further pushes.
+    pub(crate) fn take(&self, shut: bool) -> Vec<R> {
+        let mut q = lock(&self.items);
+        self.pending.store(false, Ordering::Release);
+        let out = if shut { q.take() } else { q.as_mut().map(std::mem::take) };
+        out.unwrap_or_default()
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;

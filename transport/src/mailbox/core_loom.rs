@@ -231,3 +231,70 @@ fn loom_close_delivers_everything_accepted() {
         assert_eq!(w.core.queued(), 0);
     });
 }
+
+/// Hand-backs and the doorbell, as `Inbox::push_returned` and the ring's
+/// drain after a doorbell do them: two pushers hand one message each back to
+/// a ring that sleeps until a doorbell; the receiver reaps doorbells while
+/// they run, and once more after they finished. Nothing may be left queued: a hand-back left without a
+/// doorbell waits for a wake-up that never comes (after the pushers joined,
+/// the receiver only looks again if a doorbell is in its CQ, as a sleeping
+/// ring would). `drain_trusts_hint` is the
+/// drain before the fix (hand-backs taken only when the hint says so).
+fn hand_backs_reach_a_sleeping_ring(drain_trusts_hint: bool) {
+    loom::model(move || {
+        let w = World::one_credit();
+        let hb = Arc::new(Handbacks::<u32>::new());
+        let pushers: Vec<_> = (0..2u32)
+            .map(|i| {
+                let (w, hb) = (w.clone(), hb.clone());
+                thread::spawn(move || {
+                    hb.push(i).unwrap();
+                    if w.core.raise_doorbell() {
+                        lock(&w.cq).push_back(Cqe::Doorbell);
+                    }
+                })
+            })
+            .collect();
+        let mut got = Vec::new();
+        // One pass of the ring's `poll_kernel`: doorbells reaped (the flag
+        // lowered, then the drain), then the cheap look at the hint.
+        let drain = |got: &mut Vec<u32>| {
+            let bell = lock(&w.cq).drain(..).any(|c| matches!(c, Cqe::Doorbell));
+            if bell {
+                w.core.doorbell_reaped();
+                if !drain_trusts_hint || hb.pending() {
+                    got.extend(hb.take(false));
+                }
+            }
+            if hb.pending() {
+                got.extend(hb.take(false));
+            }
+        };
+        drain(&mut got);
+        drain(&mut got);
+        for p in pushers {
+            p.join().unwrap();
+        }
+        // Now the ring sleeps: it wakes only for a doorbell in its CQ.
+        if lock(&w.cq).drain(..).any(|c| matches!(c, Cqe::Doorbell)) {
+            w.core.doorbell_reaped();
+            got.extend(hb.take(false));
+        }
+        got.sort_unstable();
+        assert_eq!(got, [0, 1], "a hand-back was left with no doorbell to wake its ring");
+    });
+}
+
+#[test]
+fn loom_a_hand_back_is_never_left_without_a_doorbell() {
+    hand_backs_reach_a_sleeping_ring(false);
+}
+
+/// The model can fail: with the drain trusting the hint (the code before the
+/// fix), loom finds the interleaving where a pusher sees the flag still
+/// raised and rings nothing while the receiver reads a stale hint.
+#[test]
+#[should_panic(expected = "no doorbell to wake its ring")]
+fn loom_a_drain_that_trusts_the_hint_can_leave_a_hand_back() {
+    hand_backs_reach_a_sleeping_ring(true);
+}

@@ -120,19 +120,14 @@ pub(crate) struct Returned<T> {
     pub(crate) reason: ReturnReason,
 }
 
-/// Messages handed back to this ring, waiting for its owner. Separate from
-/// the fallback queue because hand-backs must still reach a ring whose
-/// mailbox is closed (it may still send); `None` once the ring is dropped.
-pub(crate) struct Returns<T> {
-    pub(crate) items: Option<Vec<Returned<T>>>,
-}
-
 /// The shared side of a ring's mailbox: everything other threads touch.
 pub(crate) struct Inbox<T> {
     pub(crate) id: u64,
     pub(crate) core: core::Core<Box<Parcel<T>>>,
-    pub(crate) returns: Mutex<Returns<T>>,
-    returns_pending: std::sync::atomic::AtomicBool,
+    /// Messages handed back to this ring, waiting for its owner. Separate
+    /// from the fallback queue because hand-backs must still reach a ring
+    /// whose mailbox is closed (it may still send); shut once it is dropped.
+    returns: core::Handbacks<Returned<T>>,
     /// Free slots of the ring's kernel allocation range (fd hand-off
     /// credits): an fd hand-off needs one besides its CQ credit, so a
     /// receiver that lags never makes hand-offs fail with `ENFILE`.
@@ -157,8 +152,7 @@ impl<T> Inbox<T> {
             fd_slots,
             id,
             core: core::Core::new(credit_cap, cap),
-            returns: Mutex::new(Returns { items: Some(Vec::new()) }),
-            returns_pending: std::sync::atomic::AtomicBool::new(false),
+            returns: core::Handbacks::new(),
             ring_fd,
             origins: Mutex::new(HashMap::new()),
         }
@@ -204,26 +198,18 @@ impl<T> Inbox<T> {
     /// Queues messages handed back to this ring. `Ok(true)`: ring the
     /// doorbell. `Err`: the ring is gone (the messages are dead letters).
     pub(crate) fn push_returned(&self, r: Returned<T>) -> Result<bool, Returned<T>> {
-        {
-            let mut q = crate::sync::std_lock(&self.returns);
-            let Some(items) = q.items.as_mut() else { return Err(r) };
-            items.push(r);
-            self.returns_pending.store(true, std::sync::atomic::Ordering::Release);
-        }
+        self.returns.push(r)?;
         Ok(self.core.raise_doorbell())
     }
 
     /// True when hand-backs may be waiting (a cheap hint).
     pub(crate) fn returns_pending(&self) -> bool {
-        self.returns_pending.load(std::sync::atomic::Ordering::Acquire)
+        self.returns.pending()
     }
 
     /// Takes the hand-backs; with `shut`, refuses any further ones.
     pub(crate) fn take_returned(&self, shut: bool) -> Vec<Returned<T>> {
-        let mut q = crate::sync::std_lock(&self.returns);
-        self.returns_pending.store(false, std::sync::atomic::Ordering::Release);
-        let out = if shut { q.items.take() } else { q.items.as_mut().map(std::mem::take) };
-        out.unwrap_or_default()
+        self.returns.take(shut)
     }
 
     pub(crate) fn origin(&self, id: u64) -> Option<Arc<Inbox<T>>> {
