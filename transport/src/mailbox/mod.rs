@@ -100,6 +100,13 @@ pub(crate) enum Body<T> {
     Fd { msg: T, slot: u32 },
     /// This sequence number was handed back to the sender: skip it.
     Void,
+    /// This sequence number is an fd hand-off that was still in flight when
+    /// its sending ring was dropped (its outcome unknown): skip it, and
+    /// account for it on the receiver. If the hand-off lands after this, its
+    /// file is closed and its message is a dead letter (order holds); if it
+    /// landed before, this is ignored; if it never lands, it is a dead
+    /// letter when the receiving ring is dropped.
+    Doubt,
     /// The sending ring is gone: this lane ends here.
     End,
 }
@@ -109,7 +116,7 @@ impl<T> Body<T> {
         match self {
             Body::Batch(v) => v.len(),
             Body::Fd { .. } => 1,
-            Body::Void | Body::End => 0,
+            Body::Void | Body::Doubt | Body::End => 0,
         }
     }
 }

@@ -88,6 +88,10 @@ impl<T: Send + 'static> Ring<T> {
         let lanes = mem::take(&mut self.lanes);
         for (from, mut lane) in lanes {
             for p in lane.take_held() {
+                if matches!(p.body, Body::Doubt) {
+                    self.doubts.insert((from, p.seq)); // accounted at the drop
+                    continue;
+                }
                 let n = p.body.messages();
                 self.hand_back_to_origin(from, p.body);
                 self.inbox.core.unreserve(n);
@@ -157,18 +161,18 @@ impl<T: Send + 'static> Drop for Ring<T> {
         }
         // Hand-offs whose outcome we can no longer learn. Silent ones carry no
         // message; their slots stay reserved on the receiver (the kernel may
-        // still fill them). Messaged ones count as dead letters and get a
-        // Void, so the receiver does not hold later parcels behind them (if
-        // one lands after all, it is delivered as a duplicate number).
-        let silent = self.silent.len();
+        // still fill them). A messaged one gets a Doubt, so the receiver does
+        // not hold later parcels behind it and accounts for it exactly once:
+        // delivered if it landed first, a dead letter (its file closed) if it
+        // lands after, or when the receiver is dropped if it never lands.
         for (_, ticket) in self.silent.drain() {
             ticket.in_doubt();
         }
-        dead_letter(self.fd_inflight - silent);
         let in_doubt: Vec<(u64, u64)> = self.fd_seqs.drain().map(|(_, v)| v).collect();
         for (to, seq) in in_doubt {
-            if let Some(target) = self.out.get(&to).map(|l| l.target.clone()) {
-                self.send_void(&target, seq);
+            match self.out.get(&to).map(|l| l.target.clone()) {
+                Some(target) => self.send_marker(&target, seq, Body::Doubt),
+                None => dead_letter(1), // its receiver closed for good
             }
         }
         // fd hand-offs that never got a credit: the table teardown below
@@ -195,6 +199,12 @@ impl<T: Send + 'static> Drop for Ring<T> {
             if let Ok(true) = target.core.push_fallback(end) {
                 self.ring_doorbell(&target);
             }
+        }
+        // fd hand-offs in doubt that never landed: dead letters now (a late
+        // one can no longer reach us: our address's fd is retired).
+        for _ in self.doubts.drain() {
+            self.inbox.core.unreserve(1);
+            dead_letter(1);
         }
         // Nobody can take hand-backs for us any more.
         for r in self.inbox.take_returned(true) {

@@ -112,6 +112,9 @@ pub struct Ring<T: Send + 'static> {
     fd_inflight: usize,
     silent: HashMap<u32, SlotTicket>,
     fd_seqs: HashMap<u32, (u64, u64)>,
+    /// fd hand-offs to us whose senders were dropped before their outcome
+    /// was known (`Body::Doubt` arrived first), by (sender, number).
+    doubts: HashSet<(u64, u64)>,
     bells: Vec<Arc<Inbox<T>>>,
     lanes: HashMap<u64, Reorder<Box<Parcel<T>>>, FxBuildHasher>,
     in_order: Vec<Box<Parcel<T>>>,
@@ -209,6 +212,7 @@ impl<T: Send + 'static> Ring<T> {
             fd_inflight: 0,
             silent: HashMap::new(),
             fd_seqs: HashMap::new(),
+            doubts: HashSet::new(),
             bells: Vec::new(),
             lanes: HashMap::default(),
             in_order: Vec::new(),

@@ -188,7 +188,7 @@ impl<T: Send + 'static> Ring<T> {
                     let fd = FixedFd::new(slot, self.fds.clone());
                     self.give_back(to, msg, Some(fd), ReturnReason::ReceiverClosed);
                 }
-                Body::Void | Body::End => {}
+                Body::Void | Body::Doubt | Body::End => {}
             }
             return;
         };
@@ -268,13 +268,26 @@ impl<T: Send + 'static> Ring<T> {
     }
 
     /// Puts a parcel through its sender's reorder step and delivers what is due.
-    fn accept(&mut self, p: Box<Parcel<T>>) {
+    pub(super) fn accept(&mut self, p: Box<Parcel<T>>) {
         let from = p.from;
         if self.close_done {
             // The mailbox is closed (its close gave up waiting for this
             // parcel's credit): nothing is delivered after the close, and its
-            // sender's reorder state is gone. Back to its origin.
-            let Parcel { body, .. } = *p;
+            // sender's reorder state is gone. Back to its origin (a hand-off
+            // in doubt: its sender is gone, a dead letter either way).
+            let Parcel { seq, body, .. } = *p;
+            if matches!(body, Body::Doubt) {
+                self.doubts.insert((from, seq));
+                return;
+            }
+            if let Body::Fd { slot, .. } = body {
+                if self.doubts.remove(&(from, seq)) {
+                    self.fds.release(slot);
+                    self.inbox.core.unreserve(1);
+                    dead_letter(1);
+                    return;
+                }
+            }
             let n = body.messages();
             self.hand_back_to_origin(from, body);
             self.inbox.core.unreserve(n);
@@ -285,9 +298,21 @@ impl<T: Send + 'static> Ring<T> {
         match lane.accept(p.seq, p, |q| in_order.push(q)) {
             Ok(true) => self.stats.reordered_parcels += 1,
             Ok(false) => {}
-            // Cannot happen by construction (one seq per parcel, each taken
-            // once); deliver rather than lose it.
-            Err(dup) => in_order.push(dup.0),
+            // A number already passed: a Doubt for an fd hand-off that landed
+            // first (nothing to do), or that hand-off landing after its Doubt.
+            Err(dup) => match dup.0.body {
+                Body::Doubt => {}
+                Body::Fd { slot, .. } if self.doubts.remove(&(from, dup.0.seq)) => {
+                    // Its sender is gone and its number was skipped: close the
+                    // file, count the message.
+                    self.fds.release(slot);
+                    self.inbox.core.unreserve(1);
+                    dead_letter(1);
+                }
+                // Cannot happen by construction (one seq per parcel, each
+                // taken once); deliver rather than lose it.
+                _ => in_order.push(dup.0),
+            },
         }
         for q in in_order.drain(..) {
             self.deliver(*q);
@@ -296,7 +321,7 @@ impl<T: Send + 'static> Ring<T> {
     }
 
     fn deliver(&mut self, p: Parcel<T>) {
-        let Parcel { from, body, .. } = p;
+        let Parcel { from, seq, body, .. } = p;
         let n = body.messages();
         if self.dropping {
             self.hand_back_to_origin(from, body);
@@ -312,6 +337,9 @@ impl<T: Send + 'static> Ring<T> {
                 self.ready.push_back((from, Event::Fd { msg, fd }));
             }
             Body::Void => {}
+            Body::Doubt => {
+                self.doubts.insert((from, seq));
+            }
             Body::End => {
                 self.lanes.remove(&from);
             }
@@ -330,7 +358,7 @@ impl<T: Send + 'static> Ring<T> {
                 self.fds.release(slot);
                 vec![msg]
             }
-            Body::Void | Body::End => return,
+            Body::Void | Body::Doubt | Body::End => return,
         };
         if from == self.id {
             // Sent to ourselves: hand back locally (dead letters if dropping).

@@ -259,7 +259,7 @@ impl<T: Send + 'static> Ring<T> {
                 }
                 Credit::Exhausted | Credit::Closing => self.send_fallback(&target, parcel),
             },
-            Body::Void | Body::End => self.send_fallback(&target, parcel),
+            Body::Void | Body::Doubt | Body::End => self.send_fallback(&target, parcel),
         }
     }
 
@@ -503,14 +503,20 @@ impl<T: Send + 'static> Ring<T> {
                 let fd = FixedFd::new(slot, self.fds.clone());
                 self.give_back(from, msg, Some(fd), reason);
             }
-            Body::Void | Body::End => {}
+            Body::Void | Body::Doubt | Body::End => {}
         }
     }
 
     /// Tells `target` that sequence number `seq` of our lane will never come.
     pub(super) fn send_void(&mut self, target: &Arc<Inbox<T>>, seq: u64) {
-        let void = Box::new(Parcel { from: self.id, to: target.id, seq, body: Body::Void });
-        if let Ok(true) = target.core.push_fallback(void) {
+        self.send_marker(target, seq, Body::Void);
+    }
+
+    /// Sends a parcel that carries only a mark for number `seq` (`Void`,
+    /// `Doubt`) through the fallback queue.
+    pub(super) fn send_marker(&mut self, target: &Arc<Inbox<T>>, seq: u64, body: Body<T>) {
+        let p = Box::new(Parcel { from: self.id, to: target.id, seq, body });
+        if let Ok(true) = target.core.push_fallback(p) {
             self.ring_doorbell(target);
         }
     }

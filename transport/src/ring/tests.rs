@@ -818,3 +818,58 @@ fn an_explicit_close_ends_after_its_timeout_and_hands_back_a_late_parcel() {
     }
     assert_eq!(returned_to(&mut s), [(9, ReturnReason::ReceiverClosed)]);
 }
+
+#[test]
+fn an_fd_handoff_in_doubt_is_delivered_or_closed_never_both_and_never_out_of_order() {
+    // A sender dropped with an fd hand-off still in flight sends a Doubt for
+    // its number. The kernel may then deliver the hand-off before or after
+    // the Doubt (on 6.18 a live receiver thread runs the fd's task work at
+    // its next return to user space, so this is driven here with the
+    // parcels the kernel would hand the receiver). Before: the message is
+    // delivered and the Doubt ignored. After: the file is closed, the
+    // message not delivered (its number was skipped: later ones went first).
+    use crate::mailbox::{Body, Parcel};
+    let cfg = RingConfig::default().close_timeout(Duration::from_millis(100));
+    let mut rx = Ring::<u32>::with_config(cfg).unwrap();
+    let from = 999_999; // a sender that is gone
+    let to = rx.id();
+    let parcel = |seq, body| Box::new(Parcel { from, to, seq, body });
+    let fd_parcel = |rx: &mut Ring<u32>, msg| {
+        let (r, w) = pipe();
+        let slot = rx.register_fd(w).map_err(|(e, _)| e).unwrap().into_slot();
+        (r, Body::Fd { msg, slot })
+    };
+    let eof = |r: &OwnedFd| {
+        let mut b = [0u8; 1];
+        // SAFETY: reading one byte into a valid local buffer (non-blocking).
+        unsafe { libc::read(std::os::fd::AsRawFd::as_raw_fd(r), b.as_mut_ptr().cast(), 1) == 0 }
+    };
+    // Landed first: delivered; its Doubt changes nothing.
+    rx.inbox.core.reserve(1).unwrap();
+    let (r0, body) = fd_parcel(&mut rx, 10);
+    rx.accept(parcel(0, body));
+    rx.accept(parcel(0, Body::Doubt));
+    let evs: Vec<Event<u32>> = rx.ready.drain(..).map(|(_, e)| e).collect();
+    assert!(matches!(evs[..], [Event::Fd { msg: 10, .. }]), "delivered once");
+    drop(evs);
+    assert!(eof(&r0), "the receiver's fd was dropped with the event");
+    // Doubt first, then a later message, then the hand-off: the later
+    // message is delivered, the hand-off is not (its file closed).
+    rx.inbox.core.reserve(2).unwrap();
+    rx.accept(parcel(1, Body::Doubt));
+    rx.accept(parcel(2, Body::Batch(vec![12])));
+    let (r1, body) = fd_parcel(&mut rx, 11);
+    rx.accept(parcel(1, body));
+    let evs: Vec<Event<u32>> = rx.ready.drain(..).map(|(_, e)| e).collect();
+    assert!(matches!(evs[..], [Event::Message(12)]), "only the later message, in order");
+    assert!(eof(&r1), "the late hand-off's file is closed");
+    assert_eq!(rx.addr().queued(), 0, "every reservation released");
+    assert!(rx.doubts.is_empty());
+    // A Doubt whose hand-off never lands is settled when the ring drops.
+    rx.inbox.core.reserve(1).unwrap();
+    rx.accept(parcel(3, Body::Doubt));
+    assert_eq!(rx.doubts.len(), 1);
+    let a = rx.addr();
+    drop(rx);
+    assert_eq!(a.queued(), 0, "released at the drop");
+}
