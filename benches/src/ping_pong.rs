@@ -4,7 +4,8 @@
 //! `ringmail` is ring to ring (the transport); `ringmail-actors` and the
 //! actor frameworks are two actors telling each other (an ask's round trip
 //! without the reply slot), each on its own thread where the framework
-//! allows.
+//! allows. The `+neighbour` rows run while a CPU-bound process shares the two
+//! cores: there the busy-poll row must stay within 1.2x the sleeping one.
 
 use std::sync::{mpsc, Arc, Barrier, OnceLock};
 use std::thread;
@@ -63,6 +64,21 @@ pub fn ringmail(n: usize, busy: Option<Duration>) -> f64 {
     me.flush().unwrap();
     echo.join().unwrap();
     p50(samples)
+}
+
+/// Runs `f` while a CPU-bound neighbour (a child process spinning) shares
+/// the machine's cores: the case where a spinning wait can be worse than
+/// sleeping (a preempted spinner keeps its peer off the CPU).
+fn with_neighbour(f: impl FnOnce() -> f64) -> f64 {
+    let mut hog = std::process::Command::new("sh")
+        .args(["-c", "while :; do :; done"])
+        .spawn()
+        .expect("spawn the CPU-bound neighbour");
+    thread::sleep(Duration::from_millis(20)); // let it run
+    let figure = f();
+    let _ = hog.kill();
+    let _ = hog.wait();
+    figure
 }
 
 /// Bare MSG_RING, both sides blocking in `submit_and_wait(1)`.
@@ -227,6 +243,14 @@ pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
         vec![
             System { name: "ringmail", run: Box::new(move || ringmail(n, None)) },
             System { name: "ringmail-poll50us", run: Box::new(move || ringmail(n, bp)) },
+            System {
+                name: "ringmail+neighbour",
+                run: Box::new(move || with_neighbour(|| ringmail(n, None))),
+            },
+            System {
+                name: "ringmail-poll50us+neighbour",
+                run: Box::new(move || with_neighbour(|| ringmail(n, bp))),
+            },
             System { name: "raw-msg-ring", run: Box::new(move || raw(n)) },
             System { name: "crossbeam", run: Box::new(move || channel::<Crossbeam>(n)) },
             System { name: "std-mpsc", run: Box::new(move || channel::<StdMpsc>(n)) },
@@ -234,6 +258,16 @@ pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
         ]
         .into_iter()
         .chain(actor_rows)
+        .chain([
+            System {
+                name: "ringmail-actors+neighbour",
+                run: Box::new(move || with_neighbour(|| framework(Framework::Ringmail, n))),
+            },
+            System {
+                name: "ringmail-actors-poll50us+neighbour",
+                run: Box::new(move || with_neighbour(|| framework(Framework::RingmailPoll, n))),
+            },
+        ])
         .collect(),
     )
     .tagged("rtt_p50_ns", serde_json::json!({"round_trips": n}));

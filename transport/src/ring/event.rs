@@ -112,6 +112,10 @@ pub struct RingStats {
     /// completions it dropped, which [`Ring::wait`] reports as
     /// [`RingError::CompletionsDropped`](crate::RingError::CompletionsDropped).)
     pub cq_overflows: u64,
+    /// Times busy-poll paused (for 2 ms) after 4 spins in a row found
+    /// nothing: the peer did not answer within the budget, slow or kept off
+    /// the CPU (a spinner on contended cores would keep it off longer).
+    pub spin_pauses: u64,
 }
 
 /// The SQ stayed full even after a submit; the entry was not queued.

@@ -80,6 +80,7 @@ mod event;
 // Named for what it owns; in this file `io` is this submodule, so std's is
 // spelled `std::io`.
 mod io;
+mod poll;
 mod recv;
 mod send;
 #[cfg(test)]
@@ -128,6 +129,8 @@ pub struct Ring<T: Send + 'static> {
     /// The close finished (`close::finish_close` ran): a parcel that still
     /// arrives goes back to its origin.
     close_done: bool,
+    /// Whether a wait spins before it sleeps (with `busy_poll`).
+    poll: poll::Governor,
     /// Receive buffers of `recv_multi`, set up on first use.
     bufs: Option<BufRing>,
     /// The ring's own operations (`push_io`, `accept_multi`, `recv_multi`)
@@ -224,6 +227,7 @@ impl<T: Send + 'static> Ring<T> {
             close_epoch: CLOSE_EPOCH.load(Ordering::Relaxed),
             close_started: None,
             close_done: false,
+            poll: poll::Governor::default(),
             bufs: None,
             io_pending: 0,
             #[cfg(test)]
@@ -350,12 +354,11 @@ impl<T: Send + 'static> Ring<T> {
         self.poll_kernel()?;
         if self.ready.is_empty() {
             if let Some(budget) = self.cfg.busy_poll {
-                let end = Instant::now() + budget.min(timeout.unwrap_or(budget));
-                while self.ready.is_empty() && Instant::now() < end {
-                    if self.work_visible() {
-                        self.poll_kernel()?;
-                    } else {
-                        std::hint::spin_loop();
+                let start = Instant::now();
+                if self.poll.may_spin(start) {
+                    let spin = self.spin(start, budget.min(timeout.unwrap_or(budget)))?;
+                    if self.poll.spun(Instant::now(), spin) {
+                        self.stats.spin_pauses += 1;
                     }
                 }
             }
@@ -379,6 +382,23 @@ impl<T: Send + 'static> Ring<T> {
         self.submit_now()?;
         out.extend(self.ready.drain(..).map(|(_, e)| e));
         Ok(out.len() - before)
+    }
+
+    /// Spins for at most `budget` from `start`, looking for work without a
+    /// system call; says how it ended (see `poll`).
+    fn spin(&mut self, start: Instant, budget: Duration) -> Result<poll::Spin, RingError> {
+        let end = start + budget;
+        while self.ready.is_empty() {
+            if Instant::now() >= end {
+                return Ok(poll::Spin::Empty);
+            }
+            if self.work_visible() {
+                self.poll_kernel()?;
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+        Ok(poll::Spin::Found)
     }
 
     fn work_visible(&mut self) -> bool {
