@@ -15,7 +15,7 @@
 //!    whose argument structs live on our stack for the duration of the call.
 
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
 use io_uring::{opcode, squeue, types, IoUring};
 
@@ -243,16 +243,29 @@ pub(crate) fn file_alloc_range(ring_fd: RawFd, off: u32, len: u32) -> io::Result
 /// stays owned by its owner, but a `MSG_RING` naming it from now on fails at
 /// issue with `EBADFD` (not a ring) instead of reaching the ring file.
 pub(crate) fn retire_fd(fd: BorrowedFd<'_>) -> io::Result<()> {
-    let null = std::fs::File::open("/dev/null")?; // O_CLOEXEC, closed on return
-                                                  // SAFETY: `dup3` onto a number its owner keeps owning (the borrow proves
-                                                  // it is open); the call only changes which file that number names, and
-                                                  // `null` outlives the call. No memory is passed.
+    let null = dev_null()?;
+    // SAFETY: `dup3` onto a number its owner keeps owning (the borrow proves
+    // it is open); the call only changes which file that number names. The
+    // source is the process's `/dev/null`, open for the process's lifetime.
+    // No memory is passed.
     let r = unsafe { libc::dup3(null.as_raw_fd(), fd.as_raw_fd(), libc::O_CLOEXEC) };
     if r < 0 {
         Err(io::Error::last_os_error())
     } else {
         Ok(())
     }
+}
+
+/// `/dev/null`, opened once for the process (at the first ring's set-up), so
+/// that retiring a ring's fd at its drop needs no new fd (the process may be
+/// out of them by then).
+pub(crate) fn dev_null() -> io::Result<BorrowedFd<'static>> {
+    static NULL: std::sync::OnceLock<std::fs::File> = std::sync::OnceLock::new();
+    if let Some(f) = NULL.get() {
+        return Ok(f.as_fd());
+    }
+    let f = std::fs::File::open("/dev/null")?; // O_CLOEXEC
+    Ok(NULL.get_or_init(|| f).as_fd())
 }
 
 /// Duplicates `fd` with `O_CLOEXEC`.

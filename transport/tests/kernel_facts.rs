@@ -217,6 +217,12 @@ fn fd_message_and_linked_close_post_exactly_one_cqe() {
 /// by another thread with its `res`, `user_data` and passed flags.
 #[test]
 fn a_ringless_message_reaches_a_defer_ring_owned_by_another_thread() {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut v = release.trim().split(['.', '-']).map(|p| p.parse::<u32>().unwrap_or(0));
+    if (v.next().unwrap_or(0), v.next().unwrap_or(0)) < (6, 13) {
+        eprintln!("skipped: needs Linux 6.13 (this is {release})");
+        return;
+    }
     const IORING_REGISTER_SEND_MSG_RING: libc::c_uint = 31;
     let mut b = defer_ring(8);
     let target = b.as_raw_fd();

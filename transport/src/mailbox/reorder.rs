@@ -54,6 +54,23 @@ impl<P> Reorder<P> {
         Ok(false)
     }
 
+    /// Puts `parcel` in place of the held parcel `seq` when `replaces` says
+    /// so of the held one (which is dropped); `Err(parcel)` otherwise.
+    pub(crate) fn replace_held(
+        &mut self,
+        seq: u64,
+        parcel: P,
+        replaces: impl FnOnce(&P) -> bool,
+    ) -> Result<(), P> {
+        match self.held.get_mut(&seq) {
+            Some(held) if replaces(held) => {
+                *held = parcel;
+                Ok(())
+            }
+            _ => Err(parcel),
+        }
+    }
+
     /// Number of parcels waiting for an earlier one.
     #[cfg(test)]
     pub(crate) fn held(&self) -> usize {

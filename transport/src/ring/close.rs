@@ -168,11 +168,15 @@ impl<T: Send + 'static> Drop for Ring<T> {
         for (_, ticket) in self.silent.drain() {
             ticket.in_doubt();
         }
-        let in_doubt: Vec<(u64, u64)> = self.fd_seqs.drain().map(|(_, v)| v).collect();
+        let mut in_doubt: Vec<(u64, u64)> = self.fd_seqs.drain().map(|(_, v)| v).collect();
+        in_doubt.sort_unstable(); // per lane in number order, so none waits behind another
         for (to, seq) in in_doubt {
-            match self.out.get(&to).map(|l| l.target.clone()) {
-                Some(target) => self.send_marker(&target, seq, Body::Doubt),
-                None => dead_letter(1), // its receiver closed for good
+            // Lanes with a hand-off in flight are never pruned (`prune`).
+            if let Some(target) = self.out.get(&to).map(|l| l.target.clone()) {
+                // Refused when the receiver's mailbox is closed: then the
+                // receiver hands the hand-off back when it lands (`accept`),
+                // and with us gone that counts it once.
+                self.send_marker(&target, seq, Body::Doubt);
             }
         }
         // fd hand-offs that never got a credit: the table teardown below
@@ -200,12 +204,6 @@ impl<T: Send + 'static> Drop for Ring<T> {
                 self.ring_doorbell(&target);
             }
         }
-        // fd hand-offs in doubt that never landed: dead letters now (a late
-        // one can no longer reach us: our address's fd is retired).
-        for _ in self.doubts.drain() {
-            self.inbox.core.unreserve(1);
-            dead_letter(1);
-        }
         // Nobody can take hand-backs for us any more.
         for r in self.inbox.take_returned(true) {
             dead_letter(r.msgs.len());
@@ -218,10 +216,21 @@ impl<T: Send + 'static> Drop for Ring<T> {
             let _ = self.poll_kernel(); // reaped while submitting: handle it
         }
         // The ring's own I/O: an address keeps the ring file, and so every
-        // pending operation, alive; cancel them and wait for their ends, so
-        // that no buffer they name is touched after this drop and an armed
-        // accept stops taking connections.
-        self.cancel_all_io();
+        // pending operation, alive; cancel them and wait (at most
+        // `close_timeout`) for their ends, so that no buffer they name is
+        // touched after this drop and an armed accept stops taking
+        // connections. One still pending after that keeps its memory: the
+        // owner must have leaked it (`push_io`'s contract).
+        self.end_io(self.cfg.close_timeout);
+        // Their events have nobody to go to (accepted connections close).
+        self.ready.retain(|(_, e)| !matches!(e, Event::Io { .. } | Event::Accepted { .. }));
+        // fd hand-offs in doubt that never landed (the last reaping is done:
+        // a later one cannot reach us, our address's fd is retired): each
+        // one's message is a dead letter.
+        for _ in self.doubts.drain() {
+            self.inbox.core.unreserve(1);
+            dead_letter(1);
+        }
         self.fds.shut();
         // Addresses keep the ring file alive through their duplicate fd:
         // empty the fixed-file table now so no file outlives its owner.

@@ -65,15 +65,15 @@ impl<T: Send + 'static> Ring<T> {
 
     /// Queues one of the ring's own I/O operations. Its completion comes out
     /// of [`wait`](Ring::wait) as [`Event::Io`] with `token`. The entry's
-    /// `user_data` is overwritten. Keep at most `io_reserve` completions
-    /// outstanding, so that I/O never competes with messages for CQ space.
+    /// `user_data` is overwritten. Keep at most `io_reserve / 2` completions
+    /// outstanding (see below), so that I/O never competes with messages for
+    /// CQ space.
     ///
     /// Dropping the ring cancels every operation still pending (this one
-    /// included) and returns only after the kernel posted each one's final
-    /// completion: once the ring is gone, the kernel touches none of the
-    /// memory its operations named, and an armed accept or receive has
-    /// stopped (addresses to the ring keep its file, and so its pending
-    /// operations, alive; the drop does not rely on the file going away).
+    /// included) and waits, at most `close_timeout`, for each one's final
+    /// completion ([`end_io`](Ring::end_io)): addresses to the ring keep its
+    /// file, and so its pending operations, alive, so the drop does not rely
+    /// on the file going away; an armed accept or receive stops.
     ///
     /// # Panics
     /// When `token` is not below 2^60, or the entry carries `IO_LINK`,
@@ -85,9 +85,12 @@ impl<T: Send + 'static> Ring<T> {
     /// # Safety
     /// Every buffer or other memory the entry references must stay valid
     /// (and unaliased where the kernel writes) until its final completion has
-    /// been returned by `wait`, or until the ring has been dropped. Keep at
-    /// most `io_reserve / 2` I/O completions outstanding (fd hand-offs use
-    /// the other half). The entry must not select buffers from group 0
+    /// been returned by `wait`, or [`end_io`](Ring::end_io) has returned 0.
+    /// A drop that gave up waiting (an operation still pending after
+    /// `close_timeout`) does not end it: its memory must then stay valid for
+    /// good (leak it); call `end_io` before the drop to know. Keep at most
+    /// `io_reserve / 2` I/O completions outstanding (fd hand-offs use the
+    /// other half). The entry must not select buffers from group 0
     /// (`IOSQE_BUFFER_SELECT`): that group is
     /// [`recv_multi`](Ring::recv_multi)'s.
     pub unsafe fn push_io(&mut self, entry: squeue::Entry, token: u64) -> Result<(), PushError> {
@@ -192,13 +195,21 @@ impl<T: Send + 'static> Ring<T> {
         Ok(())
     }
 
-    /// Cancels every pending operation of this ring and takes in each final
-    /// completion; the events they make are dropped (accepted connections
-    /// closed). Waits as long as the kernel takes: until then it may still
-    /// write to memory an operation named. Used by `Drop`.
-    pub(super) fn cancel_all_io(&mut self) {
+    /// Cancels every pending operation of this ring ([`push_io`],
+    /// [`accept_multi`], [`recv_multi`]) and waits at most `limit` for each
+    /// one's final completion, which comes out of later [`wait`] calls as
+    /// usual. Returns how many have not ended: 0 means the kernel holds no
+    /// memory any of them named. Some may not end quickly: a zero-copy
+    /// send's notification waits for the peer to take the data.
+    ///
+    /// [`push_io`]: Ring::push_io
+    /// [`accept_multi`]: Ring::accept_multi
+    /// [`recv_multi`]: Ring::recv_multi
+    /// [`wait`]: Ring::wait
+    pub fn end_io(&mut self, limit: std::time::Duration) -> usize {
+        let deadline = std::time::Instant::now() + limit;
         let mut cancelled: Option<std::time::Instant> = None;
-        while self.io_pending > 0 {
+        while self.io_pending > 0 && std::time::Instant::now() < deadline {
             // Again now and then: an operation the kernel was starting when
             // the last cancel ran is caught by the next one.
             if cancelled.is_none_or(|t| t.elapsed() >= std::time::Duration::from_millis(100)) {
@@ -219,7 +230,13 @@ impl<T: Send + 'static> Ring<T> {
                 let _ = self.block(Some(std::time::Duration::from_millis(10)));
             }
         }
-        self.ready.retain(|(_, e)| !matches!(e, Event::Io { .. } | Event::Accepted { .. }));
+        self.io_pending
+    }
+
+    /// Operations of this ring ([`push_io`](Ring::push_io), armed accepts
+    /// and receives) whose final completion has not been handled yet.
+    pub fn io_pending(&self) -> usize {
+        self.io_pending
     }
 
     /// Asks the kernel to cancel this ring's pending operations with

@@ -196,6 +196,9 @@ impl<T: Send + 'static> Ring<T> {
             }
         })?;
         let dup = sys::dup_cloexec(sys::ring_fd(&uring)).map_err(SetupError::Io)?;
+        // Opened now, while fds are surely to be had: the drop retires the
+        // address's fd with it.
+        sys::dev_null().map_err(SetupError::Io)?;
         let id = NEXT_RING_ID.fetch_add(1, Ordering::Relaxed);
         let kernel_free =
             Arc::new(std::sync::atomic::AtomicUsize::new((cfg.fixed_files - user_slots) as usize));

@@ -184,6 +184,12 @@ impl<T: Send + 'static> Ring<T> {
                         self.give_back(to, m, None, ReturnReason::ReceiverClosed);
                     }
                 }
+                Body::Fd { msg, slot } if err == libc::EOVERFLOW => {
+                    // The target's table holds the file (see below): ours
+                    // must go, so the file has one owner.
+                    self.fds.release(slot);
+                    self.give_back(to, msg, None, ReturnReason::ReceiverClosed);
+                }
                 Body::Fd { msg, slot } => {
                     let fd = FixedFd::new(slot, self.fds.clone());
                     self.give_back(to, msg, Some(fd), ReturnReason::ReceiverClosed);
@@ -270,24 +276,23 @@ impl<T: Send + 'static> Ring<T> {
     /// Puts a parcel through its sender's reorder step and delivers what is due.
     pub(super) fn accept(&mut self, p: Box<Parcel<T>>) {
         let from = p.from;
+        if let Body::Fd { slot, .. } = p.body {
+            if self.doubts.remove(&(from, p.seq)) {
+                // A hand-off whose sender was dropped before its outcome was
+                // known, landing after the Doubt for its number was delivered
+                // (maybe after the lane's end too): its number was skipped and
+                // its sender is gone. Close the file, count the message.
+                self.fds.release(slot);
+                self.inbox.core.unreserve(1);
+                dead_letter(1);
+                return;
+            }
+        }
         if self.close_done {
             // The mailbox is closed (its close gave up waiting for this
             // parcel's credit): nothing is delivered after the close, and its
-            // sender's reorder state is gone. Back to its origin (a hand-off
-            // in doubt: its sender is gone, a dead letter either way).
-            let Parcel { seq, body, .. } = *p;
-            if matches!(body, Body::Doubt) {
-                self.doubts.insert((from, seq));
-                return;
-            }
-            if let Body::Fd { slot, .. } = body {
-                if self.doubts.remove(&(from, seq)) {
-                    self.fds.release(slot);
-                    self.inbox.core.unreserve(1);
-                    dead_letter(1);
-                    return;
-                }
-            }
+            // sender's reorder state is gone. Back to its origin.
+            let Parcel { body, .. } = *p;
             let n = body.messages();
             self.hand_back_to_origin(from, body);
             self.inbox.core.unreserve(n);
@@ -298,19 +303,21 @@ impl<T: Send + 'static> Ring<T> {
         match lane.accept(p.seq, p, |q| in_order.push(q)) {
             Ok(true) => self.stats.reordered_parcels += 1,
             Ok(false) => {}
-            // A number already passed: a Doubt for an fd hand-off that landed
-            // first (nothing to do), or that hand-off landing after its Doubt.
+            // A number already passed or held: a Doubt for an fd hand-off
+            // that landed first (nothing to do); or that hand-off landing
+            // while its Doubt is still held behind a missing earlier number:
+            // it takes the Doubt's place and is delivered in its turn.
             Err(dup) => match dup.0.body {
                 Body::Doubt => {}
-                Body::Fd { slot, .. } if self.doubts.remove(&(from, dup.0.seq)) => {
-                    // Its sender is gone and its number was skipped: close the
-                    // file, count the message.
-                    self.fds.release(slot);
-                    self.inbox.core.unreserve(1);
-                    dead_letter(1);
+                Body::Fd { .. } => {
+                    if let Err(dup) =
+                        lane.replace_held(dup.0.seq, dup.0, |held| matches!(held.body, Body::Doubt))
+                    {
+                        // Cannot happen by construction (one number per
+                        // parcel, each taken once); deliver, not lose it.
+                        in_order.push(dup);
+                    }
                 }
-                // Cannot happen by construction (one seq per parcel, each
-                // taken once); deliver rather than lose it.
                 _ => in_order.push(dup.0),
             },
         }
@@ -323,6 +330,11 @@ impl<T: Send + 'static> Ring<T> {
     fn deliver(&mut self, p: Parcel<T>) {
         let Parcel { from, seq, body, .. } = p;
         let n = body.messages();
+        if let Body::Doubt = body {
+            // Settled when its hand-off lands, or when this ring is dropped.
+            self.doubts.insert((from, seq));
+            return;
+        }
         if self.dropping {
             self.hand_back_to_origin(from, body);
             self.inbox.core.unreserve(n);
@@ -336,10 +348,7 @@ impl<T: Send + 'static> Ring<T> {
                 let fd = FixedFd::new(slot, self.fds.clone());
                 self.ready.push_back((from, Event::Fd { msg, fd }));
             }
-            Body::Void => {}
-            Body::Doubt => {
-                self.doubts.insert((from, seq));
-            }
+            Body::Void | Body::Doubt => {}
             Body::End => {
                 self.lanes.remove(&from);
             }

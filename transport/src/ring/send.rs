@@ -216,8 +216,17 @@ impl<T: Send + 'static> Ring<T> {
     /// Forgets the lane to a closed ring once nothing of ours is on it, so
     /// the dead ring's file and memory are not kept alive by us.
     pub(super) fn prune(&mut self, id: u64) {
+        // An SQE naming the target's fd may still wait in our SQ (a submit
+        // that gave up): the fd must stay open until the kernel looked it up.
+        if !self.uring.submission().is_empty() {
+            return;
+        }
         if let Some(l) = self.out.get(&id) {
-            if l.target.core.is_closed() && l.pending.is_empty() && l.parked.is_empty() {
+            if l.target.core.is_closed()
+                && l.pending.is_empty()
+                && l.parked.is_empty()
+                && !self.fd_seqs.values().any(|&(to, _)| to == id)
+            {
                 // A parcel of ours may still be on its way to it (issued on a
                 // credit its close gave up on): if it comes back, its
                 // reservation and credit go back to the mailbox while anyone

@@ -25,6 +25,14 @@ fn messages<T>(evs: Vec<Event<T>>) -> Vec<T> {
         .collect()
 }
 
+/// True when the running kernel is at least `major.minor`.
+fn kernel_at_least(major: u32, minor: u32) -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut parts = release.trim().split(['.', '-']).map(|p| p.parse::<u32>().unwrap_or(0));
+    let (ma, mi) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    (ma, mi) >= (major, minor)
+}
+
 fn pipe() -> (OwnedFd, OwnedFd) {
     let mut fds = [0; 2];
     // SAFETY: `fds` is a valid 2-element array for pipe2 to fill.
@@ -690,6 +698,10 @@ fn push_io_refuses_an_entry_that_would_succeed_silently() {
 
 #[test]
 fn a_doorbell_the_sq_cannot_take_still_wakes_a_sleeping_receiver() {
+    if !kernel_at_least(6, 13) {
+        eprintln!("skipped: IORING_REGISTER_SEND_MSG_RING needs Linux 6.13");
+        return;
+    }
     // The receiver of the hand-backs sleeps in `wait`; the ring handing them
     // back (dropped with 10 undelivered messages) finds its SQ full for its
     // doorbell and then is gone. The sleeper must wake at once, not at its
@@ -865,6 +877,32 @@ fn an_fd_handoff_in_doubt_is_delivered_or_closed_never_both_and_never_out_of_ord
     assert!(eof(&r1), "the late hand-off's file is closed");
     assert_eq!(rx.addr().queued(), 0, "every reservation released");
     assert!(rx.doubts.is_empty());
+    // Doubt, then the end of the lane (the receiver forgets the lane), then
+    // the hand-off: still closed and counted, not delivered.
+    let end_from = from + 1;
+    let end_parcel = |seq, body| Box::new(Parcel { from: end_from, to, seq, body });
+    rx.inbox.core.reserve(1).unwrap();
+    rx.accept(end_parcel(0, Body::Doubt));
+    rx.accept(end_parcel(1, Body::End));
+    let (r2, body) = fd_parcel(&mut rx, 20);
+    rx.accept(end_parcel(0, body));
+    assert!(rx.ready.is_empty(), "nothing delivered after the lane's end");
+    assert!(eof(&r2), "the late hand-off's file is closed");
+    // The hand-off lands while its Doubt waits behind a missing number: it
+    // takes the Doubt's place and is delivered in its turn.
+    let held_from = from + 2;
+    let held_parcel = |seq, body| Box::new(Parcel { from: held_from, to, seq, body });
+    rx.inbox.core.reserve(2).unwrap();
+    rx.accept(held_parcel(1, Body::Doubt));
+    let (_r3, body) = fd_parcel(&mut rx, 31);
+    rx.accept(held_parcel(1, body));
+    assert!(rx.ready.is_empty(), "held behind number 0");
+    rx.accept(held_parcel(0, Body::Batch(vec![30])));
+    let evs: Vec<Event<u32>> = rx.ready.drain(..).map(|(_, e)| e).collect();
+    assert!(matches!(evs[..], [Event::Message(30), Event::Fd { msg: 31, .. }]), "in order");
+    drop(evs);
+    assert_eq!(rx.addr().queued(), 0);
+    assert!(rx.doubts.is_empty(), "the replaced Doubt was never recorded");
     // A Doubt whose hand-off never lands is settled when the ring drops.
     rx.inbox.core.reserve(1).unwrap();
     rx.accept(parcel(3, Body::Doubt));
