@@ -348,3 +348,58 @@ fn a_full_mailbox_pauses_the_fd_sender_not_its_shard_and_loses_no_fd() {
     assert_eq!(open_pipes(), baseline, "no pipe end left open in the process");
     system.shutdown();
 }
+
+/// fd messages that the transport hands back because the receiving shard's
+/// table has no free slot (its actor keeps every fd) are dead letters with
+/// their fds closed, and give back the mailbox slots they held: the target
+/// (8-slot mailbox) keeps answering after 24 refusals. Before, each refusal
+/// kept one slot for good: after 8 the target's mailbox was full forever.
+#[test]
+fn fd_messages_refused_by_a_full_table_give_their_mailbox_slots_back() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    // 32 table slots: 16 for registering, 16 for incoming hand-offs.
+    let ring = ringmail::transport::RingConfig::default().fixed_files(32);
+    let system = System::with_config(SystemConfig::default().mailbox_capacity(8).ring(ring));
+    let (sa, sb) = (system.shard().unwrap(), system.shard().unwrap());
+    let keeper = system.spawn_on(&sb, Keeper::default());
+    let opener = system.spawn_on(&sa, Opener);
+    let dead0 = system.dead_letters();
+    let mut reads = Vec::new();
+    for round in 0..5u64 {
+        let (r, w): (Vec<OwnedFd>, Vec<OwnedFd>) = (0..8).map(|_| pipe()).unzip();
+        reads.extend(r);
+        let refused = opener
+            .ask(Open { first: round * 8, writers: w, to: keeper.clone() }, T)
+            .unwrap_or_else(|_| panic!("round {round}: the opener did not finish"));
+        assert_eq!(refused, 0, "none refused at the send: the kernel refuses later");
+        // Let this round settle before the next (each hand-off lands or
+        // comes back), so the keeper's 16 slots fill with rounds 0 and 1.
+        let deadline = Instant::now() + T;
+        loop {
+            // (The opener's plain messages are tried and may be refused:
+            // only the fds are counted.)
+            let seen_now = keeper.ask(Seen, T).expect("the keeper answers");
+            let seen = seen_now.iter().filter(|s| s.starts_with("fd")).count() as u64;
+            let dead = system.dead_letters() - dead0;
+            if seen + dead == (round + 1) * 8 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "round {round}: seen {seen_now:?}, dead {dead}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    assert_eq!(system.dead_letters() - dead0, 24, "the 24 fds that found no slot");
+    let seen = keeper.ask(Seen, T).expect("the keeper answers");
+    let fds = seen.iter().filter(|s| s.starts_with("fd")).count();
+    assert_eq!(fds, 16, "the keeper got what its table holds");
+    // Its mailbox is empty again: 8 tells fit.
+    for i in 0..8 {
+        keeper.try_tell(Plain(1000 + i)).unwrap_or_else(|e| panic!("tell {i}: {e:?}"));
+    }
+    // Every refused fd was closed (its pipe's read end sees EOF), the kept
+    // ones are open until the keeper drops them.
+    let closed = reads.iter().filter(|r| read_byte(r) == 0).count();
+    assert_eq!(closed, 24, "refused fds are closed, kept ones open");
+    assert_eq!(keeper.ask(DropAll, T).expect("drops them"), 16);
+    system.shutdown();
+}

@@ -453,7 +453,10 @@ impl<A: Actor> ActorRef<A> {
             return Err(TellError::Stopped((msg, fd)));
         }
         let typed: TypedFd<A, M> = TypedFd { msg, _a: PhantomData };
-        let env = Envelope { to: self.cell.id, body: Body::FdMsg { key: 0, msg: Box::new(typed) } };
+        let env = Envelope {
+            to: self.cell.id,
+            body: Body::FdMsg { key: 0, msg: Box::new(typed), held: Some(self.cell.clone()) },
+        };
         let take_back = |env: Envelope, fd: FixedFd| {
             let Body::FdMsg { msg, .. } = env.body else { unreachable!("an FdMsg") };
             let typed = msg.into_any().downcast::<TypedFd<A, M>>().expect("same type");
@@ -515,7 +518,10 @@ impl<A: Actor> ActorRef<A> {
             return Err(TellError::Full((msg, fd)));
         }
         let typed: TypedFd<A, M> = TypedFd { msg, _a: PhantomData };
-        let env = Envelope { to: self.cell.id, body: Body::FdMsg { key: 0, msg: Box::new(typed) } };
+        let env = Envelope {
+            to: self.cell.id,
+            body: Body::FdMsg { key: 0, msg: Box::new(typed), held: Some(self.cell.clone()) },
+        };
         match route::send_fd_to_shard(self.shard.id, &self.shard.addr, env, fd) {
             Ok(()) => Ok(()),
             Err((env, fd, why)) => {
@@ -549,7 +555,10 @@ impl<A: Actor> ActorRef<A> {
         }
         self.cell.reserve_forced();
         let typed: TypedFd<A, M> = TypedFd { msg, _a: PhantomData };
-        let env = Envelope { to: self.cell.id, body: Body::FdMsg { key: 0, msg: Box::new(typed) } };
+        let env = Envelope {
+            to: self.cell.id,
+            body: Body::FdMsg { key: 0, msg: Box::new(typed), held: Some(self.cell.clone()) },
+        };
         route::send_fd_to_shard(self.shard.id, &self.shard.addr, env, fd).map_err(|(env, fd, _)| {
             self.cell.unreserve();
             let Body::FdMsg { msg, .. } = env.body else { unreachable!("sent an FdMsg") };

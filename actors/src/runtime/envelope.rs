@@ -27,7 +27,10 @@ pub(crate) enum Body {
     Msg(Box<dyn Erased>),
     /// A typed message that came with an fd; the fd waits in the receiving
     /// thread's table of attached fds under `key` (0: not yet received).
-    FdMsg { key: u64, msg: Box<dyn ErasedFd> },
+    /// `held`: the target's cell, whose mailbox slot this message holds
+    /// while it travels; a hand-back by the transport (the target's table
+    /// had no free slot) releases it, since the message never arrives.
+    FdMsg { key: u64, msg: Box<dyn ErasedFd>, held: Option<Arc<ActorCell>> },
     /// Stop the actor after the messages before this one, with this reason.
     Stop(StopReason),
     /// Actor `from`, linked to this one, stopped abnormally with `reason`

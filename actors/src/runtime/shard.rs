@@ -482,13 +482,13 @@ impl ShardLoop {
                     Err(p) => self.handled(to, Err(p)),
                 }
             }
-            Body::FdMsg { key, msg } => {
+            Body::FdMsg { key, msg, held } => {
                 let Some(slot) = self.actors.get_mut(&to) else {
                     if self.handle.pending().contains(&to) {
-                        let env = Envelope { to, body: Body::FdMsg { key, msg } };
+                        let env = Envelope { to, body: Body::FdMsg { key, msg, held } };
                         self.early.entry(to).or_default().push(env);
                     } else {
-                        discard(Envelope { to, body: Body::FdMsg { key, msg } });
+                        discard(Envelope { to, body: Body::FdMsg { key, msg, held } });
                     }
                     return true;
                 };
@@ -496,7 +496,7 @@ impl ShardLoop {
                 if slot.is_stand_in() {
                     // An fd for an actor of another node: fds do not cross
                     // nodes. A dead letter; the fd is closed.
-                    discard(Envelope { to, body: Body::FdMsg { key, msg } });
+                    discard(Envelope { to, body: Body::FdMsg { key, msg, held } });
                     return true;
                 }
                 let Some(fd) = take_attached(key) else {

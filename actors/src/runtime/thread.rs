@@ -118,9 +118,15 @@ impl ThreadCtx {
                 rest.push(msg);
             }
             // Handed back (the target is gone or its table full): a socket
-            // goes back to nobody and is closed, the message is a dead letter.
-            Event::Returned { msg, fd, .. } => {
+            // goes back to nobody and is closed, the message is a dead letter,
+            // and the mailbox slot it held is free again.
+            Event::Returned { mut msg, fd, .. } => {
                 drop(fd);
+                if let Body::FdMsg { held, .. } = &mut msg.body {
+                    if let Some(cell) = held.take() {
+                        cell.unreserve();
+                    }
+                }
                 rest.push(msg);
             }
             Event::Io { token, result, flags } => {
@@ -364,7 +370,7 @@ pub(crate) fn discard_in(env: Envelope, sys: Option<&SystemStats>) {
         }
         Body::Spawn(s) => s.cell().set_stopped(StopReason::ShardGone),
         Body::Reply { from, .. } => super::dead_letter_in(from.as_deref()), // its ask gave up
-        Body::FdMsg { key, msg } => {
+        Body::FdMsg { key, msg, .. } => {
             super::dead_letter_in(sys);
             drop(take_attached(key)); // closes the fd (before user code runs)
             drop(msg);
