@@ -40,6 +40,8 @@ def main():
     check(r.getdel("s") == "v" and r.get("s") is None, "GETDEL")
     check(r.mset({"{m}a": "1", "{m}b": "2"}) and r.mget("{m}a", "{m}b", "nope") == ["1", "2", None], "MSET/MGET")
     check(r.getrange("{m}a", 0, 0) == "1", "GETRANGE")
+    check(r.setbit("b", 7, 1) == 0 and r.setbit("b", 7, 1) == 1 and r.getbit("b", 7) == 1, "SETBIT/GETBIT")
+    check(r.set("fb", "foobar") and r.bitcount("fb") == 26 and r.bitcount("fb", 1, 1) == 6, "BITCOUNT")
     check(r.type("n") == "integer" or r.type("n") == "string", "TYPE")
     print("strings: ok")
 

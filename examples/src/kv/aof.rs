@@ -122,6 +122,7 @@ pub const WRITE_COMMANDS: &[&[u8]] = &[
     b"expireat",
     b"getex",
     b"setrange",
+    b"setbit",
     b"incrbyfloat",
     b"rename",
     b"hset",
@@ -401,7 +402,7 @@ impl Aof {
             // key's deadline, which they keep): a replay then cannot bring
             // back an expired key as a new one.
             b"incr" | b"decr" | b"incrby" | b"decrby" | b"append" | b"setrange"
-            | b"incrbyfloat"
+            | b"incrbyfloat" | b"setbit"
                 if ok =>
             {
                 let k = &args[1];

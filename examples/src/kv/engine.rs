@@ -76,6 +76,14 @@ pub struct Keyspace {
     pub(super) map: IndexMap<Key, Entry>,
 }
 
+/// Redis' error for a bit offset that is not a number below 2^32.
+const BAD_BIT_OFFSET: &str = "ERR bit offset is not an integer or out of range";
+
+/// A bit offset of `SETBIT`/`GETBIT`: 0 to 2^32 - 1 (a 512 MiB string).
+fn bit_offset(a: &[u8]) -> Option<usize> {
+    std::str::from_utf8(a).ok()?.parse::<u32>().ok().map(|v| v as usize)
+}
+
 /// Redis' error for a command on a key of another type.
 pub(super) const WRONGTYPE: &str =
     "WRONGTYPE Operation against a key holding the wrong kind of value";
@@ -596,6 +604,9 @@ impl Keyspace {
             "getex" => self.getex(a, now),
             "getrange" => self.getrange(a, now),
             "setrange" => self.setrange(a, now),
+            "setbit" => self.setbit(a, now),
+            "getbit" => self.getbit(a, now),
+            "bitcount" => self.bitcount(a, now),
             "incrbyfloat" => self.incr_by_float(a, now),
             "rename" | "renamenx" => match a {
                 [from, to] => match self.live(from, now).is_some() {
@@ -850,6 +861,102 @@ impl Keyspace {
         }
         s[offset..offset + v.len()].copy_from_slice(v);
         Reply::Int(s.len() as i64)
+    }
+
+    /// `SETBIT key offset 0|1`: sets one bit of the string (bit 0 is the
+    /// high bit of its first byte), growing it with zero bytes; answers the
+    /// bit's old value.
+    fn setbit(&mut self, a: &[Vec<u8>], now: Instant) -> Reply {
+        let [k, offset, bit] = a else { return arity("setbit") };
+        let Some(offset) = bit_offset(offset) else { return err(BAD_BIT_OFFSET) };
+        let bit = match bit.as_slice() {
+            b"0" => 0u8,
+            b"1" => 1u8,
+            _ => return err("ERR bit is not an integer or out of range"),
+        };
+        let (byte, shift) = (offset / 8, 7 - (offset % 8) as u32);
+        let s = match self.string(k, now) {
+            Err(e) => return e,
+            Ok(Some(_)) => {
+                let Some(Entry { value: Value::Str(s), .. }) = self.map.get_mut(k.as_slice())
+                else {
+                    unreachable!("a live string")
+                };
+                s
+            }
+            Ok(None) => {
+                self.map.insert(Key::from_slice(k), Entry::string(&[], None));
+                let Some(Entry { value: Value::Str(s), .. }) = self.map.get_mut(k.as_slice())
+                else {
+                    unreachable!("just inserted")
+                };
+                s
+            }
+        };
+        if s.len() <= byte {
+            s.resize(byte + 1, 0);
+        }
+        let old = (s[byte] >> shift) & 1;
+        s[byte] = (s[byte] & !(1 << shift)) | (bit << shift);
+        Reply::Int(old as i64)
+    }
+
+    /// `GETBIT key offset`: 0 past the end of the string or without one.
+    fn getbit(&mut self, a: &[Vec<u8>], now: Instant) -> Reply {
+        let [k, offset] = a else { return arity("getbit") };
+        let Some(offset) = bit_offset(offset) else { return err(BAD_BIT_OFFSET) };
+        match self.string(k, now) {
+            Err(e) => e,
+            Ok(None) => Reply::Int(0),
+            Ok(Some(s)) => {
+                let byte = offset / 8;
+                let bit = s.get(byte).map_or(0, |b| (b >> (7 - offset % 8)) & 1);
+                Reply::Int(bit as i64)
+            }
+        }
+    }
+
+    /// `BITCOUNT key [start end [BYTE|BIT]]`: set bits in the whole string
+    /// or in a range of bytes (or bits), inclusive, negative from the end.
+    fn bitcount(&mut self, a: &[Vec<u8>], now: Instant) -> Reply {
+        let (k, range, unit_bits) = match a {
+            [k] => (k, None, false),
+            [k, start, end] => (k, Some((start, end)), false),
+            [k, start, end, unit] => match unit.to_ascii_uppercase().as_slice() {
+                b"BYTE" => (k, Some((start, end)), false),
+                b"BIT" => (k, Some((start, end)), true),
+                _ => return err("ERR syntax error"),
+            },
+            [_, _] => return err("ERR syntax error"),
+            _ => return arity("bitcount"),
+        };
+        let bounds = match range {
+            None => None,
+            Some((s, e)) => match (int(s), int(e)) {
+                (Some(s), Some(e)) => Some((s, e)),
+                _ => return err(NOT_INT),
+            },
+        };
+        let s = match self.string(k, now) {
+            Err(e) => return e,
+            Ok(None) => return Reply::Int(0),
+            Ok(Some(s)) => s,
+        };
+        let Some((start, end)) = bounds else {
+            return Reply::Int(s.iter().map(|b| b.count_ones() as i64).sum());
+        };
+        let len = if unit_bits { s.len() as i64 * 8 } else { s.len() as i64 };
+        let from_end = |i: i64| if i < 0 { (len + i).max(0) } else { i };
+        let (start, end) = (from_end(start), from_end(end).min(len - 1));
+        if len == 0 || start > end {
+            return Reply::Int(0);
+        }
+        let n = if unit_bits {
+            (start..=end).filter(|&i| (s[(i / 8) as usize] >> (7 - i % 8)) & 1 == 1).count() as i64
+        } else {
+            s[start as usize..=end as usize].iter().map(|b| b.count_ones() as i64).sum()
+        };
+        Reply::Int(n)
     }
 
     /// `SCAN cursor [MATCH pattern] [COUNT n] [TYPE type]` over this

@@ -186,6 +186,10 @@ fn moves_float_increments_renamenx_msetnx_and_set_options_replay_to_the_same_sta
         &["RPUSH", "short", "e"],
         &["PEXPIRE", "short", "50"],
         &["RPOPLPUSH", "short", "kept"], // replayed after short's deadline
+        &["SETBIT", "bits", "9", "1"],
+        &["SETBIT", "bits", "0", "1"],
+        &["SET", "bx", "x", "PX", "50"],
+        &["SETBIT", "bx", "15", "1"], // keeps the deadline: gone at replay
     ];
     for cmd in cmds {
         let args: Vec<Vec<u8>> = cmd.iter().map(|a| a.as_bytes().to_vec()).collect();
@@ -207,6 +211,8 @@ fn moves_float_increments_renamenx_msetnx_and_set_options_replay_to_the_same_sta
     let ks = &mut shards[0];
     assert_eq!(run(ks, &["LRANGE", "l", "0", "-1"]), items(&["a", "b"]));
     assert_eq!(run(ks, &["LRANGE", "m", "0", "-1"]), items(&["c", "z"]));
+    assert_eq!(run(ks, &["GET", "bits"]), Reply::Bulk(vec![0x80, 0x40]));
+    assert_eq!(run(ks, &["EXISTS", "bx"]), Reply::Int(0), "a SETBIT keeps the key's deadline");
     assert_eq!(run(ks, &["EXISTS", "none"]), Reply::Int(0));
     assert_eq!(run(ks, &["HGET", "h", "f"]), b("0.3"));
     assert_eq!(

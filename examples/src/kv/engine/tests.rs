@@ -457,3 +457,44 @@ fn pushx_moves_between_lists_and_hincrbyfloat_answer_as_redis_does() {
     assert_eq!(run(&mut ks, now, "HINCRBYFLOAT h f x"), err("ERR value is not a valid float"));
     assert_eq!(run(&mut ks, now, "HINCRBYFLOAT s f 1"), err(WRONGTYPE));
 }
+
+#[test]
+fn bits_are_set_read_and_counted_as_redis_does() {
+    let (mut ks, t) = (Keyspace::default(), Instant::now());
+    // Redis' own example: "`" is 0b0110_0000, bit 0 is the high bit.
+    assert_eq!(run(&mut ks, t, "SETBIT k 7 1"), Reply::Int(0));
+    assert_eq!(run(&mut ks, t, "SETBIT k 7 0"), Reply::Int(1), "answers the old bit");
+    assert_eq!(run(&mut ks, t, "GET k"), Reply::Bulk(vec![0]));
+    run(&mut ks, t, "SET s `");
+    assert_eq!(run(&mut ks, t, "GETBIT s 1"), Reply::Int(1));
+    assert_eq!(run(&mut ks, t, "GETBIT s 0"), Reply::Int(0));
+    assert_eq!(run(&mut ks, t, "GETBIT s 100"), Reply::Int(0), "past the end");
+    assert_eq!(run(&mut ks, t, "GETBIT none 3"), Reply::Int(0));
+    assert_eq!(run(&mut ks, t, "SETBIT s 23 1"), Reply::Int(0));
+    assert_eq!(run(&mut ks, t, "GET s"), Reply::Bulk(vec![0x60, 0, 1]), "grown with zero bytes");
+    assert_eq!(
+        run(&mut ks, t, "SETBIT s -1 1"),
+        err("ERR bit offset is not an integer or out of range")
+    );
+    assert_eq!(
+        run(&mut ks, t, "SETBIT s 4294967296 1"),
+        err("ERR bit offset is not an integer or out of range")
+    );
+    assert_eq!(run(&mut ks, t, "SETBIT s 1 2"), err("ERR bit is not an integer or out of range"));
+    // BITCOUNT: Redis' doc example.
+    run(&mut ks, t, "SET mykey foobar");
+    assert_eq!(run(&mut ks, t, "BITCOUNT mykey"), Reply::Int(26));
+    assert_eq!(run(&mut ks, t, "BITCOUNT mykey 0 0"), Reply::Int(4));
+    assert_eq!(run(&mut ks, t, "BITCOUNT mykey 1 1"), Reply::Int(6));
+    assert_eq!(run(&mut ks, t, "BITCOUNT mykey 1 1 BYTE"), Reply::Int(6));
+    assert_eq!(run(&mut ks, t, "BITCOUNT mykey 5 30 BIT"), Reply::Int(17));
+    assert_eq!(run(&mut ks, t, "BITCOUNT mykey -2 -1"), Reply::Int(7), "\"ar\"");
+    assert_eq!(run(&mut ks, t, "BITCOUNT mykey 3 1"), Reply::Int(0));
+    assert_eq!(run(&mut ks, t, "BITCOUNT none"), Reply::Int(0));
+    assert_eq!(run(&mut ks, t, "BITCOUNT mykey 0"), err("ERR syntax error"));
+    assert_eq!(run(&mut ks, t, "BITCOUNT mykey 0 1 WORD"), err("ERR syntax error"));
+    run(&mut ks, t, "LPUSH l a");
+    assert_eq!(run(&mut ks, t, "SETBIT l 0 1"), err(WRONGTYPE));
+    assert_eq!(run(&mut ks, t, "GETBIT l 0"), err(WRONGTYPE));
+    assert_eq!(run(&mut ks, t, "BITCOUNT l"), err(WRONGTYPE));
+}

@@ -66,6 +66,9 @@ pub(super) const QUEUEABLE: &[&[u8]] = &[
     b"getex",
     b"getrange",
     b"setrange",
+    b"setbit",
+    b"getbit",
+    b"bitcount",
     b"incrbyfloat",
     b"rename",
     b"hset",
@@ -133,6 +136,9 @@ pub(super) fn single_key(cmd: &[u8]) -> bool {
             | b"getex"
             | b"getrange"
             | b"setrange"
+            | b"setbit"
+            | b"getbit"
+            | b"bitcount"
             | b"incrbyfloat"
             | b"hset"
             | b"hmset"
