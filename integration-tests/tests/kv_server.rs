@@ -1042,12 +1042,29 @@ fn watch_aborts_a_transaction_whose_key_changed_and_two_clients_contend_without_
     assert_eq!((n, m), (0, 0));
     let r: (i64,) = redis::pipe().atomic().incr("{w}k", 1).query(&mut a).unwrap();
     assert_eq!(r, (9,), "not aborted");
+    // Nor do removals of what is not there or an add of what is, on a
+    // watched set and hash: SADD of a member, SREM and HDEL of none.
+    let _: () = cmd("SADD").arg("{w}set").arg("m").query(&mut b).unwrap();
+    let _: () = cmd("HSET").arg("{w}hash").arg("f").arg("v").query(&mut b).unwrap();
+    let _: () = cmd("WATCH").arg("{w}k").arg("{w}set").arg("{w}hash").query(&mut a).unwrap();
+    let s: i64 = cmd("SADD").arg("{w}set").arg("m").query(&mut b).unwrap();
+    let r: i64 = cmd("SREM").arg("{w}set").arg("none").query(&mut b).unwrap();
+    let h: i64 = cmd("HDEL").arg("{w}hash").arg("none").query(&mut b).unwrap();
+    assert_eq!((s, r, h), (0, 0, 0));
+    let r: (i64,) = redis::pipe().atomic().incr("{w}k", 1).query(&mut a).unwrap();
+    assert_eq!(r, (10,), "not aborted by writes that changed nothing");
     // UNWATCH, DISCARD forget it too.
     let _: () = cmd("WATCH").arg("{w}k").query(&mut a).unwrap();
     let _: () = cmd("UNWATCH").query(&mut a).unwrap();
     let _: () = b.set("{w}k", 1).unwrap();
     let r: (i64,) = redis::pipe().atomic().incr("{w}k", 1).query(&mut a).unwrap();
     assert_eq!(r, (2,));
+    // A removal that does remove still aborts.
+    let _: () = cmd("WATCH").arg("{w}set").query(&mut a).unwrap();
+    let r: i64 = cmd("SREM").arg("{w}set").arg("m").query(&mut b).unwrap();
+    assert_eq!(r, 1);
+    let v: Value = redis::pipe().atomic().incr("{w}k", 1).query(&mut a).unwrap();
+    assert_eq!(v, Value::Nil, "a real change aborts");
     // Keys on several shards: each is watched on its own shard, and EXEC
     // takes every watched shard, so a change on any of them aborts, also
     // when the transaction's commands live on one other shard.

@@ -360,13 +360,7 @@ impl Aof {
             // after the deadline does not bring back a key created anew.
             b"hset" | b"hmset" | b"hsetnx" | b"hdel" | b"hincrby" | b"lpush" | b"rpush"
             | b"lpushx" | b"rpushx" | b"lpop" | b"rpop" | b"sadd" | b"srem"
-                if ok
-                    && !matches!(reply, Reply::Nil)
-                    && !(matches!(reply, Reply::Int(0))
-                        && matches!(
-                            cmd.as_bytes(),
-                            b"hdel" | b"srem" | b"sadd" | b"hsetnx" | b"lpushx" | b"rpushx"
-                        )) =>
+                if !super::engine::changed_nothing(cmd.as_bytes(), reply) =>
             {
                 self.raw(args);
                 self.deadline_of(ks, &args[1], now);

@@ -77,6 +77,32 @@ pub struct Keyspace {
     pub(super) map: IndexMap<Key, Entry>,
 }
 
+/// True when a write that answered `reply` changed nothing: an error, or
+/// the answer of a conditional write that did nothing (an `NX` onto a key
+/// that exists, a push onto no list, a removal of what is not there, a pop
+/// or move from nothing). Such a write neither counts as a change for
+/// `WATCH` (Redis does not signal it) nor goes to the AOF. `cmd` is the
+/// lowercase command name.
+pub fn changed_nothing(cmd: &[u8], reply: &Reply) -> bool {
+    match reply {
+        Reply::Error(_) => true,
+        Reply::Int(0) => matches!(
+            cmd,
+            b"renamenx"
+                | b"msetnx"
+                | b"setnx"
+                | b"hsetnx"
+                | b"lpushx"
+                | b"rpushx"
+                | b"hdel"
+                | b"srem"
+                | b"sadd"
+        ),
+        Reply::Nil => matches!(cmd, b"lmove" | b"rpoplpush" | b"lpop" | b"rpop"),
+        _ => false,
+    }
+}
+
 /// Redis' error for a command on a key of another type.
 pub(super) const WRONGTYPE: &str =
     "WRONGTYPE Operation against a key holding the wrong kind of value";

@@ -183,18 +183,9 @@ fn block_timeout(t: &[u8]) -> Result<std::time::Duration, Reply> {
 }
 
 /// Whether a write that answered `reply` may have changed its keys (for
-/// `WATCH`): not an error, and not the answer of a conditional write that
-/// did nothing (Redis does not abort a watcher's `EXEC` for those).
+/// `WATCH`): see [`changed_nothing`], shared with the AOF.
 fn changed_something(cmd: &[u8], reply: &Reply) -> bool {
-    match reply {
-        Reply::Error(_) => false,
-        Reply::Int(0) => !matches!(
-            Lower::of(cmd).as_bytes(),
-            b"renamenx" | b"msetnx" | b"lpushx" | b"rpushx" | b"hsetnx" | b"setnx"
-        ),
-        Reply::Nil => !matches!(Lower::of(cmd).as_bytes(), b"lmove" | b"rpoplpush"),
-        _ => true,
-    }
+    !crate::kv::engine::changed_nothing(Lower::of(cmd).as_bytes(), reply)
 }
 
 /// A watching connection: its worker's actor id and its id there.
