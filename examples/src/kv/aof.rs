@@ -365,6 +365,12 @@ impl Aof {
                 self.raw(args);
                 self.deadline_of(ks, &args[1], now);
             }
+            // The bit itself (the whole string would be up to 512 MiB per
+            // SETBIT), then the key's deadline, as for the types above.
+            b"setbit" if ok => {
+                self.raw(args);
+                self.deadline_of(ks, &args[1], now);
+            }
             // As its result, so that a replay computes no float again.
             b"hincrbyfloat" if matches!(reply, Reply::Bulk(_)) => {
                 let Reply::Bulk(v) = reply else { unreachable!() };
@@ -396,7 +402,7 @@ impl Aof {
             // key's deadline, which they keep): a replay then cannot bring
             // back an expired key as a new one.
             b"incr" | b"decr" | b"incrby" | b"decrby" | b"append" | b"setrange"
-            | b"incrbyfloat" | b"setbit"
+            | b"incrbyfloat"
                 if ok =>
             {
                 let k = &args[1];

@@ -105,7 +105,8 @@ impl<T: Send + 'static> Drop for Ring<T> {
     /// Dropping a ring closes it: what others sent it and it did not deliver
     /// goes back to them; what it sent keeps going; what comes back to it now
     /// has nobody to go to and is counted in [`dead_letters`]. Waits at most
-    /// `close_timeout` for messages and fd hand-offs already in flight.
+    /// `close_timeout` (plus 100 ms for parcels issued just before its end)
+    /// for messages, fd hand-offs and its own I/O already in flight.
     fn drop(&mut self) {
         // Outgoing first: everything we accepted for others leaves now.
         let _ = self.flush();
@@ -168,16 +169,20 @@ impl<T: Send + 'static> Drop for Ring<T> {
         for (_, ticket) in self.silent.drain() {
             ticket.in_doubt();
         }
-        let mut in_doubt: Vec<(u64, u64)> = self.fd_seqs.drain().map(|(_, v)| v).collect();
-        in_doubt.sort_unstable(); // per lane in number order, so none waits behind another
-        for (to, seq) in in_doubt {
+        let mut in_doubt: Vec<(u32, (u64, u64))> = self.fd_seqs.drain().collect();
+        // Per lane in number order, so that no Doubt waits behind another.
+        in_doubt.sort_unstable_by_key(|&(_, lane_seq)| lane_seq);
+        for (slot, (to, seq)) in in_doubt {
             // Lanes with a hand-off in flight are never pruned (`prune`).
-            if let Some(target) = self.out.get(&to).map(|l| l.target.clone()) {
-                // Refused when the receiver's mailbox is closed: then the
-                // receiver hands the hand-off back when it lands (`accept`),
-                // and with us gone that counts it once.
-                self.send_marker(&target, seq, Body::Doubt);
-            }
+            // A Doubt is refused when the receiver's mailbox is closed: then
+            // the receiver hands the hand-off back if it lands (`accept`),
+            // which with us gone counts it once, and if it fails while we
+            // still reap, we count it (`doubted`: false).
+            let settles = match self.out.get(&to).map(|l| l.target.clone()) {
+                Some(target) => self.send_marker(&target, seq, Body::Doubt),
+                None => false,
+            };
+            self.doubted.insert(slot, settles);
         }
         // fd hand-offs that never got a credit: the table teardown below
         // closes their files; the receiver must not wait for their numbers.
@@ -221,7 +226,8 @@ impl<T: Send + 'static> Drop for Ring<T> {
         // touched after this drop and an armed accept stops taking
         // connections. One still pending after that keeps its memory: the
         // owner must have leaked it (`push_io`'s contract).
-        self.end_io(self.cfg.close_timeout);
+        // What is left of the drop's `close_timeout` (one cancel pass at least).
+        self.end_io(deadline.saturating_duration_since(Instant::now()));
         // Their events have nobody to go to (accepted connections close).
         self.ready.retain(|(_, e)| !matches!(e, Event::Io { .. } | Event::Accepted { .. }));
         // fd hand-offs in doubt that never landed (the last reaping is done:

@@ -209,7 +209,8 @@ impl<T: Send + 'static> Ring<T> {
     pub fn end_io(&mut self, limit: std::time::Duration) -> usize {
         let deadline = std::time::Instant::now() + limit;
         let mut cancelled: Option<std::time::Instant> = None;
-        while self.io_pending > 0 && std::time::Instant::now() < deadline {
+        // At least one pass (a cancel and a look), whatever `limit` is.
+        while self.io_pending > 0 && (cancelled.is_none() || std::time::Instant::now() < deadline) {
             // Again now and then: an operation the kernel was starting when
             // the last cancel ran is caught by the next one.
             if cancelled.is_none_or(|t| t.elapsed() >= std::time::Duration::from_millis(100)) {

@@ -116,6 +116,10 @@ pub struct Ring<T: Send + 'static> {
     /// fd hand-offs to us whose senders were dropped before their outcome
     /// was known (`Body::Doubt` arrived first), by (sender, number).
     doubts: HashSet<(u64, u64)>,
+    /// Our own fd hand-offs we sent a Doubt for while dropping, by source
+    /// slot: true when the receiver took the Doubt (and so settles the
+    /// message's account), false when it refused it (closed).
+    doubted: HashMap<u32, bool>,
     bells: Vec<Arc<Inbox<T>>>,
     lanes: HashMap<u64, Reorder<Box<Parcel<T>>>, FxBuildHasher>,
     in_order: Vec<Box<Parcel<T>>>,
@@ -219,6 +223,7 @@ impl<T: Send + 'static> Ring<T> {
             silent: HashMap::new(),
             fd_seqs: HashMap::new(),
             doubts: HashSet::new(),
+            doubted: HashMap::new(),
             bells: Vec::new(),
             lanes: HashMap::default(),
             in_order: Vec::new(),
@@ -359,8 +364,11 @@ impl<T: Send + 'static> Ring<T> {
             if let Some(budget) = self.cfg.busy_poll {
                 let start = Instant::now();
                 if self.poll.may_spin(start) {
+                    let cut = timeout.is_some_and(|t| t < budget);
                     let spin = self.spin(start, budget.min(timeout.unwrap_or(budget)))?;
-                    if self.poll.spun(Instant::now(), spin) {
+                    // A spin the caller's timeout cut short says nothing
+                    // about whether spinning pays.
+                    if !(cut && spin == poll::Spin::Empty) && self.poll.spun(Instant::now(), spin) {
                         self.stats.spin_pauses += 1;
                     }
                 }

@@ -92,10 +92,17 @@ impl<T: Send + 'static> Ring<T> {
                     // slot still holds the file.
                     let p: Box<Parcel<T>> = unsafe { handle::from_user_data(ud) };
                     self.fd_inflight -= 1;
-                    if let Body::Fd { slot, .. } = p.body {
-                        self.fd_seqs.remove(&slot);
+                    let doubted = match p.body {
+                        Body::Fd { slot, .. } => {
+                            self.fd_seqs.remove(&slot);
+                            self.doubted.remove(&slot)
+                        }
+                        _ => None,
+                    };
+                    match doubted {
+                        Some(settles) => self.doubted_failed(*p, -res, settles),
+                        None => self.send_failed(p, -res),
                     }
-                    self.send_failed(p, -res);
                 }
                 Some(Tag::Io) => self.io_completion(ud >> 3, res, flags),
                 Some(Tag::Internal) => match Internal::of(ud) {
@@ -111,6 +118,7 @@ impl<T: Send + 'static> Ring<T> {
                             self.fds.forget(slot);
                         }
                         self.fd_seqs.remove(&slot);
+                        self.doubted.remove(&slot);
                         if let Some(ticket) = self.silent.remove(&slot) {
                             ticket.landed();
                         }
@@ -162,6 +170,33 @@ impl<T: Send + 'static> Ring<T> {
         if bell {
             self.inbox.core.doorbell_reaped();
             self.drain_fallback_after_bell();
+        }
+    }
+
+    /// A hand-off we sent a Doubt for (while dropping) failed after all. Its
+    /// message is accounted by the receiver if it took the Doubt
+    /// (`settles`), else here; the transport's own accounts (credit, table
+    /// slot) go back either way, and the file, still ours, is closed.
+    fn doubted_failed(&mut self, parcel: Parcel<T>, err: i32, settles: bool) {
+        let Parcel { to, body, .. } = parcel;
+        let Body::Fd { slot, .. } = body else { return };
+        let target = self.out.get(&to).map(|l| l.target.clone());
+        if let Some(t) = &target {
+            t.core.return_credits(1);
+            if err != libc::EOVERFLOW {
+                t.return_fd_slot();
+            }
+        }
+        if err == libc::EOVERFLOW {
+            self.fds.release(slot); // the target's table holds the file
+        } else {
+            drop(FixedFd::new(slot, self.fds.clone())); // ours again: closed
+        }
+        if !settles {
+            if let Some(t) = &target {
+                t.core.unreserve(1);
+            }
+            dead_letter(1);
         }
     }
 

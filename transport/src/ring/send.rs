@@ -518,15 +518,22 @@ impl<T: Send + 'static> Ring<T> {
 
     /// Tells `target` that sequence number `seq` of our lane will never come.
     pub(super) fn send_void(&mut self, target: &Arc<Inbox<T>>, seq: u64) {
-        self.send_marker(target, seq, Body::Void);
+        let _ = self.send_marker(target, seq, Body::Void);
     }
 
     /// Sends a parcel that carries only a mark for number `seq` (`Void`,
-    /// `Doubt`) through the fallback queue.
-    pub(super) fn send_marker(&mut self, target: &Arc<Inbox<T>>, seq: u64, body: Body<T>) {
+    /// `Doubt`) through the fallback queue; false when the target's mailbox
+    /// is closed (the mark was not taken).
+    pub(super) fn send_marker(&mut self, target: &Arc<Inbox<T>>, seq: u64, body: Body<T>) -> bool {
         let p = Box::new(Parcel { from: self.id, to: target.id, seq, body });
-        if let Ok(true) = target.core.push_fallback(p) {
-            self.ring_doorbell(target);
+        match target.core.push_fallback(p) {
+            Ok(bell) => {
+                if bell {
+                    self.ring_doorbell(target);
+                }
+                true
+            }
+            Err(_) => false,
         }
     }
 

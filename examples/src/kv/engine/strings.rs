@@ -11,6 +11,9 @@ const BAD_BIT_OFFSET: &str = "ERR bit offset is not an integer or out of range";
 
 /// A bit offset of `SETBIT`/`GETBIT`: 0 to 2^32 - 1 (a 512 MiB string).
 fn bit_offset(a: &[u8]) -> Option<usize> {
+    if !a.first().is_some_and(u8::is_ascii_digit) {
+        return None; // no sign: Redis refuses "+5"
+    }
     std::str::from_utf8(a).ok()?.parse::<u32>().ok().map(|v| v as usize)
 }
 
@@ -289,8 +292,8 @@ impl Keyspace {
                 b"BIT" => (k, Some((start, end)), true),
                 _ => return err("ERR syntax error"),
             },
-            [_, _] => return err("ERR syntax error"),
-            _ => return arity("bitcount"),
+            [] => return arity("bitcount"),
+            _ => return err("ERR syntax error"),
         };
         let bounds = match range {
             None => None,
@@ -313,10 +316,21 @@ impl Keyspace {
         if len == 0 || start > end {
             return Reply::Int(0);
         }
+        let ones = |b: &[u8]| b.iter().map(|b| b.count_ones() as i64).sum::<i64>();
         let n = if unit_bits {
-            (start..=end).filter(|&i| (s[(i / 8) as usize] >> (7 - i % 8)) & 1 == 1).count() as i64
+            // Whole bytes, the two edge bytes masked to the range's bits.
+            let (first, last) = ((start / 8) as usize, (end / 8) as usize);
+            let head = 0xffu8 >> (start % 8);
+            let tail = 0xffu8 << (7 - end % 8);
+            if first == last {
+                (s[first] & head & tail).count_ones() as i64
+            } else {
+                (s[first] & head).count_ones() as i64
+                    + ones(&s[first + 1..last])
+                    + (s[last] & tail).count_ones() as i64
+            }
         } else {
-            s[start as usize..=end as usize].iter().map(|b| b.count_ones() as i64).sum()
+            ones(&s[start as usize..=end as usize])
         };
         Reply::Int(n)
     }

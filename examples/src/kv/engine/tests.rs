@@ -488,6 +488,31 @@ fn bits_are_set_read_and_counted_as_redis_does() {
     assert_eq!(run(&mut ks, t, "BITCOUNT mykey 1 1"), Reply::Int(6));
     assert_eq!(run(&mut ks, t, "BITCOUNT mykey 1 1 BYTE"), Reply::Int(6));
     assert_eq!(run(&mut ks, t, "BITCOUNT mykey 5 30 BIT"), Reply::Int(17));
+    assert_eq!(run(&mut ks, t, "BITCOUNT mykey 1 6 BIT"), Reply::Int(4), "in f = 0b0110_0110");
+    assert_eq!(run(&mut ks, t, "BITCOUNT mykey 9 9 BIT"), Reply::Int(1));
+    assert_eq!(run(&mut ks, t, "BITCOUNT mykey -8 -1 BIT"), Reply::Int(4), "the last byte, r");
+    assert_eq!(run(&mut ks, t, "BITCOUNT mykey 0 -1 BIT"), Reply::Int(26));
+    // Every BIT range over the 48 bits, against counting bit by bit.
+    let bits: Vec<u8> =
+        b"foobar".iter().flat_map(|b| (0..8).map(move |i| (b >> (7 - i)) & 1)).collect();
+    for start in -50i64..50 {
+        for end in -50i64..50 {
+            let at = |i: i64| if i < 0 { (48 + i).max(0) } else { i };
+            let (s0, e0) = (at(start), at(end).min(47));
+            let want = if s0 > e0 {
+                0
+            } else {
+                bits[s0 as usize..=e0 as usize].iter().map(|&b| b as i64).sum()
+            };
+            let got = run(&mut ks, t, &format!("BITCOUNT mykey {start} {end} BIT"));
+            assert_eq!(got, Reply::Int(want), "BITCOUNT mykey {start} {end} BIT");
+        }
+    }
+    assert_eq!(
+        run(&mut ks, t, "SETBIT mykey +5 1"),
+        err("ERR bit offset is not an integer or out of range")
+    );
+    assert_eq!(run(&mut ks, t, "BITCOUNT mykey 0 1 BIT x"), err("ERR syntax error"));
     assert_eq!(run(&mut ks, t, "BITCOUNT mykey -2 -1"), Reply::Int(7), "\"ar\"");
     assert_eq!(run(&mut ks, t, "BITCOUNT mykey 3 1"), Reply::Int(0));
     assert_eq!(run(&mut ks, t, "BITCOUNT none"), Reply::Int(0));
