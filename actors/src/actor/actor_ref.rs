@@ -16,7 +16,7 @@ use super::{Actor, FdHandler, Handler, Message};
 use crate::error::{AskError, StopReason, TellError};
 use crate::runtime::ask;
 use crate::runtime::cell::ActorCell;
-use crate::runtime::envelope::{Body, Envelope, Erased, ReplyTo};
+use crate::runtime::envelope::{Body, Envelope, Erased, HeldSlot, ReplyTo};
 use crate::runtime::outbox::{self, Parked};
 use crate::runtime::route::{self, flush_if_present, my_addr, send_control, SendFail};
 use crate::runtime::shard::ShardHandle;
@@ -455,7 +455,11 @@ impl<A: Actor> ActorRef<A> {
         let typed: TypedFd<A, M> = TypedFd { msg, _a: PhantomData };
         let env = Envelope {
             to: self.cell.id,
-            body: Body::FdMsg { key: 0, msg: Box::new(typed), held: Some(self.cell.clone()) },
+            body: Body::FdMsg {
+                key: 0,
+                msg: Box::new(typed),
+                held: HeldSlot::new(self.cell.clone()),
+            },
         };
         let take_back = |env: Envelope, fd: FixedFd| {
             let Body::FdMsg { msg, .. } = env.body else { unreachable!("an FdMsg") };
@@ -520,7 +524,11 @@ impl<A: Actor> ActorRef<A> {
         let typed: TypedFd<A, M> = TypedFd { msg, _a: PhantomData };
         let env = Envelope {
             to: self.cell.id,
-            body: Body::FdMsg { key: 0, msg: Box::new(typed), held: Some(self.cell.clone()) },
+            body: Body::FdMsg {
+                key: 0,
+                msg: Box::new(typed),
+                held: HeldSlot::new(self.cell.clone()),
+            },
         };
         match route::send_fd_to_shard(self.shard.id, &self.shard.addr, env, fd) {
             Ok(()) => Ok(()),
@@ -557,7 +565,11 @@ impl<A: Actor> ActorRef<A> {
         let typed: TypedFd<A, M> = TypedFd { msg, _a: PhantomData };
         let env = Envelope {
             to: self.cell.id,
-            body: Body::FdMsg { key: 0, msg: Box::new(typed), held: Some(self.cell.clone()) },
+            body: Body::FdMsg {
+                key: 0,
+                msg: Box::new(typed),
+                held: HeldSlot::new(self.cell.clone()),
+            },
         };
         route::send_fd_to_shard(self.shard.id, &self.shard.addr, env, fd).map_err(|(env, fd, _)| {
             self.cell.unreserve();

@@ -22,15 +22,50 @@ pub(crate) struct Envelope {
     pub(crate) body: Body,
 }
 
+/// The slot an fd message holds in its target actor's mailbox while the
+/// transport carries it. Armed when the message is handed to the transport,
+/// disarmed when the receiving shard takes it in (its dispatch releases the
+/// slot through the actor table) or when the transport refuses it at once
+/// (the sender releases the slot itself). Dropped while armed — handed back
+/// because the target's table had no free slot, or lost with a ring that
+/// went away, on any path — it releases the slot: a message that never
+/// arrives must not keep its target's mailbox full.
+pub(crate) struct HeldSlot {
+    cell: Arc<ActorCell>,
+    armed: bool,
+}
+
+impl HeldSlot {
+    /// The slot of `cell`'s mailbox, not armed.
+    pub(crate) fn new(cell: Arc<ActorCell>) -> Self {
+        HeldSlot { cell, armed: false }
+    }
+
+    pub(crate) fn arm(&mut self) {
+        self.armed = true;
+    }
+
+    pub(crate) fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for HeldSlot {
+    fn drop(&mut self) {
+        if self.armed {
+            self.cell.unreserve();
+        }
+    }
+}
+
 pub(crate) enum Body {
     /// A typed message for the actor.
     Msg(Box<dyn Erased>),
     /// A typed message that came with an fd; the fd waits in the receiving
     /// thread's table of attached fds under `key` (0: not yet received).
-    /// `held`: the target's cell, whose mailbox slot this message holds
-    /// while it travels; a hand-back by the transport (the target's table
-    /// had no free slot) releases it, since the message never arrives.
-    FdMsg { key: u64, msg: Box<dyn ErasedFd>, held: Option<Arc<ActorCell>> },
+    /// `held`: the slot this message holds in its target's mailbox while
+    /// the transport carries it (see [`HeldSlot`]).
+    FdMsg { key: u64, msg: Box<dyn ErasedFd>, held: HeldSlot },
     /// Stop the actor after the messages before this one, with this reason.
     Stop(StopReason),
     /// Actor `from`, linked to this one, stopped abnormally with `reason`

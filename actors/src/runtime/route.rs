@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use ringmail_transport::{Addr, FixedFd, SendError};
 
-use super::envelope::Envelope;
+use super::envelope::{Body, Envelope};
 pub(crate) use super::thread::SendFail;
 use super::thread::{discard, discard_in, send_inner, with, with_ctx, Unavailable, BATCHING};
 use super::SystemStats;
@@ -38,19 +38,29 @@ pub(crate) fn send_fd_to_shard(
             t.queue.push_back(e);
             return (Ok(()), Vec::new());
         }
+        if let Body::FdMsg { held, .. } = &mut e.body {
+            held.arm(); // the transport carries it now
+        }
         let r = t.ring.send_fd(addr, fd, e);
         let events = t.after_send();
         let mut rest = Vec::new();
         for ev in events {
             t.sort(ev, &mut rest);
         }
-        let r = r.map_err(|e| match e {
-            SendError::Full((e, fd)) => (e, fd, SendFail::Full),
-            SendError::Closed((e, fd)) => (e, fd, SendFail::Closed),
-            other => {
-                let (e, fd) = other.into_inner();
-                (e, fd, SendFail::Closed)
+        let r = r.map_err(|e| {
+            let (mut e, fd, why) = match e {
+                SendError::Full((e, fd)) => (e, fd, SendFail::Full),
+                SendError::Closed((e, fd)) => (e, fd, SendFail::Closed),
+                other => {
+                    let (e, fd) = other.into_inner();
+                    (e, fd, SendFail::Closed)
+                }
+            };
+            // Refused at once: the caller releases the slot.
+            if let Body::FdMsg { held, .. } = &mut e.body {
+                held.disarm();
             }
+            (e, fd, why)
         });
         (r, rest)
     });

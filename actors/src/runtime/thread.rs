@@ -105,7 +105,8 @@ impl ThreadCtx {
             }
             Event::Message(env) => rest.push(env),
             Event::Fd { mut msg, fd } if self.shard.is_some() => {
-                if let Body::FdMsg { key, .. } = &mut msg.body {
+                if let Body::FdMsg { key, held, .. } = &mut msg.body {
+                    held.disarm(); // taken in: the dispatch releases the slot
                     *key = self.fds.attach(fd);
                     self.queue.push_back(msg);
                 } else {
@@ -120,13 +121,10 @@ impl ThreadCtx {
             // Handed back (the target is gone or its table full): a socket
             // goes back to nobody and is closed, the message is a dead letter,
             // and the mailbox slot it held is free again.
-            Event::Returned { mut msg, fd, .. } => {
+            // (An fd message's `HeldSlot`, still armed, releases its
+            // target's mailbox slot when the message is discarded.)
+            Event::Returned { msg, fd, .. } => {
                 drop(fd);
-                if let Body::FdMsg { held, .. } = &mut msg.body {
-                    if let Some(cell) = held.take() {
-                        cell.unreserve();
-                    }
-                }
                 rest.push(msg);
             }
             Event::Io { token, result, flags } => {
