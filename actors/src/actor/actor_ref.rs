@@ -452,20 +452,8 @@ impl<A: Actor> ActorRef<A> {
             dead_letter_in(Some(&self.shard.stats));
             return Err(TellError::Stopped((msg, fd)));
         }
-        let typed: TypedFd<A, M> = TypedFd { msg, _a: PhantomData };
-        let env = Envelope {
-            to: self.cell.id,
-            body: Body::FdMsg {
-                key: 0,
-                msg: Box::new(typed),
-                held: HeldSlot::new(self.cell.clone()),
-            },
-        };
-        let take_back = |env: Envelope, fd: FixedFd| {
-            let Body::FdMsg { msg, .. } = env.body else { unreachable!("an FdMsg") };
-            let typed = msg.into_any().downcast::<TypedFd<A, M>>().expect("same type");
-            (typed.msg, fd)
-        };
+        let env = self.fd_envelope(msg);
+        let take_back = |env: Envelope, fd: FixedFd| (Self::fd_msg_of::<M>(env), fd);
         let (env, fd) = if !outbox::parking() && self.cell.reserve() {
             match route::send_fd_to_shard(self.shard.id, &self.shard.addr, env, fd) {
                 Ok(()) => return Ok(()),
@@ -521,22 +509,12 @@ impl<A: Actor> ActorRef<A> {
         if outbox::parked_for(&self.cell) || !self.cell.reserve() {
             return Err(TellError::Full((msg, fd)));
         }
-        let typed: TypedFd<A, M> = TypedFd { msg, _a: PhantomData };
-        let env = Envelope {
-            to: self.cell.id,
-            body: Body::FdMsg {
-                key: 0,
-                msg: Box::new(typed),
-                held: HeldSlot::new(self.cell.clone()),
-            },
-        };
+        let env = self.fd_envelope(msg);
         match route::send_fd_to_shard(self.shard.id, &self.shard.addr, env, fd) {
             Ok(()) => Ok(()),
             Err((env, fd, why)) => {
                 self.cell.unreserve();
-                let Body::FdMsg { msg, .. } = env.body else { unreachable!("sent an FdMsg") };
-                let typed = msg.into_any().downcast::<TypedFd<A, M>>().expect("same type");
-                let item = (typed.msg, fd);
+                let item = (Self::fd_msg_of::<M>(env), fd);
                 Err(match why {
                     SendFail::Full => TellError::Full(item),
                     SendFail::Closed => {
@@ -562,21 +540,39 @@ impl<A: Actor> ActorRef<A> {
             return Err((msg, fd));
         }
         self.cell.reserve_forced();
+        let env = self.fd_envelope(msg);
+        route::send_fd_to_shard(self.shard.id, &self.shard.addr, env, fd).map_err(|(env, fd, _)| {
+            self.cell.unreserve();
+            (Self::fd_msg_of::<M>(env), fd)
+        })
+    }
+
+    /// The envelope of an fd message for this actor, holding (not yet
+    /// armed) the slot it will take in the actor's mailbox.
+    fn fd_envelope<M>(&self, msg: M) -> Envelope
+    where
+        A: FdHandler<M>,
+        M: Send + 'static,
+    {
         let typed: TypedFd<A, M> = TypedFd { msg, _a: PhantomData };
-        let env = Envelope {
+        Envelope {
             to: self.cell.id,
             body: Body::FdMsg {
                 key: 0,
                 msg: Box::new(typed),
                 held: HeldSlot::new(self.cell.clone()),
             },
-        };
-        route::send_fd_to_shard(self.shard.id, &self.shard.addr, env, fd).map_err(|(env, fd, _)| {
-            self.cell.unreserve();
-            let Body::FdMsg { msg, .. } = env.body else { unreachable!("sent an FdMsg") };
-            let typed = msg.into_any().downcast::<TypedFd<A, M>>().expect("same type");
-            (typed.msg, fd)
-        })
+        }
+    }
+
+    /// The user's message back out of an envelope made by `fd_envelope`.
+    fn fd_msg_of<M>(env: Envelope) -> M
+    where
+        A: FdHandler<M>,
+        M: Send + 'static,
+    {
+        let Body::FdMsg { msg, .. } = env.body else { unreachable!("an FdMsg") };
+        msg.into_any().downcast::<TypedFd<A, M>>().expect("same type").msg
     }
 
     fn send_typed<M>(&self, msg: M, reply: Option<ReplyTo>) -> Result<(), (M, TellFail)>
