@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use ringmail::remote::{Node, NodeConfig, NodeEvent};
 use ringmail::{Actor, ActorRef, Context, Group, Handler, Message, System, SystemConfig};
+use ringmail_integration_tests::under_sanitizer;
 use serde::{Deserialize, Serialize};
 
 const SECRET: &str = "5b1c0f2e9a7d4c3b8e6f1a2d0c9b7e4f3a6d8c1b2e5f7a9c0d3b6e8f1a4c7d2e";
@@ -334,11 +335,6 @@ fn every_subscriber_on_every_node_gets_every_publication_once_in_order() {
 
 /// How long the slow subscriber takes nothing.
 const STALL: Duration = Duration::from_secs(2);
-
-/// True when the process's malloc is ASan's (see `scripts/leak-check.sh`).
-fn under_sanitizer() -> bool {
-    std::env::var("LD_PRELOAD").is_ok_and(|v| v.contains("asan"))
-}
 
 /// This process's resident set, in bytes (fails loudly when it cannot be read).
 fn rss() -> u64 {

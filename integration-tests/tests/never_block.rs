@@ -10,6 +10,7 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use ringmail::{Actor, ActorRef, AsyncHandler, Context, Handler, Message, System, SystemConfig};
+use ringmail_integration_tests::under_sanitizer;
 
 const T: Duration = Duration::from_secs(60);
 
@@ -103,7 +104,7 @@ fn a_cycle_of_tells_into_8_slot_mailboxes_completes_while_the_shard_answers() {
 
     let (took, p50, p99) = probe_until_both_done(&probe, &done_rx, TOTAL);
     println!("a million hops through 8-slot mailboxes in {took:?}; probe p50 {p50:?}, p99 {p99:?}");
-    assert!(p99 < Duration::from_millis(10), "a co-located probe answered slowly: p99 {p99:?}");
+    assert!(p99 < probe_bound(), "a co-located probe answered slowly: p99 {p99:?}");
     assert_eq!(system.dead_letters(), 0, "delivered = sent: nothing was a dead letter");
     system.shutdown();
 }
@@ -111,6 +112,13 @@ fn a_cycle_of_tells_into_8_slot_mailboxes_completes_while_the_shard_answers() {
 /// Asks `probe` every 10 ms until both sides of a cycle report on `done`,
 /// checks that each sent and received `total` hops, and returns how long
 /// that took and the probe's p50 and p99.
+/// The co-located probe's p99 bound: 10 ms, 50 ms under the leak check's
+/// ASan (every allocation slower; in CI it once measured 13 ms there). A
+/// blocked shard would answer in seconds, not milliseconds, under either.
+fn probe_bound() -> Duration {
+    Duration::from_millis(if under_sanitizer() { 50 } else { 10 })
+}
+
 fn probe_until_both_done(
     probe: &ActorRef<Probe>,
     done: &mpsc::Receiver<(u64, u64)>,
@@ -372,7 +380,7 @@ fn the_cycle_with_async_handlers_awaiting_room_completes() {
     b.tell(Go).unwrap();
     let (took, _, p99) = probe_until_both_done(&probe, &done_rx, TOTAL);
     println!("async cycle: {} hops in {took:?}; probe p99 {p99:?}", 2 * TOTAL);
-    assert!(p99 < Duration::from_millis(10), "a co-located probe answered slowly: p99 {p99:?}");
+    assert!(p99 < probe_bound(), "a co-located probe answered slowly: p99 {p99:?}");
     assert_eq!(system.dead_letters(), 0);
     system.shutdown();
 }

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use ringmail::remote::{Node, NodeConfig, NodeEvent};
 use ringmail::{Actor, Context, Handler, Message, System, TellError};
+use ringmail_integration_tests::under_sanitizer;
 use serde::{Deserialize, Serialize};
 
 const SECRET: &str = "5e0c1c0b8d7b4f3a9e2d6c1b0a9f8e7d6c5b4a39281706f5e4d3c2b1a0918273";
@@ -62,14 +63,6 @@ static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Under the leak check (`scripts/leak-check.sh` preloads ASan's runtime),
-/// malloc is ASan's: freed memory sits in its quarantine (hundreds of MiB)
-/// and every allocation is slower, so memory and latency bounds say
-/// nothing there. The accounting is checked all the same.
-fn under_sanitizer() -> bool {
-    std::env::var("LD_PRELOAD").is_ok_and(|v| v.contains("asan"))
 }
 
 /// The process's resident set, in bytes.
