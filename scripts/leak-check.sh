@@ -33,7 +33,10 @@ for b in $bins; do
   # Leaks only: no other ASan checks apply to an uninstrumented binary.
   if ! LD_PRELOAD="$ASAN" ASAN_OPTIONS=detect_leaks=1:exitcode=23:verify_asan_link_order=0 \
        RUST_TEST_THREADS=1 "$b" -q >"$log" 2>&1; then
-    echo "leak-check: $(basename "$b") FAILED"; tail -40 "$log"; fail=1
+    echo "leak-check: $(basename "$b") FAILED"
+    # The panic lines first (a child process's message can be far above the tail).
+    grep -n -A2 "panicked at" "$log" | head -40 || true
+    tail -40 "$log"; fail=1
   elif grep -q "LeakSanitizer" "$log"; then
     echo "leak-check: $(basename "$b") reported leaks"; grep -A30 "LeakSanitizer" "$log" | head -60; fail=1
   else

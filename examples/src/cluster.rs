@@ -10,8 +10,9 @@
 // ANCHOR: uses
 use std::collections::HashMap;
 use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
-use ringmail::remote::Node;
+use ringmail::remote::{LookupError, Node};
 use ringmail::{Actor, ActorRef, Context, Handler, Message, SpawnError, System};
 use serde::{Deserialize, Serialize};
 // ANCHOR_END: uses
@@ -228,3 +229,27 @@ pub fn start_worker(system: &System, node: &Node) -> Result<Worker, SpawnError> 
     Ok(Worker { pong, words, seq, quit })
 }
 // ANCHOR_END: worker
+
+/// Looks `name` up on `peer` like [`Node::lookup`], retrying for up to
+/// `within` while the peer is not connected yet or has not exported the
+/// name yet: a worker joins the cluster before it spawns and exports its
+/// actors, so a driver that asks the moment the peer shows up can be told
+/// `NotFound` (seen in CI under a slow, sanitized run). Any other error,
+/// or the last one at the deadline, is returned.
+pub fn find<A: Actor>(
+    node: &Node,
+    peer: &str,
+    name: &str,
+    within: Duration,
+) -> Result<ActorRef<A>, LookupError> {
+    let deadline = Instant::now() + within;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match node.lookup::<A>(peer, name, left.max(Duration::from_millis(100))) {
+            Err(LookupError::NotFound | LookupError::NotConnected) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            r => return r,
+        }
+    }
+}

@@ -30,14 +30,8 @@ fn signal(p: &Proc, sig: &str) {
 
 /// `words` on `peer`, retrying while the peer has not exported it yet.
 fn words_on(node: &Node, peer: &str) -> ActorRef<WordCounter> {
-    let deadline = Instant::now() + T;
-    loop {
-        match node.lookup::<WordCounter>(peer, "words", T) {
-            Ok(r) => return r,
-            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-            Err(e) => panic!("lookup words on {peer}: {e}"),
-        }
-    }
+    cluster::find::<WordCounter>(node, peer, "words", T)
+        .unwrap_or_else(|e| panic!("lookup words on {peer}: {e}"))
 }
 
 /// `(min, default, max)` of a `/proc/sys/net/ipv4/tcp_*mem` file, in bytes.

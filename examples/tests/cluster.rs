@@ -67,17 +67,8 @@ fn me(system: &System, seeds: &[SocketAddr]) -> Node {
 /// Looks `name` up on `peer`, retrying while the peer has not exported it
 /// yet (it exports right after its node starts).
 fn lookup<A: Actor>(node: &Node, peer: &str, name: &str) -> ringmail::ActorRef<A> {
-    let deadline = Instant::now() + T;
-    loop {
-        match node.lookup::<A>(peer, name, T) {
-            Ok(r) => return r,
-            Err(e) if Instant::now() < deadline => {
-                let _ = e;
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Err(e) => panic!("lookup {name} on {peer}: {e}"),
-        }
-    }
+    cluster::find::<A>(node, peer, name, T)
+        .unwrap_or_else(|e| panic!("lookup {name} on {peer}: {e}"))
 }
 
 struct Watcher(mpsc::Sender<(Down, Instant)>);

@@ -244,15 +244,11 @@ fn watch(name: &str, system: &System, node: &Node) -> i32 {
         return 1;
     }
     let peer = node.peers()[0].0.clone();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let pong = loop {
-        match node.lookup::<Pong>(&peer, "pong", Duration::from_secs(5)) {
-            Ok(p) => break p,
-            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-            Err(e) => {
-                eprintln!("{name}: lookup pong on {peer}: {e}");
-                return 1;
-            }
+    let pong = match cluster::find::<Pong>(node, &peer, "pong", Duration::from_secs(20)) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("{name}: lookup pong on {peer}: {e}");
+            return 1;
         }
     };
     let printer = system.spawn(Printer(name.to_string())).expect("spawn");
@@ -280,7 +276,7 @@ fn driver(name: &str, node: &Node) -> i32 {
     let t = Duration::from_secs(10);
 
     // A remote ping-pong: ask round trips to the first worker's `pong`.
-    let pong = node.lookup::<Pong>(&peers[0], "pong", t).expect("pong");
+    let pong = cluster::find::<Pong>(node, &peers[0], "pong", t).expect("pong");
     println!("{name}: actor pong lives on {} ({:?})", peers[0], pong);
     let mut rtts = Vec::new();
     for i in 0..1000 {
@@ -292,8 +288,10 @@ fn driver(name: &str, node: &Node) -> i32 {
     println!("{name}: ping-pong {name} -> {}: 1000 round trips, median {} us", peers[0], rtts[500]);
 
     // A word count spread over every worker's `words`.
-    let counters: Vec<_> =
-        peers.iter().map(|p| node.lookup::<WordCounter>(p, "words", t).expect("words")).collect();
+    let counters: Vec<_> = peers
+        .iter()
+        .map(|p| cluster::find::<WordCounter>(node, p, "words", t).expect("words"))
+        .collect();
     let lines: Vec<String> = (0..300).map(|i| format!("{TEXT} line{}", i % 7)).collect();
     for (i, l) in lines.iter().enumerate() {
         counters[i % counters.len()].tell(Line(l.clone())).expect("tell");
@@ -316,7 +314,7 @@ fn driver(name: &str, node: &Node) -> i32 {
         return 1;
     }
     for p in &peers {
-        let control = node.lookup::<cluster::Control>(p, "control", t).expect("control");
+        let control = cluster::find::<cluster::Control>(node, p, "control", t).expect("control");
         control.tell(Quit).expect("quit");
         control.wait_stopped(Duration::from_millis(200)); // give the frame time to leave
     }
