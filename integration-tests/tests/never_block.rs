@@ -9,7 +9,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use ringmail::{Actor, ActorRef, AsyncHandler, Context, Handler, Message, System, SystemConfig};
+use ringmail::{
+    Actor, ActorRef, AsyncHandler, Context, Handler, Message, RingConfig, System, SystemConfig,
+};
 use ringmail_integration_tests::under_sanitizer;
 
 const T: Duration = Duration::from_secs(60);
@@ -232,6 +234,44 @@ fn a_paused_sender_takes_no_new_message_and_its_shard_keeps_running() {
     }
     wait_until("all 200 items", || got.load(Ordering::Relaxed) == 200);
     wait_until("the second Send ran after the pause", || handled.load(Ordering::Relaxed) == 2);
+    assert_eq!(system.dead_letters(), 0);
+    system.shutdown();
+}
+
+/// The target *ring's* mailbox is what fills here, not the actor's: the
+/// receiving shard's transport takes 16 messages while the actor's mailbox
+/// has room for 4 096. The sender's messages are held on its shard's
+/// thread and retried by its loop; the thread goes on answering, nothing is
+/// lost and order holds. (Before, the thread pumped its ring in place until
+/// there was room: the probe waited about as long as the receiver took.)
+#[test]
+fn sends_held_for_a_full_ring_mailbox_leave_their_shard_running() {
+    let ring = RingConfig::default().mailbox_capacity(16);
+    let system = System::with_config(SystemConfig::default().ring(ring).mailbox_capacity(4096));
+    let (s1, s2) = (system.shard().unwrap(), system.shard().unwrap());
+    let got = Arc::new(AtomicU64::new(0));
+    let slow = system.spawn_on(&s2, Slow { got: got.clone(), pause: Duration::from_millis(2) });
+    let handled = Arc::new(AtomicU64::new(0));
+    let burst = system.spawn_on(&s1, Burst { to: slow, handled: handled.clone() });
+    let probe = system.spawn_on(&s1, Probe);
+    const N: u64 = 600; // about 1.2 s of the receiver's time
+    burst.tell(Send(N, Then::GoOn)).unwrap();
+    wait_until("the Send ran", || handled.load(Ordering::Relaxed) >= 1);
+    let mut slowest = Duration::ZERO;
+    let mut asked = 0;
+    while got.load(Ordering::Relaxed) < N * 3 / 4 {
+        let t = Instant::now();
+        probe.ask(Ping, Duration::from_secs(10)).expect("the probe answers");
+        slowest = slowest.max(t.elapsed());
+        asked += 1;
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    println!(
+        "{asked} probes while {N} items crossed a 16-message ring mailbox: slowest {slowest:?}"
+    );
+    assert!(asked >= 10, "the probe ran while the items were held ({asked} asks)");
+    assert!(slowest < Duration::from_millis(200), "the sending shard was blocked: {slowest:?}");
+    wait_until("all the items, in order", || got.load(Ordering::Relaxed) == N);
     assert_eq!(system.dead_letters(), 0);
     system.shutdown();
 }

@@ -18,7 +18,9 @@ use crate::runtime::ask;
 use crate::runtime::cell::ActorCell;
 use crate::runtime::envelope::{Body, Envelope, Erased, HeldSlot, ReplyTo};
 use crate::runtime::outbox::{self, Parked};
-use crate::runtime::route::{self, flush_if_present, my_addr, send_control, SendFail};
+use crate::runtime::route::{
+    self, flush_if_present, my_addr, send_control, send_control_or, SendFail,
+};
 use crate::runtime::shard::ShardHandle;
 use crate::runtime::{dead_letter_in, thread};
 
@@ -340,9 +342,16 @@ impl<A: Actor> ActorRef<A> {
         }
         self.cell.reserve_forced();
         let env = Typed::<A, M>::envelope(self.cell.id, msg, None);
-        if !send_control(self.shard.id, &self.shard.addr, env, true, Some(&self.shard.stats)) {
-            self.cell.unreserve(); // counted as a dead letter by send_control
-        }
+        let cell = self.cell.clone();
+        // A dead letter (counted by the send) gives its slot back.
+        send_control_or(
+            self.shard.id,
+            &self.shard.addr,
+            env,
+            true,
+            Some(&self.shard.stats),
+            move || cell.unreserve(),
+        );
     }
 
     /// Sends a control message past the mailbox bound without ever waiting
@@ -410,9 +419,15 @@ impl<A: Actor> ActorRef<A> {
         }
         self.cell.reserve_forced();
         let env = Envelope { to: self.cell.id, body: Body::Msg(m) };
-        if !send_control(self.shard.id, &self.shard.addr, env, true, Some(&self.shard.stats)) {
-            self.cell.unreserve();
-        }
+        let cell = self.cell.clone();
+        send_control_or(
+            self.shard.id,
+            &self.shard.addr,
+            env,
+            true,
+            Some(&self.shard.stats),
+            move || cell.unreserve(),
+        );
     }
 
     /// Sends `msg` with the file `fd` (a slot of this thread's ring: from

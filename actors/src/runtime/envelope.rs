@@ -213,10 +213,10 @@ pub(crate) struct ReplyTo {
 pub(crate) type ReplyFn = Box<dyn FnOnce(Option<Box<dyn Any + Send>>) + Send>;
 
 /// Sends a reply envelope to the asker's ring (`create`: from a thread that
-/// may not have a ring yet); false (and a dead letter) when the asker's
-/// thread is gone. Given by the maker of the `ReplyTo` (`ask.rs`), so that
-/// envelopes need not know how routing works.
-pub(crate) type SendReply = fn(&Addr<Envelope>, Envelope, bool) -> bool;
+/// may not have a ring yet); a dead letter when the asker's thread is gone.
+/// Given by the maker of the `ReplyTo` (`ask.rs`), so that envelopes need
+/// not know how routing works.
+pub(crate) type SendReply = fn(&Addr<Envelope>, Envelope, bool);
 
 pub(crate) enum ReplyKind {
     Ring { addr: Addr<Envelope>, ask: u64, send: SendReply },

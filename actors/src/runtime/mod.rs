@@ -16,7 +16,7 @@
 //! | `cell.rs` | [`cell::ActorCell`]: an actor's mailbox count, liveness, stop reason, names, watchers |
 //! | `envelope.rs` | what travels between shards ([`envelope::Envelope`], [`envelope::Body`]), the erased traits, where a reply goes ([`envelope::ReplyTo`]) |
 //! | `thread.rs` | the thread context: each thread's ring (a shard's, or a client thread's made lazily), its local queue, re-entrancy, teardown |
-//! | `route.rs` | sending: co-located or through the ring, control sends that wait out a full mailbox, discarding what nobody will handle |
+//! | `route.rs` | sending: co-located or through the ring, control sends a full ring mailbox does not refuse (held, retried by the shard loop), discarding what nobody will handle |
 //! | `ask.rs` | a thread waiting for the reply to its ask |
 //! | `outbox.rs` | actors paused on a full mailbox: their parked sends, the wake-up, breaking cycles of paused actors |
 //! | `io.rs` | I/O operations as messages: the public op types and the pending op that owns its buffer |

@@ -73,7 +73,7 @@ use ringmail_transport::Addr;
 
 use super::cell::{ActorCell, Waker};
 use super::envelope::{Body, Envelope};
-use super::route::{send_control, send_fd_control};
+use super::route::{send_control, send_control_or, send_fd_control_or};
 use super::thread::{discard_in, take_attached};
 use super::SystemStats;
 
@@ -289,29 +289,29 @@ fn closes_cycle(me: &Arc<ActorCell>, target: &Arc<ActorCell>) -> bool {
     true
 }
 
-/// Sends a parked message whose slot is reserved. The transport's mailbox
-/// is waited out as for control sends; a target shard that is gone makes
-/// it a dead letter. A parked fd message carries its fd attached on this
+/// Sends a parked message whose slot is reserved. A full transport
+/// mailbox is waited out as for control sends (held by this thread, see
+/// `route`); a target shard that is gone makes it a dead letter, and the
+/// slot is given back. A parked fd message carries its fd attached on this
 /// thread (`route::attach_fd`): it leaves with the message.
 fn deliver(mut p: Parked) {
-    let sent = match &mut p.env.body {
+    let cell = p.cell.clone();
+    let unreserve = move || cell.unreserve(); // counted as a dead letter by the send
+    match &mut p.env.body {
         Body::FdMsg { key, .. } => match take_attached(*key) {
             Some(fd) => {
                 *key = 0; // the fd travels beside the envelope now
-                send_fd_control(p.shard, &p.addr, p.env, fd, Some(&p.stats))
+                send_fd_control_or(p.shard, &p.addr, p.env, fd, Some(&p.stats), unreserve);
             }
             None => {
                 // Its fd is not on this thread (cannot happen while the
                 // thread's context lives): never send an fd message
                 // without its fd.
                 discard_in(p.env, Some(&p.stats));
-                false
+                unreserve();
             }
         },
-        _ => send_control(p.shard, &p.addr, p.env, true, Some(&p.stats)),
-    };
-    if !sent {
-        p.cell.unreserve(); // counted as a dead letter by the send
+        _ => send_control_or(p.shard, &p.addr, p.env, true, Some(&p.stats), unreserve),
     }
 }
 

@@ -56,7 +56,7 @@ use super::io::{Accept, Recv};
 use super::io_table::{Completion, Done, Multi};
 use super::outbox;
 use super::registry::Registry;
-use super::route::send_control;
+use super::route::{self, send_control_or};
 use super::thread::{self, discard, take_attached, with};
 use super::{lock, SystemStats};
 use crate::error::StopReason;
@@ -78,7 +78,7 @@ pub(crate) struct ShardHandle {
     pub(crate) id: u64,
     pub(crate) addr: Addr<Envelope>,
     /// Actors spawned here whose `Spawn` envelope may not have arrived yet.
-    pending: Mutex<HashSet<u64>>,
+    pending: Arc<Mutex<HashSet<u64>>>,
     mailbox_capacity: usize,
     pub(crate) registry: Arc<Registry>,
     /// The counters of the system this shard belongs to.
@@ -105,7 +105,7 @@ impl ShardHandle {
         registry: Arc<Registry>,
         stats: Arc<SystemStats>,
     ) -> Self {
-        let pending = Mutex::new(HashSet::new());
+        let pending = Arc::new(Mutex::new(HashSet::new()));
         ShardHandle {
             id,
             addr,
@@ -131,11 +131,12 @@ impl ShardHandle {
         let id = cell.id;
         self.pending().insert(id);
         let env = Envelope { to: id, body: Body::Spawn(hosted) };
-        // Waits out a full mailbox; if the shard is gone, the discarded
+        // A full ring mailbox holds it; if the shard is gone, the discarded
         // Spawn marks the actor stopped (ShardGone).
-        if !send_control(self.id, &self.addr, env, true, Some(&self.stats)) {
-            self.pending().remove(&id);
-        }
+        let pending = self.pending.clone();
+        send_control_or(self.id, &self.addr, env, true, Some(&self.stats), move || {
+            lock(&pending).remove(&id);
+        });
     }
 
     /// Mailbox capacity of actors spawned here.
@@ -224,11 +225,12 @@ impl Wake for TaskWaker {
     fn wake_by_ref(self: &Arc<Self>) {
         if !self.scheduled.swap(true, Ordering::AcqRel) {
             let env = Envelope { to: self.actor, body: Body::Poll };
-            if !send_control(self.shard, &self.addr, env, true, None) {
+            let me = self.clone();
+            send_control_or(self.shard, &self.addr, env, true, None, move || {
                 // Not sent (the shard is gone or its ring stayed full): a
                 // later wake must try again.
-                self.scheduled.store(false, Ordering::Release);
-            }
+                me.scheduled.store(false, Ordering::Release);
+            });
         }
     }
 }
@@ -258,13 +260,20 @@ impl ShardLoop {
         let mut spare_done: Vec<Done> = Vec::new();
         let mut passes: u32 = 0;
         'run: loop {
+            // Sends held for room in other rings' mailboxes, in order.
+            route::retry_held();
+            let held = route::held_any();
             // Under the borrow: only move things out. Handling happens after.
-            let quiet = self.paused.is_empty();
+            let quiet = self.paused.is_empty() && !held;
             let handle = &self.handle;
             let polled = thread::with(|t| {
                 let idle = t.queue.is_empty() && t.completions.is_empty();
                 let mut timeout =
                     if batch.is_empty() && idle { None } else { Some(Duration::ZERO) };
+                // Held sends: look again soon (room elsewhere is not announced).
+                if held {
+                    timeout = Some(timeout.map_or(route::HELD_POLL, |t| t.min(route::HELD_POLL)));
+                }
                 // A timer deferred in the shard: wait no longer than its deadline.
                 if let Some(at) = t.io.next_deferred() {
                     let left = at.saturating_duration_since(std::time::Instant::now());
@@ -572,6 +581,7 @@ impl ShardLoop {
         // Nothing will handle these any more, nor send what was parked.
         batch.into_iter().for_each(discard);
         outbox::discard_all();
+        route::discard_held();
         for (_, p) in self.paused.drain() {
             p.held.into_iter().for_each(discard);
         }

@@ -15,11 +15,11 @@
 //! cleanly, and the failure is counted as a dead letter.
 
 use std::any::Any;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ringmail_transport::{Addr, Event, FixedFd, Ring, RingConfig, SendError, SetupError};
 
@@ -185,6 +185,124 @@ thread_local! {
     static DEFERRED_ANY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
+// ---- sends held for room in another ring's mailbox (see `route`) ----
+
+/// What a held send carries.
+pub(crate) enum Item {
+    Env(Envelope),
+    /// A `Body::FdMsg` whose fd is attached on this thread (its `key`).
+    FdMsg(Envelope),
+}
+
+/// A control send that found its target ring's mailbox full on a shard's
+/// thread, waiting on that thread for room.
+pub(crate) struct Held {
+    pub(crate) shard: u64,
+    pub(crate) addr: Addr<Envelope>,
+    pub(crate) item: Item,
+    sys: Option<Arc<SystemStats>>,
+    pub(crate) since: Instant,
+    /// The last try found no room (rather than a closed target).
+    pub(crate) full: bool,
+    on_fail: Box<dyn FnOnce()>,
+}
+
+impl Held {
+    pub(crate) fn new(
+        shard: u64,
+        addr: &Addr<Envelope>,
+        item: Item,
+        sys: Option<&Arc<SystemStats>>,
+        on_fail: Box<dyn FnOnce()>,
+    ) -> Self {
+        let since = Instant::now();
+        Held { shard, addr: addr.clone(), item, sys: sys.cloned(), since, full: true, on_fail }
+    }
+
+    /// Counts it as a dead letter (closing an attached fd) and runs its
+    /// `on_fail`.
+    pub(crate) fn fail(self) {
+        let env = match self.item {
+            Item::Env(e) | Item::FdMsg(e) => e,
+        };
+        discard_in(env, self.sys.as_deref());
+        (self.on_fail)();
+    }
+}
+
+thread_local! {
+    /// This shard thread's held sends: one queue per target ring (by ring
+    /// id), oldest first. Few rings: a `Vec` is looked through.
+    static HELD: RefCell<Vec<(u64, VecDeque<Held>)>> = const { RefCell::new(Vec::new()) };
+    /// True while `HELD` may hold something (read on every send).
+    static HELD_ANY: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Holds `h` behind what this thread holds for its ring already. (See
+/// `route`: the shard loop retries held sends at every turn.)
+pub(crate) fn hold(h: Held) {
+    let mut h = Some(h);
+    let kept = HELD
+        .try_with(|q| {
+            let h = h.take().expect("held");
+            let ring = h.addr.ring_id();
+            let mut q = q.borrow_mut();
+            match q.iter_mut().find(|(r, _)| *r == ring) {
+                Some((_, queue)) => queue.push_back(h),
+                None => q.push((ring, VecDeque::from([h]))),
+            }
+        })
+        .is_ok();
+    if kept {
+        let _ = HELD_ANY.try_with(|f| f.set(true));
+    } else if let Some(h) = h {
+        h.fail(); // the thread is exiting: nothing would retry it
+    }
+}
+
+/// True when this thread holds a send for the ring at `addr`.
+pub(crate) fn held_for(addr: &Addr<Envelope>) -> bool {
+    if !HELD_ANY.try_with(Cell::get).unwrap_or(false) {
+        return false;
+    }
+    let ring = addr.ring_id();
+    HELD.try_with(|q| q.borrow().iter().any(|(r, queue)| *r == ring && !queue.is_empty()))
+        .unwrap_or(false)
+}
+
+/// True while this thread holds sends (its loop must come back soon).
+pub(crate) fn held_any() -> bool {
+    HELD_ANY.try_with(Cell::get).unwrap_or(false)
+}
+
+/// Takes this thread's held sends out (to be tried again).
+pub(crate) fn take_held() -> Vec<(u64, VecDeque<Held>)> {
+    HELD.with(|q| std::mem::take(&mut *q.borrow_mut()))
+}
+
+/// Puts back what [`take_held`] took and is still held; anything held
+/// meanwhile goes behind it.
+pub(crate) fn restore_held(mut kept: Vec<(u64, VecDeque<Held>)>) {
+    HELD.with(|q| {
+        let mut q = q.borrow_mut();
+        for (ring, mut queue) in q.drain(..) {
+            match kept.iter_mut().find(|(r, _)| *r == ring) {
+                Some((_, k)) => k.append(&mut queue),
+                None => kept.push((ring, queue)),
+            }
+        }
+        *q = kept;
+        HELD_ANY.with(|f| f.set(!q.is_empty()));
+    });
+}
+
+/// Counts every held send as a dead letter (the shard is shutting down).
+pub(crate) fn discard_held() {
+    let all = HELD.try_with(|q| std::mem::take(&mut *q.borrow_mut())).unwrap_or_default();
+    let _ = HELD_ANY.try_with(|f| f.set(false));
+    all.into_iter().flat_map(|(_, q)| q).for_each(Held::fail);
+}
+
 /// This thread has no usable ring (io_uring unavailable, or the thread is exiting).
 #[derive(Debug)]
 pub(crate) struct Unavailable;
@@ -286,8 +404,14 @@ fn flush_deferred() {
             return;
         }
         for (shard, addr, env) in batch {
-            if let Err((env, _)) = send_inner(shard, &addr, env, false) {
-                discard(env);
+            // Accepted when it was deferred: a full ring mailbox holds it
+            // on a shard's thread, as for a control send.
+            match send_inner(shard, &addr, env, false) {
+                Err((env, SendFail::Full)) if on_a_shard() => {
+                    hold(Held::new(shard, &addr, Item::Env(env), None, Box::new(|| ())))
+                }
+                Err((env, _)) => discard(env),
+                Ok(()) => {}
             }
         }
     }
