@@ -963,14 +963,111 @@ fn blpop_waits_as_shard_state_and_is_woken_by_a_push_from_another_client() {
     std::thread::sleep(Duration::from_millis(200));
     let _: () = pusher.rpush("{q}one", "kept").unwrap();
     assert_eq!(pusher.lrange::<_, Vec<String>>("{q}one", 0, -1).unwrap(), ["kept"]);
-    // Keys on two shards, a wrong type, a bad timeout: refused as Redis does.
-    let e = err_text(cmd("BLPOP").arg("a").arg("b").arg("c").arg("d").arg(0).query::<()>(&mut c));
-    assert!(e.contains("same slot"), "{e}");
+    // A wrong type, a bad timeout: refused as Redis does.
     let _: () = pusher.set("{q}str", "v").unwrap();
     let e = err_text(cmd("BLPOP").arg("{q}str").arg(0).query::<()>(&mut c));
     assert!(e.contains("WRONGTYPE"), "{e}");
     let e = err_text(cmd("BLPOP").arg("{q}x").arg(-1).query::<()>(&mut c));
     assert!(e.contains("timeout is negative"), "{e}");
+    system.shutdown();
+}
+
+/// True when `k1` and `k2` live on different shards: a blocking move
+/// between them is refused there (`CROSSSLOT`); on one shard it waits
+/// 10 ms and answers null.
+fn on_two_shards(c: &mut Connection, k1: &str, k2: &str) -> bool {
+    let r: RedisResult<Option<String>> =
+        cmd("BLMOVE").arg(k1).arg(k2).arg("LEFT").arg("LEFT").arg(0.01).query(c);
+    matches!(r, Err(e) if e.to_string().contains("same slot"))
+}
+
+#[test]
+fn blpop_over_keys_on_several_shards_pops_once_in_key_order_and_is_woken_from_any() {
+    let (system, srv) = serve(3);
+    let mut c = client(&srv);
+    let mut pusher = client(&srv);
+    let names: Vec<String> = (b'a'..=b'z').map(|b| (b as char).to_string()).collect();
+    let (x, y) = names
+        .iter()
+        .flat_map(|a| names.iter().map(move |b| (a.clone(), b.clone())))
+        .find(|(a, b)| a != b && on_two_shards(&mut c, a, b))
+        .expect("two keys on two of 3 shards");
+    let (x, y) = (x.as_str(), y.as_str());
+    // Elements there at once: the first non-empty key in the order given.
+    let _: () = pusher.rpush(y, "y1").unwrap();
+    let _: () = pusher.rpush(x, &["x1", "x2"]).unwrap();
+    let got: Option<(String, String)> = c.blpop(&[x, y], 1.0).unwrap();
+    assert_eq!(got, Some((x.into(), "x1".into())));
+    let got: Option<(String, String)> = c.blpop(&[y, x], 1.0).unwrap();
+    assert_eq!(got, Some((y.into(), "y1".into())), "the order given, not the shards'");
+    let got: Option<(String, String)> = c.brpop(&[y, x], 1.0).unwrap();
+    assert_eq!(got, Some((x.into(), "x2".into())), "BRPOP takes the tail");
+    // Nothing anywhere: a null reply after about the time asked.
+    let t0 = std::time::Instant::now();
+    let got: Option<(String, String)> = c.blpop(&[x, y], 0.2).unwrap();
+    assert_eq!(got, None);
+    let took = t0.elapsed();
+    assert!(took >= Duration::from_millis(190) && took < Duration::from_secs(2), "{took:?}");
+    // Blocked on both: a push to either one wakes it, and only it pops.
+    let waiter = |keys: [&str; 2], secs: f64| {
+        let mut w = client(&srv);
+        let keys = keys.map(String::from);
+        std::thread::spawn(move || {
+            let r: Option<(String, String)> = w.blpop(&keys, secs).unwrap();
+            r
+        })
+    };
+    for (i, key) in [y, x].into_iter().enumerate() {
+        let w = waiter([x, y], 0.0);
+        std::thread::sleep(Duration::from_millis(150));
+        let item = format!("late{i}");
+        let _: () = pusher.rpush(key, &item).unwrap();
+        assert_eq!(w.join().unwrap(), Some((key.into(), item)), "woken by a push to {key}");
+    }
+    // Two clients blocked across the same shards, one element: exactly one
+    // gets it, the other times out; nothing is popped twice or lost.
+    let (w1, w2) = (waiter([x, y], 1.5), waiter([y, x], 1.5));
+    std::thread::sleep(Duration::from_millis(150));
+    let _: () = pusher.rpush(y, "only").unwrap();
+    let got = [w1.join().unwrap(), w2.join().unwrap()];
+    let served: Vec<_> = got.iter().flatten().collect();
+    assert_eq!(served, [&(y.to_string(), "only".to_string())], "{got:?}");
+    assert_eq!(pusher.exists::<_, i64>(&[x, y]).unwrap(), 0);
+    // The connection's next request waits for the blocked one (Redis runs
+    // nothing of a blocked client): a pipelined push does not serve it.
+    let mut s = TcpStream::connect(srv.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let req = format!(
+        "*4\r\n$5\r\nBLPOP\r\n$1\r\n{x}\r\n$1\r\n{y}\r\n$3\r\n0.2\r\n\
+         *3\r\n$5\r\nRPUSH\r\n$1\r\n{x}\r\n$1\r\nv\r\n"
+    );
+    s.write_all(req.as_bytes()).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 256];
+    while !got.ends_with(b":1\r\n") {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "closed early: {:?}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert_eq!(got, b"*-1\r\n:1\r\n", "{:?}", String::from_utf8_lossy(&got));
+    drop(s);
+    let _: () = pusher.del(x).unwrap();
+    // A client that goes away while blocked across shards is never served.
+    {
+        let mut gone = TcpStream::connect(srv.addr).unwrap();
+        let req = format!("*4\r\n$5\r\nBLPOP\r\n$1\r\n{x}\r\n$1\r\n{y}\r\n$1\r\n0\r\n");
+        gone.write_all(req.as_bytes()).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let _: () = pusher.rpush(y, "kept").unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(pusher.lrange::<_, Vec<String>>(y, 0, -1).unwrap(), ["kept"]);
+    // A key of another type, after the empty ones: WRONGTYPE, as on one shard.
+    let _: () = pusher.del(y).unwrap();
+    let _: () = pusher.set(y, "str").unwrap();
+    let e = err_text(cmd("BLPOP").arg(x).arg(y).arg(0).query::<()>(&mut c));
+    assert!(e.contains("WRONGTYPE"), "{e}");
     system.shutdown();
 }
 

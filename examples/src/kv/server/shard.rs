@@ -174,7 +174,7 @@ impl KeyShard {
 }
 
 /// A blocking command's timeout in seconds (0: for ever), or Redis' error.
-fn block_timeout(t: &[u8]) -> Result<std::time::Duration, Reply> {
+pub(super) fn block_timeout(t: &[u8]) -> Result<std::time::Duration, Reply> {
     match std::str::from_utf8(t).ok().and_then(|t| t.parse::<f64>().ok()) {
         Some(s) if s < 0.0 => Err(Reply::Error("ERR timeout is negative".into())),
         Some(s) if s.is_finite() && s < 1e9 => Ok(std::time::Duration::from_secs_f64(s)),
@@ -276,6 +276,10 @@ pub(super) struct Waiter {
     /// `BRPOPLPUSH`/`BLMOVE`: the list it pushes onto, and at which end
     /// (true: the head); the reply is then the element alone.
     pub(super) dest: Option<(Vec<u8>, bool)>,
+    /// A blocking pop whose keys span shards (`wait-push`, see the
+    /// worker's `block.rs`): nothing is popped for it here; it is told
+    /// (`:1`) that one of its keys has elements, and tries again.
+    pub(super) notify: bool,
     pub(super) timer: Option<ringmail::TimerId>,
 }
 
@@ -330,6 +334,8 @@ pub(super) enum Ran {
         left: bool,
         dest: Option<(Vec<u8>, bool)>,
         timeout: std::time::Duration,
+        /// See [`Waiter::notify`].
+        notify: bool,
     },
 }
 
@@ -489,6 +495,12 @@ impl KeyShard {
                     self.watches.forget(w);
                     Some(Reply::Simple("OK"))
                 }
+                // A worker's blocking pop across shards is over (served
+                // elsewhere, timed out, or trying again): its wait here goes.
+                b"unwait" => {
+                    self.drop_waits(worker, r.conn, Some(r.seq), ctx);
+                    Some(Reply::Simple("OK"))
+                }
                 // A move's read of a whole key: a `DEL`, then the commands
                 // that make it again (none: no such key) and its deadline.
                 b"rebuild-of" => {
@@ -527,7 +539,7 @@ impl KeyShard {
                     writes.push(self.logged() > before);
                     replies.push((r.conn, r.seq, r.part, reply));
                 }
-                Ran::Block { keys, left, dest, timeout } => {
+                Ran::Block { keys, left, dest, timeout, notify } => {
                     let id = self.blocked.next;
                     self.blocked.next += 1;
                     let timer = (!timeout.is_zero())
@@ -537,7 +549,7 @@ impl KeyShard {
                         self.blocked.by_key.entry(k.clone()).or_default().push_back(id);
                     }
                     let (from, conn, seq, part) = (batch.from.clone(), r.conn, r.seq, r.part);
-                    let w = Waiter { from, conn, seq, part, keys, left, dest, timer };
+                    let w = Waiter { from, conn, seq, part, keys, left, dest, notify, timer };
                     self.blocked.waiters.insert(id, w);
                 }
             }
@@ -584,6 +596,7 @@ impl KeyShard {
             b"info" => return Ran::Reply(shard_info(&self.space, self.aof.as_ref(), now)),
             b"blpop" | b"brpop" => return self.blocking_pop(cmd.as_bytes() == b"blpop", args, now),
             b"brpoplpush" | b"blmove" => return self.blocking_move(args, now),
+            b"wait-push" => return self.wait_push(args, now),
             _ => {}
         }
         match self.aof.as_mut() {
@@ -623,7 +636,23 @@ impl KeyShard {
                 _ => {}
             }
         }
-        Ran::Block { keys: keys.to_vec(), left, dest: None, timeout }
+        Ran::Block { keys: keys.to_vec(), left, dest: None, timeout, notify: false }
+    }
+
+    /// `wait-push ms key...` (from a worker, never from a client: see the
+    /// worker's `block.rs`): `:1` at once if one of the keys exists, else a
+    /// wait that is told `:1` when one gets elements (a null array after
+    /// `ms` milliseconds; 0: for ever).
+    fn wait_push(&mut self, args: &[Vec<u8>], now: Instant) -> Ran {
+        let [_, ms, keys @ ..] = args else { return Ran::Reply(wrong_arity("wait-push")) };
+        let Some(ms) = std::str::from_utf8(ms).ok().and_then(|m| m.parse::<u64>().ok()) else {
+            return Ran::Reply(Reply::Error("ERR wait-push: bad timeout".into()));
+        };
+        if keys.iter().any(|k| self.space.contains(k, now)) {
+            return Ran::Reply(Reply::Int(1)); // a list (or a WRONGTYPE the retry reports)
+        }
+        let timeout = std::time::Duration::from_millis(ms);
+        Ran::Block { keys: keys.to_vec(), left: true, dest: None, timeout, notify: true }
     }
 
     /// `BRPOPLPUSH src dst timeout` / `BLMOVE src dst LEFT|RIGHT
@@ -653,6 +682,7 @@ impl KeyShard {
                 left: from,
                 dest: Some((dst.clone(), to)),
                 timeout,
+                notify: false,
             },
             reply => Ran::Reply(reply),
         }
@@ -692,10 +722,22 @@ impl KeyShard {
     pub(super) fn serve_blocked(&mut self, key: &[u8], now: Instant, ctx: &Context<Self>) {
         let mut pushed_to = Vec::new();
         while let Some(&id) = self.blocked.by_key.get(key).and_then(|q| q.front()) {
-            let (left, dest) = match self.blocked.waiters.get(&id) {
-                Some(w) => (w.left, w.dest.clone()),
-                None => (true, None),
+            let (left, dest, notify) = match self.blocked.waiters.get(&id) {
+                Some(w) => (w.left, w.dest.clone(), w.notify),
+                None => (true, None, false),
             };
+            if notify {
+                // Told, not served: it pops (if still there) when it tries again.
+                if !self.space.contains(key, now) {
+                    return;
+                }
+                let w = self.blocked.remove(id).expect("queued waiters exist");
+                if let Some(t) = w.timer {
+                    ctx.cancel_timer(t);
+                }
+                self.send(w.from, vec![(w.conn, w.seq, w.part, Reply::Int(1))], vec![false], ctx);
+                continue;
+            }
             let before = self.logged();
             let reply = match &dest {
                 // A blocking move: the element moves on, and is the reply.
@@ -776,11 +818,18 @@ impl KeyShard {
     /// A connection closed: forgets its watches and blocked requests.
     pub(super) fn unblock(&mut self, u: Unblock, ctx: &Context<Self>) {
         self.watches.forget((u.worker, u.conn));
+        self.drop_waits(u.worker, u.conn, None, ctx);
+    }
+
+    /// Drops the blocked requests of connection `conn` of `worker` (only
+    /// request `seq` when given), and their timers.
+    fn drop_waits(&mut self, worker: u64, conn: ConnId, seq: Option<u64>, ctx: &Context<Self>) {
         let gone: Vec<u64> = self
             .blocked
             .waiters
             .iter()
-            .filter(|(_, w)| w.from.id() == u.worker && w.conn == u.conn)
+            .filter(|(_, w)| w.from.id() == worker && w.conn == conn)
+            .filter(|(_, w)| seq.is_none_or(|s| w.seq == s))
             .map(|(&id, _)| id)
             .collect();
         for id in gone {

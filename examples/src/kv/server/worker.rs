@@ -25,6 +25,7 @@ use crate::kv::pubsub::{self, Publish, Subscriptions};
 use crate::kv::resp::{self, Limits, Lower, Parsed, Reply};
 // ANCHOR_END: uses
 
+mod block;
 mod moves;
 mod subscribe;
 mod tx;
@@ -60,6 +61,9 @@ pub(super) enum Combine {
     /// before `count` keys were found hands on to the next shard within
     /// the same call (`args`, with cursor 0), its keys kept in `found`.
     Scan { shard: u64, shards: u64, count: usize, args: Vec<Vec<u8>>, found: Vec<Reply> },
+    /// A blocking pop whose keys span shards (`worker/block.rs`): its
+    /// reply is set by its last step, never combined.
+    Across(Box<block::Across>),
 }
 
 /// `SCAN` cursors: the shard in the bits above these, its own cursor below.
@@ -197,6 +201,8 @@ impl Pending {
                 }
                 Reply::Array(all)
             }
+            // Set by its steps (never finished by parts).
+            Combine::Across(_) => Reply::NullArray,
         };
         self.done = Some(reply);
     }
@@ -570,6 +576,9 @@ impl KvWorker {
                 let mut shards: Vec<usize> = keys.iter().map(|k| shard_of(k, n)).collect();
                 shards.sort_unstable();
                 shards.dedup();
+                if shards.len() > 1 && matches!(cmd.as_bytes(), b"blpop" | b"brpop") {
+                    return self.block_across(conn, seq, args);
+                }
                 if shards.len() > 1 {
                     return Pending::ready(Reply::Error(CROSSSLOT.into()));
                 }
@@ -631,6 +640,24 @@ impl KvWorker {
         else {
             return;
         };
+        if let Combine::Across(a) = &mut p.combine {
+            if p.done.is_some() {
+                return; // over: a late reply
+            }
+            let next = a.step(part, reply, Instant::now());
+            for (s, part, args) in next.send {
+                self.outgoing[s].push(Req { conn, seq, part, args });
+            }
+            if let Some(r) = next.done {
+                p.done = Some(r);
+                p.left = 0;
+                // The connection's next requests waited for it, as Redis
+                // runs nothing of a blocked client: parsed and sent now.
+                c.in_tx = false;
+                self.received(conn, &[]);
+            }
+            return;
+        }
         if p.parts.is_empty() {
             // `awaiting_one`: the reply itself.
             if part == 0 && p.left == 1 {

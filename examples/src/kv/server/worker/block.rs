@@ -1,0 +1,254 @@
+//! `BLPOP`/`BRPOP` whose keys live on several shards. With all its keys on
+//! one shard, a blocking pop is one request there, which keeps it as
+//! shard state until a push serves it (`shard.rs`, [`Waiter`]). Across
+//! shards no one shard can serve it alone without risking a second pop
+//! elsewhere, so the worker drives it, in rounds:
+//!
+//! 1. **Try**: `LPOP`/`RPOP` of each key in the order given, one after the
+//!    other, each on its own shard; the first element found is the reply
+//!    (a `WRONGTYPE` too). At most one pop ever takes an element, and a
+//!    key is looked at only after every key before it was seen empty.
+//! 2. **Wait**: every shard of its keys gets a `wait-push` for its own
+//!    keys: answered `:1` at once if one of them exists now (so a push
+//!    between the try and the wait is not missed), else when a push or a
+//!    move gives one elements, or a null array at the deadline. Nothing is
+//!    popped there.
+//! 3. The first `:1` ends the round: the other shards' waits are dropped
+//!    (`unwait`) and the next round tries again from the first key. A null
+//!    array (the deadline) or the deadline passing before a round waits is
+//!    the client's null reply.
+//!
+//! Replies carry their round (`part`), so a late one from an earlier round
+//! is ignored. The connection's next requests wait until it is answered,
+//! as Redis runs nothing of a blocked client (they are parsed then). Costs and limits: a round is one round trip per key tried
+//! plus one per shard waited on; a client woken when another took the
+//! element waits again behind clients that blocked later (Redis serves
+//! blocked clients strictly first come, first served; across shards this
+//! server does not). Inside `MULTI` such a pop is refused (`CROSSSLOT`), and
+//! `BRPOPLPUSH`/`BLMOVE` with their two keys on two shards are too.
+
+// The worker's own room: its types, imports and helpers.
+use super::*;
+use crate::kv::server::shard::block_timeout;
+
+/// A blocking pop across shards, in the request's [`Pending`].
+#[derive(Clone)]
+pub(in crate::kv::server) struct Across {
+    keys: Vec<Vec<u8>>,
+    /// The shard of each key.
+    at: Vec<usize>,
+    /// `BLPOP` (else `BRPOP`).
+    left: bool,
+    /// None: for ever.
+    deadline: Option<Instant>,
+    round: u32,
+    /// The key whose pop is under way; `keys.len()` while waiting.
+    next: usize,
+    /// The shards waited on in this round (each holds a `wait-push`).
+    waiting: Vec<usize>,
+}
+
+/// A reply's `part`: its round, and whether it answers a wait (else a pop).
+fn part(round: u32, wait: bool) -> u32 {
+    (round << 1) | u32::from(wait)
+}
+
+/// What a reply to an [`Across`] asks of the worker: requests to send
+/// (shard, part, arguments), and the client's reply when it is over.
+#[derive(Default)]
+pub(super) struct Next {
+    pub(super) send: Vec<(usize, u32, Vec<Vec<u8>>)>,
+    pub(super) done: Option<Reply>,
+}
+
+impl Across {
+    fn pop(&self, i: usize, round: u32) -> (usize, u32, Vec<Vec<u8>>) {
+        let cmd = if self.left { b"LPOP".to_vec() } else { b"RPOP".to_vec() };
+        (self.at[i], part(round, false), vec![cmd, self.keys[i].clone()])
+    }
+
+    /// The shards of its keys, each once, ascending.
+    fn shards(&self) -> Vec<usize> {
+        let mut s = self.at.clone();
+        s.sort_unstable();
+        s.dedup();
+        s
+    }
+
+    /// Drops this round's waits (their replies would be ignored anyway).
+    fn unwait(&mut self, next: &mut Next) {
+        for s in std::mem::take(&mut self.waiting) {
+            next.send.push((s, u32::MAX, vec![b"unwait".to_vec()]));
+        }
+    }
+
+    /// Every key was seen empty: wait on each shard for its keys, or give
+    /// the null reply when the deadline has passed.
+    fn wait(&mut self, now: Instant, next: &mut Next) {
+        let ms = match self.deadline {
+            None => 0,
+            Some(d) if d <= now => {
+                next.done = Some(Reply::NullArray);
+                return;
+            }
+            Some(d) => (d - now).as_millis().max(1) as u64,
+        };
+        self.next = self.keys.len();
+        self.waiting = self.shards();
+        for &s in &self.waiting {
+            let mut args = vec![b"wait-push".to_vec(), ms.to_string().into_bytes()];
+            args.extend(
+                self.keys.iter().zip(&self.at).filter(|(_, &a)| a == s).map(|(k, _)| k.clone()),
+            );
+            next.send.push((s, part(self.round, true), args));
+        }
+    }
+
+    /// Takes in the reply to `part`.
+    pub(super) fn step(&mut self, part: u32, reply: Reply, now: Instant) -> Next {
+        let mut next = Next::default();
+        if part == u32::MAX || part >> 1 != self.round {
+            return next; // an `unwait`'s answer, or an earlier round's
+        }
+        let waiting = self.next == self.keys.len();
+        match (part & 1 == 1, waiting, reply) {
+            (false, false, Reply::Bulk(v)) => {
+                let key = self.keys[self.next].clone();
+                next.done = Some(Reply::Array(vec![Reply::Bulk(key), Reply::Bulk(v)]));
+            }
+            (false, false, e @ Reply::Error(_)) => next.done = Some(e),
+            (false, false, _) => {
+                self.next += 1;
+                if self.next < self.keys.len() {
+                    next.send.push(self.pop(self.next, self.round));
+                } else {
+                    self.wait(now, &mut next);
+                }
+            }
+            (true, true, Reply::Int(_)) => {
+                // One of the keys has elements now: try again from the first.
+                self.unwait(&mut next);
+                self.round += 1;
+                self.next = 0;
+                next.send.push(self.pop(0, self.round));
+            }
+            (true, true, _) => {
+                // A wait reached the deadline (or failed): the null reply.
+                self.unwait(&mut next);
+                next.done = Some(Reply::NullArray);
+            }
+            _ => {} // cannot happen: each phase expects its own replies
+        }
+        next
+    }
+}
+
+impl KvWorker {
+    /// Starts `BLPOP`/`BRPOP key... timeout` whose keys are on several
+    /// shards: the first key's pop goes out; the rest follows from the
+    /// replies ([`Across::step`], driven by `fill`).
+    pub(super) fn block_across(&mut self, conn: ConnId, seq: u64, args: Vec<Vec<u8>>) -> Pending {
+        let n = self.shards.len();
+        let left = args[0].eq_ignore_ascii_case(b"blpop");
+        let (keys, t) = args[1..].split_at(args.len() - 2);
+        let timeout = match block_timeout(&t[0]) {
+            Ok(t) => t,
+            Err(e) => return Pending::ready(e),
+        };
+        let deadline = (!timeout.is_zero()).then(|| Instant::now() + timeout);
+        let at: Vec<usize> = keys.iter().map(|k| shard_of(k, n)).collect();
+        let keys = keys.to_vec();
+        let a = Across { keys, at, left, deadline, round: 0, next: 0, waiting: Vec::new() };
+        // A close drops its waits on every shard it may wait on.
+        let blocking = self.blocking.entry(conn).or_default();
+        for s in a.shards() {
+            if !blocking.contains(&s) {
+                blocking.push(s);
+            }
+        }
+        let (s, part, args) = a.pop(0, 0);
+        self.outgoing[s].push(Req { conn, seq, part, args });
+        // The connection's next requests wait for it (see `fill`).
+        self.moving = true;
+        Pending::awaiting(1, Combine::Across(Box::new(a)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn across(keys: &[&str], at: &[usize], deadline: Option<Instant>) -> Across {
+        let keys = keys.iter().map(|k| k.as_bytes().to_vec()).collect();
+        Across { keys, at: at.to_vec(), left: true, deadline, round: 0, next: 0, waiting: vec![] }
+    }
+
+    fn args(v: &[Vec<u8>]) -> Vec<String> {
+        v.iter().map(|a| String::from_utf8_lossy(a).into_owned()).collect()
+    }
+
+    #[test]
+    fn keys_are_tried_in_order_then_waited_on_then_tried_again() {
+        let now = Instant::now();
+        let mut a = across(&["a", "b", "c"], &[1, 0, 1], Some(now + Duration::from_secs(5)));
+        // a is empty: b is tried next, on its shard.
+        let n = a.step(part(0, false), Reply::Nil, now);
+        assert_eq!(n.send.len(), 1);
+        assert_eq!((n.send[0].0, args(&n.send[0].2)), (0, vec!["LPOP".into(), "b".into()]));
+        let n = a.step(part(0, false), Reply::Nil, now);
+        assert_eq!(args(&n.send[0].2), ["LPOP", "c"]);
+        // All empty: one wait per shard with its own keys, the time left.
+        let n = a.step(part(0, false), Reply::Nil, now);
+        let waits: Vec<_> = n.send.iter().map(|(s, p, v)| (*s, *p, args(v))).collect();
+        assert_eq!(
+            waits,
+            [
+                (0, part(0, true), vec!["wait-push".into(), "5000".into(), "b".into()]),
+                (1, part(0, true), vec!["wait-push".into(), "5000".into(), "a".into(), "c".into()])
+            ]
+        );
+        // A pop's late reply while waiting is ignored; shard 1 wakes the round.
+        assert!(a.step(part(0, false), Reply::Nil, now).send.is_empty());
+        let n = a.step(part(0, true), Reply::Int(1), now);
+        let sent: Vec<_> = n.send.iter().map(|(s, p, v)| (*s, *p, args(v))).collect();
+        assert_eq!(
+            sent,
+            [
+                (0, u32::MAX, vec!["unwait".into()]),
+                (1, u32::MAX, vec!["unwait".into()]),
+                (1, part(1, false), vec!["LPOP".into(), "a".into()])
+            ]
+        );
+        // The other shard's wake from round 0 comes late: ignored.
+        let late = a.step(part(0, true), Reply::Int(1), now);
+        assert!(late.send.is_empty() && late.done.is_none());
+        let n = a.step(part(1, false), Reply::Bulk(b"x".to_vec()), now);
+        let want = Reply::Array(vec![Reply::Bulk(b"a".to_vec()), Reply::Bulk(b"x".to_vec())]);
+        assert_eq!(n.done, Some(want));
+    }
+
+    #[test]
+    fn a_wrong_type_answers_and_the_deadline_gives_the_null_reply() {
+        let now = Instant::now();
+        let mut a = across(&["a", "b"], &[0, 1], Some(now + Duration::from_millis(10)));
+        let e = Reply::Error("WRONGTYPE".into());
+        assert_eq!(a.step(part(0, false), e.clone(), now).done, Some(e));
+
+        let mut a = across(&["a", "b"], &[0, 1], Some(now + Duration::from_millis(10)));
+        a.step(part(0, false), Reply::Nil, now);
+        // Every key empty after the deadline: no wait, the null reply.
+        let n = a.step(part(0, false), Reply::Nil, now + Duration::from_millis(11));
+        assert!(n.send.is_empty());
+        assert_eq!(n.done, Some(Reply::NullArray));
+
+        // A shard's wait reaching the deadline: the others' waits are dropped.
+        let mut a = across(&["a", "b"], &[0, 1], None);
+        a.step(part(0, false), Reply::Nil, now);
+        let n = a.step(part(0, false), Reply::Nil, now);
+        assert!(n.send.iter().all(|(_, _, v)| args(v)[1] == "0"), "for ever: 0 ms");
+        let n = a.step(part(0, true), Reply::NullArray, now);
+        assert_eq!(n.done, Some(Reply::NullArray));
+        assert_eq!(n.send.len(), 2, "both waits dropped");
+    }
+}
