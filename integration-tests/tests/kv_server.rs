@@ -963,6 +963,14 @@ fn blpop_waits_as_shard_state_and_is_woken_by_a_push_from_another_client() {
     std::thread::sleep(Duration::from_millis(200));
     let _: () = pusher.rpush("{q}one", "kept").unwrap();
     assert_eq!(pusher.lrange::<_, Vec<String>>("{q}one", 0, -1).unwrap(), ["kept"]);
+    // The connection's next request waits for the blocked one, as in Redis:
+    // a pipelined push does not serve it; the pop times out, then it pushes.
+    let out = raw_exchange(
+        &srv,
+        b"*3\r\n$5\r\nBLPOP\r\n$4\r\n{q}p\r\n$3\r\n0.2\r\n*3\r\n$5\r\nRPUSH\r\n$4\r\n{q}p\r\n$1\r\nv\r\n",
+        b":1\r\n",
+    );
+    assert_eq!(out, b"*-1\r\n:1\r\n", "{:?}", String::from_utf8_lossy(&out));
     // A wrong type, a bad timeout: refused as Redis does.
     let _: () = pusher.set("{q}str", "v").unwrap();
     let e = err_text(cmd("BLPOP").arg("{q}str").arg(0).query::<()>(&mut c));
@@ -1035,22 +1043,12 @@ fn blpop_over_keys_on_several_shards_pops_once_in_key_order_and_is_woken_from_an
     assert_eq!(pusher.exists::<_, i64>(&[x, y]).unwrap(), 0);
     // The connection's next request waits for the blocked one (Redis runs
     // nothing of a blocked client): a pipelined push does not serve it.
-    let mut s = TcpStream::connect(srv.addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let req = format!(
         "*4\r\n$5\r\nBLPOP\r\n$1\r\n{x}\r\n$1\r\n{y}\r\n$3\r\n0.2\r\n\
          *3\r\n$5\r\nRPUSH\r\n$1\r\n{x}\r\n$1\r\nv\r\n"
     );
-    s.write_all(req.as_bytes()).unwrap();
-    let mut got = Vec::new();
-    let mut buf = [0u8; 256];
-    while !got.ends_with(b":1\r\n") {
-        let n = s.read(&mut buf).unwrap();
-        assert!(n > 0, "closed early: {:?}", String::from_utf8_lossy(&got));
-        got.extend_from_slice(&buf[..n]);
-    }
-    assert_eq!(got, b"*-1\r\n:1\r\n", "{:?}", String::from_utf8_lossy(&got));
-    drop(s);
+    let out = raw_exchange(&srv, req.as_bytes(), b":1\r\n");
+    assert_eq!(out, b"*-1\r\n:1\r\n", "{:?}", String::from_utf8_lossy(&out));
     let _: () = pusher.del(x).unwrap();
     // A client that goes away while blocked across shards is never served.
     {

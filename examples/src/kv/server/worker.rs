@@ -41,6 +41,9 @@ impl Message for Replies {
 pub(super) enum Combine {
     /// One part: its reply.
     Single,
+    /// A blocking command on one shard: its reply; the connection's next
+    /// requests wait for it (see `fill`).
+    Blocking,
     /// Integer replies, summed (DEL, EXISTS, DBSIZE).
     Sum,
     /// `+OK` from every part (MSET, FLUSHALL).
@@ -105,7 +108,7 @@ impl Pending {
     pub(super) fn finish(&mut self) {
         let parts = std::mem::take(&mut self.parts).into_iter().map(|p| p.unwrap_or(Reply::Nil));
         let reply = match &self.combine {
-            Combine::Single => parts.into_iter().next().unwrap_or(Reply::Nil),
+            Combine::Single | Combine::Blocking => parts.into_iter().next().unwrap_or(Reply::Nil),
             Combine::Sum => {
                 let mut sum = 0;
                 for p in parts {
@@ -263,8 +266,8 @@ pub struct KvWorker {
     /// Shard holds to ask for once this turn's batches have gone (so that
     /// the requests before a transaction reach its shards first).
     pub(super) tx_out: Vec<(usize, TxLock)>,
-    /// `route` just started a move across shards (the request's
-    /// connection then waits for it, see `received`).
+    /// `route` just started a move across shards or a blocking command
+    /// (the request's connection then waits for it, see `received`).
     pub(super) moving: bool,
 }
 
@@ -588,7 +591,10 @@ impl KvWorker {
                     blocking.push(s);
                 }
                 self.outgoing[s].push(Req { conn, seq, part: 0, args });
-                Pending::awaiting_one()
+                // As Redis runs nothing of a blocked client, the connection's
+                // next requests wait for it (parsed once it is answered).
+                self.moving = true;
+                Pending::awaiting(1, Combine::Blocking)
             }
             b"del" | b"unlink" | b"exists" | b"mget" if args.len() >= 2 => self.split(
                 conn,
@@ -695,6 +701,11 @@ impl KvWorker {
         }
         if p.left == 0 && p.done.is_none() {
             p.finish();
+            if matches!(p.combine, Combine::Blocking) {
+                // The requests that waited behind it: parsed and sent now.
+                c.in_tx = false;
+                self.received(conn, &[]);
+            }
         }
     }
 
@@ -798,6 +809,9 @@ impl KvWorker {
                             .and_then(|i| c.pending.get_mut(i as usize))
                         {
                             p.done = Some(Reply::Error("ERR shard unavailable".into()));
+                            if matches!(p.combine, Combine::Blocking | Combine::Across(_)) {
+                                c.in_tx = false; // nothing to wait for any more
+                            }
                         }
                     }
                 }
