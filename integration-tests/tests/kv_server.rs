@@ -980,12 +980,12 @@ fn blpop_waits_as_shard_state_and_is_woken_by_a_push_from_another_client() {
     system.shutdown();
 }
 
-/// True when `k1` and `k2` live on different shards: a blocking move
-/// between them is refused there (`CROSSSLOT`); on one shard it waits
-/// 10 ms and answers null.
+/// True when `k1` and `k2` live on different shards: a two-key command
+/// is refused inside `MULTI` then (`CROSSSLOT`), queued otherwise.
 fn on_two_shards(c: &mut Connection, k1: &str, k2: &str) -> bool {
-    let r: RedisResult<Option<String>> =
-        cmd("BLMOVE").arg(k1).arg(k2).arg("LEFT").arg("LEFT").arg(0.01).query(c);
+    let _: () = cmd("MULTI").query(c).unwrap();
+    let r: RedisResult<String> = cmd("RENAME").arg(k1).arg(k2).query(c);
+    let _: () = cmd("DISCARD").query(c).unwrap();
     matches!(r, Err(e) if e.to_string().contains("same slot"))
 }
 
@@ -1061,8 +1061,50 @@ fn blpop_over_keys_on_several_shards_pops_once_in_key_order_and_is_woken_from_an
     let _: () = pusher.rpush(y, "kept").unwrap();
     std::thread::sleep(Duration::from_millis(50));
     assert_eq!(pusher.lrange::<_, Vec<String>>(y, 0, -1).unwrap(), ["kept"]);
-    // A key of another type, after the empty ones: WRONGTYPE, as on one shard.
+    // Blocking moves from one shard to the other: at once, a timeout, and a
+    // wait that a push ends, the element moved atomically.
     let _: () = pusher.del(y).unwrap();
+    let _: () = pusher.rpush(x, &["m1", "m2"]).unwrap();
+    let got: String = cmd("BRPOPLPUSH").arg(x).arg(y).arg(1).query(&mut c).unwrap();
+    assert_eq!(got, "m2");
+    let got: String =
+        cmd("BLMOVE").arg(x).arg(y).arg("LEFT").arg("RIGHT").arg(1).query(&mut c).unwrap();
+    assert_eq!(got, "m1");
+    assert_eq!(pusher.lrange::<_, Vec<String>>(y, 0, -1).unwrap(), ["m2", "m1"]);
+    let t0 = std::time::Instant::now();
+    let none: Option<String> = cmd("BRPOPLPUSH").arg(x).arg(y).arg(0.2).query(&mut c).unwrap();
+    assert_eq!(none, None, "a timeout is a null bulk");
+    let took = t0.elapsed();
+    assert!(took >= Duration::from_millis(190) && took < Duration::from_secs(2), "{took:?}");
+    let mover = {
+        let mut w = client(&srv);
+        let (x, y) = (x.to_string(), y.to_string());
+        std::thread::spawn(move || {
+            let got: Option<String> = cmd("BLMOVE")
+                .arg(&x)
+                .arg(&y)
+                .arg("RIGHT")
+                .arg("LEFT")
+                .arg(0)
+                .query(&mut w)
+                .unwrap();
+            got
+        })
+    };
+    std::thread::sleep(Duration::from_millis(150));
+    let _: () = pusher.rpush(x, "m3").unwrap();
+    assert_eq!(mover.join().unwrap().as_deref(), Some("m3"));
+    assert_eq!(pusher.lrange::<_, Vec<String>>(y, 0, -1).unwrap(), ["m3", "m2", "m1"]);
+    assert_eq!(pusher.exists::<_, i64>(x).unwrap(), 0);
+    // A destination of another type: WRONGTYPE, and the element stays.
+    let _: () = pusher.del(y).unwrap();
+    let _: () = pusher.set(y, "str").unwrap();
+    let _: () = pusher.rpush(x, "stays").unwrap();
+    let e = err_text(cmd("BRPOPLPUSH").arg(x).arg(y).arg(0).query::<()>(&mut c));
+    assert!(e.contains("WRONGTYPE"), "{e}");
+    assert_eq!(pusher.lrange::<_, Vec<String>>(x, 0, -1).unwrap(), ["stays"]);
+    let _: () = pusher.del(&[x, y]).unwrap();
+    // A key of another type, after the empty ones: WRONGTYPE, as on one shard.
     let _: () = pusher.set(y, "str").unwrap();
     let e = err_text(cmd("BLPOP").arg(x).arg(y).arg(0).query::<()>(&mut c));
     assert!(e.contains("WRONGTYPE"), "{e}");

@@ -20,10 +20,6 @@ pub(super) enum Step {
     Run(Vec<Vec<u8>>),
 }
 
-/// A transaction's keys on two shards (Redis Cluster's error and word).
-pub(super) const CROSSSLOT: &str = "CROSSSLOT Keys in request don't hash to the same slot (a transaction's \
-                         keys must live on one shard: put the common part of their names in {braces})";
-
 /// One command's keys on two shards (Redis Cluster's error and word).
 pub(super) const CROSSSLOT_COMMAND: &str =
     "CROSSSLOT Keys in request don't hash to the same slot (one \

@@ -14,7 +14,7 @@ use ringmail::{Actor, ActorRef, Context, FdHandler, Handler, Message};
 
 use super::commands::{
     allowed_before_auth, connection_command, is_watch, shard_of, shards_of, single_key,
-    transaction_step, wrong_arity, Step, CROSSSLOT,
+    transaction_step, wrong_arity, Step,
 };
 use super::info::{ServerInfo, WorkerStats};
 use super::shard::{
@@ -583,7 +583,7 @@ impl KvWorker {
                     return self.block_across(conn, seq, args);
                 }
                 if shards.len() > 1 {
-                    return Pending::ready(Reply::Error(CROSSSLOT.into()));
+                    return self.block_move_across(conn, seq, args);
                 }
                 let s = shards[0];
                 let blocking = self.blocking.entry(conn).or_default();
@@ -661,6 +661,11 @@ impl KvWorker {
                 // runs nothing of a blocked client: parsed and sent now.
                 c.in_tx = false;
                 self.received(conn, &[]);
+            }
+            if let Some(mv) = next.start_move {
+                // Its reply fills part 0 again; the connection waits already.
+                let _ = self.move_across(conn, seq, mv);
+                self.moving = false;
             }
             return;
         }

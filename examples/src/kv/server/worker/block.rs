@@ -24,12 +24,17 @@
 //! plus one per shard waited on; a client woken when another took the
 //! element waits again behind clients that blocked later (Redis serves
 //! blocked clients strictly first come, first served; across shards this
-//! server does not). Inside `MULTI` such a pop is refused (`CROSSSLOT`), and
-//! `BRPOPLPUSH`/`BLMOVE` with their two keys on two shards are too.
+//! server does not). Inside `MULTI` such a pop is refused (`CROSSSLOT`).
+//!
+//! `BRPOPLPUSH`/`BLMOVE` with their two keys on two shards go the same way
+//! with one key, the source: a round's try is the `LMOVE` across both
+//! shards (atomic, `worker/moves.rs`: its shards held, read, written), its
+//! wait a `wait-push` on the source's shard.
 
 // The worker's own room: its types, imports and helpers.
 use super::*;
 use crate::kv::server::shard::block_timeout;
+use crate::kv::types::side;
 
 /// A blocking pop across shards, in the request's [`Pending`].
 #[derive(Clone)]
@@ -46,6 +51,9 @@ pub(in crate::kv::server) struct Across {
     next: usize,
     /// The shards waited on in this round (each holds a `wait-push`).
     waiting: Vec<usize>,
+    /// `BRPOPLPUSH`/`BLMOVE` (its one key is the source): the `LMOVE` a
+    /// round tries, across shards as `worker/moves.rs` runs it.
+    mv: Option<Vec<Vec<u8>>>,
 }
 
 /// A reply's `part`: its round, and whether it answers a wait (else a pop).
@@ -58,6 +66,8 @@ fn part(round: u32, wait: bool) -> u32 {
 #[derive(Default)]
 pub(super) struct Next {
     pub(super) send: Vec<(usize, u32, Vec<Vec<u8>>)>,
+    /// An `LMOVE` across shards to start (its reply fills part 0).
+    pub(super) start_move: Option<Vec<Vec<u8>>>,
     pub(super) done: Option<Reply>,
 }
 
@@ -82,13 +92,30 @@ impl Across {
         }
     }
 
+    /// The null reply: a null bulk for a move, a null array for a pop.
+    fn null(&self) -> Reply {
+        if self.mv.is_some() {
+            Reply::Nil
+        } else {
+            Reply::NullArray
+        }
+    }
+
+    /// A round's first try: the move, or the first key's pop.
+    fn try_first(&self, next: &mut Next) {
+        match &self.mv {
+            Some(mv) => next.start_move = Some(mv.clone()),
+            None => next.send.push(self.pop(0, self.round)),
+        }
+    }
+
     /// Every key was seen empty: wait on each shard for its keys, or give
     /// the null reply when the deadline has passed.
     fn wait(&mut self, now: Instant, next: &mut Next) {
         let ms = match self.deadline {
             None => 0,
             Some(d) if d <= now => {
-                next.done = Some(Reply::NullArray);
+                next.done = Some(self.null());
                 return;
             }
             Some(d) => (d - now).as_millis().max(1) as u64,
@@ -107,17 +134,44 @@ impl Across {
     /// Takes in the reply to `part`.
     pub(super) fn step(&mut self, part: u32, reply: Reply, now: Instant) -> Next {
         let mut next = Next::default();
-        if part == u32::MAX || part >> 1 != self.round {
-            return next; // an `unwait`'s answer, or an earlier round's
-        }
         let waiting = self.next == self.keys.len();
-        match (part & 1 == 1, waiting, reply) {
-            (false, false, Reply::Bulk(v)) => {
+        if part == u32::MAX {
+            return next; // an `unwait`'s answer
+        }
+        if part & 1 == 1 {
+            // A wait's answer (this round's only).
+            if part >> 1 != self.round || !waiting {
+                return next;
+            }
+            self.unwait(&mut next);
+            match reply {
+                Reply::Int(_) => {
+                    // One of the keys has elements now: try again from the first.
+                    self.round += 1;
+                    self.next = 0;
+                    self.try_first(&mut next);
+                }
+                // A wait reached the deadline (or failed): the null reply.
+                _ => next.done = Some(self.null()),
+            }
+            return next;
+        }
+        // A try's answer: a pop's (this round's), or the move's (part 0).
+        if waiting || (self.mv.is_none() && part >> 1 != self.round) {
+            return next;
+        }
+        match reply {
+            Reply::Bulk(v) if self.mv.is_some() => next.done = Some(Reply::Bulk(v)),
+            Reply::Bulk(v) => {
                 let key = self.keys[self.next].clone();
                 next.done = Some(Reply::Array(vec![Reply::Bulk(key), Reply::Bulk(v)]));
             }
-            (false, false, e @ Reply::Error(_)) => next.done = Some(e),
-            (false, false, _) => {
+            e @ Reply::Error(_) => next.done = Some(e),
+            _ if self.mv.is_some() => {
+                self.next = self.keys.len();
+                self.wait(now, &mut next);
+            }
+            _ => {
                 self.next += 1;
                 if self.next < self.keys.len() {
                     next.send.push(self.pop(self.next, self.round));
@@ -125,19 +179,6 @@ impl Across {
                     self.wait(now, &mut next);
                 }
             }
-            (true, true, Reply::Int(_)) => {
-                // One of the keys has elements now: try again from the first.
-                self.unwait(&mut next);
-                self.round += 1;
-                self.next = 0;
-                next.send.push(self.pop(0, self.round));
-            }
-            (true, true, _) => {
-                // A wait reached the deadline (or failed): the null reply.
-                self.unwait(&mut next);
-                next.done = Some(Reply::NullArray);
-            }
-            _ => {} // cannot happen: each phase expects its own replies
         }
         next
     }
@@ -158,7 +199,8 @@ impl KvWorker {
         let deadline = (!timeout.is_zero()).then(|| Instant::now() + timeout);
         let at: Vec<usize> = keys.iter().map(|k| shard_of(k, n)).collect();
         let keys = keys.to_vec();
-        let a = Across { keys, at, left, deadline, round: 0, next: 0, waiting: Vec::new() };
+        let a =
+            Across { keys, at, left, deadline, round: 0, next: 0, waiting: Vec::new(), mv: None };
         // A close drops its waits on every shard it may wait on.
         let blocking = self.blocking.entry(conn).or_default();
         for s in a.shards() {
@@ -174,6 +216,45 @@ impl KvWorker {
     }
 }
 
+impl KvWorker {
+    /// Starts `BRPOPLPUSH src dst timeout` / `BLMOVE src dst from to
+    /// timeout` with `src` and `dst` on two shards: rounds of an `LMOVE`
+    /// across them (atomic, `worker/moves.rs`), each after the first when a
+    /// `wait-push` on `src`'s shard says it has elements.
+    pub(super) fn block_move_across(
+        &mut self,
+        conn: ConnId,
+        seq: u64,
+        args: Vec<Vec<u8>>,
+    ) -> Pending {
+        let (from, to, t) = match args.len() {
+            4 => (b"RIGHT".to_vec(), b"LEFT".to_vec(), &args[3]),
+            _ => (args[3].clone(), args[4].clone(), &args[5]),
+        };
+        if side(&from).is_none() || side(&to).is_none() {
+            return Pending::ready(Reply::Error("ERR syntax error".into()));
+        }
+        let timeout = match block_timeout(t) {
+            Ok(t) => t,
+            Err(e) => return Pending::ready(e),
+        };
+        let deadline = (!timeout.is_zero()).then(|| Instant::now() + timeout);
+        let (src, dst) = (args[1].clone(), args[2].clone());
+        let at = vec![shard_of(&src, self.shards.len())];
+        let mv = vec![b"LMOVE".to_vec(), src.clone(), dst, from, to];
+        let blocking = self.blocking.entry(conn).or_default();
+        if !blocking.contains(&at[0]) {
+            blocking.push(at[0]);
+        }
+        // Its reply fills part 0 of this request; `moving` makes the
+        // connection's next requests wait (see `fill`).
+        let _ = self.move_across(conn, seq, mv.clone());
+        let (left, waiting, keys) = (false, Vec::new(), vec![src]);
+        let a = Across { keys, at, left, deadline, round: 0, next: 0, waiting, mv: Some(mv) };
+        Pending::awaiting(1, Combine::Across(Box::new(a)))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -181,7 +262,8 @@ mod tests {
 
     fn across(keys: &[&str], at: &[usize], deadline: Option<Instant>) -> Across {
         let keys = keys.iter().map(|k| k.as_bytes().to_vec()).collect();
-        Across { keys, at: at.to_vec(), left: true, deadline, round: 0, next: 0, waiting: vec![] }
+        let waiting = vec![];
+        Across { keys, at: at.to_vec(), left: true, deadline, round: 0, next: 0, waiting, mv: None }
     }
 
     fn args(v: &[Vec<u8>]) -> Vec<String> {
@@ -226,6 +308,34 @@ mod tests {
         let n = a.step(part(1, false), Reply::Bulk(b"x".to_vec()), now);
         let want = Reply::Array(vec![Reply::Bulk(b"a".to_vec()), Reply::Bulk(b"x".to_vec())]);
         assert_eq!(n.done, Some(want));
+    }
+
+    #[test]
+    fn a_blocking_move_waits_on_its_source_and_moves_again_when_woken() {
+        let now = Instant::now();
+        let lmove: Vec<Vec<u8>> =
+            ["LMOVE", "s", "d", "RIGHT", "LEFT"].iter().map(|a| a.as_bytes().to_vec()).collect();
+        let mut a = across(&["s"], &[2], Some(now + Duration::from_secs(1)));
+        a.mv = Some(lmove.clone());
+        // The move found nothing: a wait on the source's shard.
+        let n = a.step(0, Reply::Nil, now);
+        let waits: Vec<_> = n.send.iter().map(|(s, p, v)| (*s, *p, args(v))).collect();
+        assert_eq!(
+            waits,
+            [(2, part(0, true), vec!["wait-push".into(), "1000".into(), "s".into()])]
+        );
+        // Woken: the wait is dropped and the move starts again.
+        let n = a.step(part(0, true), Reply::Int(1), now);
+        assert_eq!(n.start_move, Some(lmove));
+        assert_eq!(args(&n.send[0].2), ["unwait"]);
+        // Its element is the reply; a timeout is a null bulk.
+        assert_eq!(
+            a.step(0, Reply::Bulk(b"e".to_vec()), now).done,
+            Some(Reply::Bulk(b"e".to_vec()))
+        );
+        let mut b = across(&["s"], &[2], Some(now));
+        b.mv = a.mv.clone();
+        assert_eq!(b.step(0, Reply::Nil, now).done, Some(Reply::Nil));
     }
 
     #[test]

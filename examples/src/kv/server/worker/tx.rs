@@ -75,10 +75,14 @@ impl KvWorker {
 
     /// A transaction or move of `conn` ended: its next requests, parsed
     /// and sent behind it, and its replies written.
+    /// A blocking move across shards still waiting keeps it waiting.
     pub(super) fn resume(&mut self, conn: ConnId, ctx: &Context<Self>) {
         if let Some(c) = self.clients.get_mut(&conn) {
-            c.in_tx = false;
-            self.received(conn, &[]);
+            let blocked = |p: &Pending| p.done.is_none() && matches!(p.combine, Combine::Across(_));
+            c.in_tx = c.pending.iter().any(blocked);
+            if !c.in_tx {
+                self.received(conn, &[]);
+            }
         }
         self.answer(conn, ctx);
         self.send_batches(ctx);
