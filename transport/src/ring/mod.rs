@@ -129,6 +129,9 @@ pub struct Ring<T: Send + 'static> {
     stats: RingStats,
     dropping: bool,
     close_epoch: u64,
+    /// A lane to a closed ring could not be forgotten yet (see `prune`):
+    /// the next flush looks again, whatever the epoch.
+    prune_again: bool,
     close_started: Option<Instant>,
     /// The close finished (`close::finish_close` ran): a parcel that still
     /// arrives goes back to its origin.
@@ -233,6 +236,7 @@ impl<T: Send + 'static> Ring<T> {
             stats: RingStats::default(),
             dropping: false,
             close_epoch: CLOSE_EPOCH.load(Ordering::Relaxed),
+            prune_again: false,
             close_started: None,
             close_done: false,
             poll: poll::Governor::default(),
@@ -302,7 +306,7 @@ impl<T: Send + 'static> Ring<T> {
     /// Sends everything pending and submits the SQ, without waiting.
     pub fn flush(&mut self) -> Result<(), RingError> {
         let epoch = CLOSE_EPOCH.load(Ordering::Acquire);
-        if epoch != self.close_epoch {
+        if epoch != self.close_epoch || self.prune_again {
             self.close_epoch = epoch;
             let closed: Vec<u64> = self
                 .out
@@ -310,9 +314,13 @@ impl<T: Send + 'static> Ring<T> {
                 .filter(|(_, l)| l.target.core.is_closed())
                 .map(|(id, _)| *id)
                 .collect();
-            for id in closed {
+            for &id in &closed {
                 self.prune(id);
             }
+            // One kept (our SQ not empty, something of ours still on it):
+            // looked at again at the next flush, not only at the next
+            // close somewhere or the next send to it.
+            self.prune_again = closed.iter().any(|id| self.out.contains_key(id));
         }
         let mut dirty = mem::take(&mut self.dirty);
         for &id in &dirty {

@@ -911,3 +911,29 @@ fn an_fd_handoff_in_doubt_is_delivered_or_closed_never_both_and_never_out_of_ord
     drop(rx);
     assert_eq!(a.queued(), 0, "released at the drop");
 }
+
+#[test]
+fn a_lane_to_a_closed_ring_kept_once_is_forgotten_at_a_later_flush() {
+    // The first flush after the close finds our SQ not empty (a submit
+    // held back) and must keep the lane; a later flush, with no other ring
+    // closing meanwhile and no send to it, forgets it.
+    let cfg = RingConfig::default().close_timeout(Duration::from_millis(50));
+    let r = Ring::<u32>::with_config(cfg).unwrap();
+    let a = r.addr();
+    let mut s = Ring::<u32>::new().unwrap();
+    s.send(&a, 1).unwrap();
+    s.flush().unwrap();
+    drop(r); // takes the parcel in (or hands it back) and closes
+    s.hold_submits = true;
+    // SAFETY: a NOP touches no memory.
+    unsafe { s.push_io(io_uring::opcode::Nop::new().build(), 3).unwrap() };
+    s.flush().unwrap();
+    assert!(s.out.contains_key(&a.ring_id()), "kept while our SQ holds an entry");
+    s.hold_submits = false;
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while s.out.contains_key(&a.ring_id()) {
+        assert!(Instant::now() < deadline, "the lane was never forgotten");
+        let mut evs = Vec::new();
+        s.wait(&mut evs, Some(Duration::from_millis(10))).unwrap();
+    }
+}
