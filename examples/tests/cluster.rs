@@ -557,3 +557,87 @@ fn kill_9_takes_a_nodes_group_members_out_everywhere_and_a_restart_brings_new_on
     assert_eq!(after.intersection(&before).count(), 200, "100 new members, none of the old ones");
     system.shutdown();
 }
+
+/// Links to an actor of another process when it starts; panics on `Boom`.
+struct Holder<A: Actor>(ringmail::ActorRef<A>);
+impl<A: Actor> Actor for Holder<A> {
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        ctx.link(&self.0);
+    }
+}
+struct Boom;
+impl ringmail::Message for Boom {
+    type Reply = ();
+}
+impl<A: Actor> Handler<Boom> for Holder<A> {
+    fn handle(&mut self, _: Boom, _: &mut Context<Self>) {
+        panic!("boom (a holder fails on purpose)");
+    }
+}
+struct Linked;
+impl ringmail::Message for Linked {
+    type Reply = ();
+}
+impl<A: Actor> Handler<Linked> for Holder<A> {
+    fn handle(&mut self, _: Linked, _: &mut Context<Self>) {}
+}
+
+/// Erlang's link semantics between two processes (the in-process test
+/// `links_to_a_remote_actor_carry_exits_both_ways_and_each_holder_is_its_own`
+/// covers the cases one by one): a local actor linked to `pong` in a worker
+/// process fails, and `pong` stops there, linked (a monitor here sees it
+/// go, a fresh lookup no longer finds it); its stop comes back to a second
+/// local holder through that holder's own link. Then the worker is killed
+/// with SIGKILL: a holder linked to its `words` stops, naming the node.
+#[test]
+fn links_between_processes_carry_exits_both_ways() {
+    let _serial = one_at_a_time();
+    let addr = free_addr();
+    let mut w = worker("lk1", addr, SECRET);
+    let system = System::new();
+    let node = me(&system, &[addr]);
+    assert!(node.wait_for_peers(1, T), "the worker joins");
+    let pong = lookup::<Pong>(&node, "lk1", "pong");
+    let (tx, downs) = mpsc::channel();
+    let watcher = system.spawn(Watcher(tx)).unwrap();
+    pong.monitor(&watcher);
+    let x = system.spawn(Holder(pong.clone())).unwrap();
+    let y = system.spawn(Holder(pong.clone())).unwrap();
+    x.ask(Linked, T).unwrap();
+    y.ask(Linked, T).unwrap();
+    x.tell(Boom).unwrap();
+    assert!(matches!(x.wait_stopped(T), Some(StopReason::Panicked(_))));
+    // pong, which does not trap exits, stops in the other process.
+    let (down, _) = downs.recv_timeout(T).expect("a DOWN for the remote pong");
+    // (A reason other than normal or shutdown crosses the wire as text.)
+    let linked = format!("RemoteLinked {{ node: \"tester\", actor: {} }}", x.id());
+    assert!(
+        matches!(&down.reason, StopReason::Failed(s) if s.contains(&linked)),
+        "pong stopped linked to the failed holder: {:?}",
+        down.reason
+    );
+    let gone = Instant::now() + T;
+    loop {
+        match node.lookup::<Pong>("lk1", "pong", T) {
+            Err(ringmail::remote::LookupError::NotFound) => break,
+            Ok(_) if Instant::now() < gone => std::thread::sleep(Duration::from_millis(20)),
+            other => panic!("pong is still exported in the worker: {:?}", other.map(|r| r.id())),
+        }
+    }
+    match y.wait_stopped(T) {
+        Some(StopReason::RemoteLinked { node, .. }) => assert_eq!(node, "lk1"),
+        other => panic!("the other holder stops through its own link: {other:?}"),
+    }
+
+    // The worker's process killed: its node going down reaches the link.
+    let words = lookup::<ringmail_examples::cluster::WordCounter>(&node, "lk1", "words");
+    let z = system.spawn(Holder(words)).unwrap();
+    z.ask(Linked, T).unwrap();
+    w.0.kill().unwrap(); // SIGKILL
+    w.0.wait().unwrap();
+    match z.wait_stopped(T) {
+        Some(StopReason::RemoteLinked { node, .. }) => assert_eq!(node, "lk1"),
+        other => panic!("a holder linked to a killed node's actor stops: {other:?}"),
+    }
+    system.shutdown();
+}
