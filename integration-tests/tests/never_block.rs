@@ -276,6 +276,26 @@ fn sends_held_for_a_full_ring_mailbox_leave_their_shard_running() {
     system.shutdown();
 }
 
+/// An actor on a dedicated shard (`System::spawn`) sends into a full ring
+/// mailbox and stops at once: its shard ends only after what it held has
+/// left (or given up after 5 s), so nothing becomes a dead letter.
+#[test]
+fn a_dedicated_shard_ends_after_its_held_sends_leave() {
+    let ring = RingConfig::default().mailbox_capacity(16);
+    let system = System::with_config(SystemConfig::default().ring(ring).mailbox_capacity(4096));
+    let s2 = system.shard().unwrap();
+    let got = Arc::new(AtomicU64::new(0));
+    let slow = system.spawn_on(&s2, Slow { got: got.clone(), pause: Duration::from_millis(1) });
+    let handled = Arc::new(AtomicU64::new(0));
+    let burst = system.spawn(Burst { to: slow, handled: handled.clone() }).unwrap();
+    const N: u64 = 300;
+    burst.tell(Send(N, Then::Stop)).unwrap();
+    assert!(burst.wait_stopped(T).is_some());
+    wait_until("every item, in order", || got.load(Ordering::Relaxed) == N);
+    assert_eq!(system.dead_letters(), 0, "nothing held was dropped at the shard's end");
+    system.shutdown();
+}
+
 #[test]
 fn what_a_sender_parked_is_delivered_after_it_stops_or_panics() {
     for then in [Then::Stop, Then::Panic] {

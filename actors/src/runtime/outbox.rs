@@ -200,7 +200,9 @@ pub(crate) const MAX_PARKED_FDS: usize = 128;
 
 /// True while another fd message may be parked on this thread.
 pub(crate) fn fd_room() -> bool {
-    PARKED_FDS.with(Cell::get) < MAX_PARKED_FDS
+    // Those held for room in their target ring's mailbox (`route`) keep
+    // their table slots too.
+    PARKED_FDS.with(Cell::get) + super::thread::held_fds() < MAX_PARKED_FDS
 }
 
 fn count_fd(p: &Parked, parked: bool) {

@@ -35,8 +35,8 @@ use ringmail_transport::{Addr, FixedFd, SendError};
 use super::envelope::{Body, Envelope};
 pub(crate) use super::thread::SendFail;
 use super::thread::{
-    discard, discard_in, held_for, hold, on_a_shard, restore_held, send_inner, take_attached,
-    take_held, with, with_ctx, Held, Item, Unavailable, BATCHING,
+    borrowed, defer_with, discard, discard_in, held_for, hold, on_a_shard, restore_held,
+    send_inner, take_attached, take_held, with, with_ctx, Held, Item, Unavailable, BATCHING,
 };
 pub(crate) use super::thread::{discard_held, held_any};
 use super::SystemStats;
@@ -157,6 +157,15 @@ pub(crate) fn send_control_or(
     sys: Option<&Arc<SystemStats>>,
     on_fail: impl FnOnce() + 'static,
 ) {
+    if borrowed() {
+        // Sent once the borrow ends (held there like here if need be),
+        // with what to give back if it never is.
+        if let Err((env, on_fail)) = defer_with(shard, addr, env, sys, Box::new(on_fail)) {
+            discard_in(env, sys.map(|s| &**s));
+            on_fail();
+        }
+        return;
+    }
     let shard_thread = on_a_shard();
     let env = if shard_thread && held_for(addr) {
         env // behind what is held for that ring already

@@ -348,7 +348,11 @@ impl ShardLoop {
                     break;
                 }
             }
-            if self.dedicated && self.hosted_any && self.actors.is_empty() && self.paused.is_empty()
+            if self.dedicated
+                && self.hosted_any
+                && self.actors.is_empty()
+                && self.paused.is_empty()
+                && !route::held_any()
             {
                 // What stopping produced for co-located targets is still queued.
                 let _ = thread::with(|t| batch.append(&mut t.queue));
@@ -577,6 +581,24 @@ impl ShardLoop {
         let ids: Vec<u64> = self.actors.keys().copied().collect();
         for id in ids {
             self.stop_actor(id, StopReason::Shutdown);
+        }
+        // Sends held for room in other rings (replies, DOWNs, stops of the
+        // actors that just ended) get up to HOLD_LIMIT to leave; what
+        // arrives meanwhile has nobody to handle it.
+        let holding = std::time::Instant::now();
+        while route::held_any() && holding.elapsed() < route::HOLD_LIMIT {
+            route::retry_held();
+            let rest = thread::with(|t| {
+                let mut evs = Vec::new();
+                let _ = t.ring.wait(&mut evs, Some(route::HELD_POLL));
+                let mut rest = Vec::new();
+                for e in evs {
+                    t.sort(e, &mut rest);
+                }
+                rest.extend(t.queue.drain(..));
+                rest
+            });
+            rest.unwrap_or_default().into_iter().for_each(discard);
         }
         // Nothing will handle these any more, nor send what was parked.
         batch.into_iter().for_each(discard);

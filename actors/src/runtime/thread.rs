@@ -179,7 +179,7 @@ thread_local! {
     pub(super) static BATCHING: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
     static CTX: RefCell<Option<ThreadCtx>> = const { RefCell::new(None) };
     /// Sends attempted while `CTX` was borrowed: sent when the borrow ends.
-    static DEFERRED: RefCell<Vec<(u64, Addr<Envelope>, Envelope)>> = const { RefCell::new(Vec::new()) };
+    static DEFERRED: RefCell<Vec<Deferred>> = const { RefCell::new(Vec::new()) };
     /// True while `DEFERRED` may hold something (checked after every use of
     /// the context, so kept as a cheap flag).
     static DEFERRED_ANY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
@@ -236,11 +236,31 @@ thread_local! {
     static HELD: RefCell<Vec<(u64, VecDeque<Held>)>> = const { RefCell::new(Vec::new()) };
     /// True while `HELD` may hold something (read on every send).
     static HELD_ANY: Cell<bool> = const { Cell::new(false) };
+    /// Fd messages in `HELD` (each keeps a slot of this shard's fd table:
+    /// counted with the outboxes' parked ones against their limit).
+    static HELD_FDS: Cell<usize> = const { Cell::new(0) };
+    /// Set once the shard has counted what it held (its shutdown): a send
+    /// that would be held after that is a dead letter at once.
+    static NO_HOLD: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Fd messages held on this thread.
+pub(crate) fn held_fds() -> usize {
+    HELD_FDS.try_with(Cell::get).unwrap_or(0)
+}
+
+fn count_held_fds(q: &[(u64, VecDeque<Held>)]) -> usize {
+    q.iter().flat_map(|(_, q)| q).filter(|h| matches!(h.item, Item::FdMsg(_))).count()
 }
 
 /// Holds `h` behind what this thread holds for its ring already. (See
 /// `route`: the shard loop retries held sends at every turn.)
 pub(crate) fn hold(h: Held) {
+    if NO_HOLD.try_with(Cell::get).unwrap_or(true) {
+        h.fail(); // the shard is shutting down: nothing would retry it
+        return;
+    }
+    let fd = matches!(h.item, Item::FdMsg(_));
     let mut h = Some(h);
     let kept = HELD
         .try_with(|q| {
@@ -255,6 +275,9 @@ pub(crate) fn hold(h: Held) {
         .is_ok();
     if kept {
         let _ = HELD_ANY.try_with(|f| f.set(true));
+        if fd {
+            let _ = HELD_FDS.try_with(|n| n.set(n.get() + 1));
+        }
     } else if let Some(h) = h {
         h.fail(); // the thread is exiting: nothing would retry it
     }
@@ -291,15 +314,19 @@ pub(crate) fn restore_held(mut kept: Vec<(u64, VecDeque<Held>)>) {
                 None => kept.push((ring, queue)),
             }
         }
+        HELD_FDS.with(|n| n.set(count_held_fds(&kept)));
         *q = kept;
         HELD_ANY.with(|f| f.set(!q.is_empty()));
     });
 }
 
-/// Counts every held send as a dead letter (the shard is shutting down).
+/// Counts every held send as a dead letter (the shard is shutting down),
+/// and every send that would be held from now on.
 pub(crate) fn discard_held() {
+    let _ = NO_HOLD.try_with(|f| f.set(true));
     let all = HELD.try_with(|q| std::mem::take(&mut *q.borrow_mut())).unwrap_or_default();
     let _ = HELD_ANY.try_with(|f| f.set(false));
+    let _ = HELD_FDS.try_with(|n| n.set(0));
     all.into_iter().flat_map(|(_, q)| q).for_each(Held::fail);
 }
 
@@ -369,24 +396,48 @@ pub(crate) fn with<R>(f: impl FnOnce(&mut ThreadCtx) -> R) -> Result<R, Unavaila
 }
 
 /// True while this thread's context is borrowed (a send now must be deferred).
-fn borrowed() -> bool {
+pub(crate) fn borrowed() -> bool {
     CTX.try_with(|c| c.try_borrow_mut().is_err()).unwrap_or(false)
 }
 
+/// A send attempted while the context was borrowed, sent when the borrow
+/// ends: already accepted, so a full ring mailbox holds it as it holds a
+/// control send (`route`), and if it cannot be sent it is a dead letter of
+/// `sys` and `on_fail` runs.
+/// What gives back what a send took when it is not sent (see `route`).
+pub(crate) type OnFail = Box<dyn FnOnce()>;
+
+struct Deferred {
+    shard: u64,
+    addr: Addr<Envelope>,
+    env: Envelope,
+    sys: Option<Arc<SystemStats>>,
+    on_fail: Box<dyn FnOnce()>,
+}
+
 /// Queues a send attempted while the context was borrowed; `Err` gives the
-/// envelope back when the thread is exiting.
-fn defer(shard: u64, addr: &Addr<Envelope>, env: Envelope) -> Result<(), Envelope> {
-    let mut e = Some(env);
-    let ok = DEFERRED
-        .try_with(|d| d.borrow_mut().push((shard, addr.clone(), e.take().expect("env"))))
-        .is_ok();
+/// envelope and `on_fail` back when the thread is exiting.
+pub(crate) fn defer_with(
+    shard: u64,
+    addr: &Addr<Envelope>,
+    env: Envelope,
+    sys: Option<&Arc<SystemStats>>,
+    on_fail: OnFail,
+) -> Result<(), (Envelope, OnFail)> {
+    let d = Deferred { shard, addr: addr.clone(), env, sys: sys.cloned(), on_fail };
+    let mut d = Some(d);
+    let ok = DEFERRED.try_with(|q| q.borrow_mut().push(d.take().expect("deferred"))).is_ok();
     if ok {
         let _ = DEFERRED_ANY.try_with(|f| f.set(true));
     }
-    match e {
-        Some(env) if !ok => Err(env),
+    match d {
+        Some(d) if !ok => Err((d.env, d.on_fail)),
         _ => Ok(()),
     }
+}
+
+fn defer(shard: u64, addr: &Addr<Envelope>, env: Envelope) -> Result<(), Envelope> {
+    defer_with(shard, addr, env, None, Box::new(|| ())).map_err(|(env, _)| env)
 }
 
 fn flush_deferred() {
@@ -403,16 +454,23 @@ fn flush_deferred() {
             let _ = DEFERRED_ANY.try_with(|f| f.set(false));
             return;
         }
-        for (shard, addr, env) in batch {
-            // Accepted when it was deferred: a full ring mailbox holds it
-            // on a shard's thread, as for a control send.
-            match send_inner(shard, &addr, env, false) {
-                Err((env, SendFail::Full)) if on_a_shard() => {
-                    hold(Held::new(shard, &addr, Item::Env(env), None, Box::new(|| ())))
+        for Deferred { shard, addr, env, sys, on_fail } in batch {
+            let shard_thread = on_a_shard();
+            // Behind what is held for that ring already, or sent.
+            let env = if shard_thread && held_for(&addr) {
+                env
+            } else {
+                match send_inner(shard, &addr, env, false) {
+                    Ok(()) => continue,
+                    Err((env, SendFail::Full)) if shard_thread => env,
+                    Err((env, _)) => {
+                        discard_in(env, sys.as_deref());
+                        on_fail();
+                        continue;
+                    }
                 }
-                Err((env, _)) => discard(env),
-                Ok(()) => {}
-            }
+            };
+            hold(Held::new(shard, &addr, Item::Env(env), sys.as_ref(), on_fail));
         }
     }
 }
