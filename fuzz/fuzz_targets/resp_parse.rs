@@ -51,7 +51,7 @@ fn feed<'a>(pieces: impl IntoIterator<Item = &'a [u8]>, limits: &Limits) -> Outc
 }
 
 fuzz_target!(|data: &[u8]| {
-    let limits = Limits { max_args: 64, max_bulk: 4096, max_inline: 4096 };
+    let limits = Limits { max_args: 64, max_bulk: 4096, max_inline: 4096, ..Limits::default() };
     let Some((&n, data)) = data.split_first() else { return };
     let n = usize::from(n % 4);
     let Some((cuts, stream)) = data.split_at_checked(2 * n) else { return };

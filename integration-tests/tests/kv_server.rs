@@ -971,6 +971,31 @@ fn blpop_waits_as_shard_state_and_is_woken_by_a_push_from_another_client() {
         b":1\r\n",
     );
     assert_eq!(out, b"*-1\r\n:1\r\n", "{:?}", String::from_utf8_lossy(&out));
+    // Inside MULTI, blocking commands do not block (as in Redis): a pop
+    // from an empty list answers null at once, in its place.
+    let r = |parts: &[&str]| {
+        let mut out = format!("*{}\r\n", parts.len());
+        for p in parts {
+            out += &format!("${}\r\n{p}\r\n", p.len());
+        }
+        out
+    };
+    let tx = [
+        r(&["MULTI"]),
+        r(&["RPUSH", "{t}l", "a"]),
+        r(&["BLPOP", "{t}l", "{t}m", "0"]),
+        r(&["BRPOP", "{t}m", "0"]),
+        r(&["BRPOPLPUSH", "{t}m", "{t}l", "0"]),
+        r(&["RPUSH", "{t}m", "b"]),
+        r(&["BLMOVE", "{t}m", "{t}l", "LEFT", "RIGHT", "0"]),
+        r(&["EXEC"]),
+    ]
+    .concat();
+    let out = raw_exchange(&srv, tx.as_bytes(), b"$1\r\nb\r\n");
+    let want = "+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n\
+                *6\r\n:1\r\n*2\r\n$4\r\n{t}l\r\n$1\r\na\r\n*-1\r\n$-1\r\n:1\r\n$1\r\nb\r\n";
+    assert_eq!(String::from_utf8_lossy(&out), want);
+    assert_eq!(pusher.lrange::<_, Vec<String>>("{t}l", 0, -1).unwrap(), ["b"]);
     // A wrong type, a bad timeout: refused as Redis does.
     let _: () = pusher.set("{q}str", "v").unwrap();
     let e = err_text(cmd("BLPOP").arg("{q}str").arg(0).query::<()>(&mut c));
@@ -1049,6 +1074,17 @@ fn blpop_over_keys_on_several_shards_pops_once_in_key_order_and_is_woken_from_an
     );
     let out = raw_exchange(&srv, req.as_bytes(), b":1\r\n");
     assert_eq!(out, b"*-1\r\n:1\r\n", "{:?}", String::from_utf8_lossy(&out));
+    // The same behind a blocking move across shards that ends at once (its
+    // end must not let the next blocked command's followers through).
+    let _: () = pusher.rpush(x, "e").unwrap();
+    let req = format!(
+        "*4\r\n$10\r\nBRPOPLPUSH\r\n$1\r\n{x}\r\n$1\r\n{y}\r\n$1\r\n0\r\n\
+         *3\r\n$5\r\nBLPOP\r\n$3\r\n{{q}}\r\n$3\r\n0.3\r\n\
+         *3\r\n$5\r\nRPUSH\r\n$3\r\n{{q}}\r\n$1\r\nv\r\n"
+    );
+    let out = raw_exchange(&srv, req.as_bytes(), b":1\r\n");
+    assert_eq!(out, b"$1\r\ne\r\n*-1\r\n:1\r\n", "{:?}", String::from_utf8_lossy(&out));
+    let _: () = pusher.del(&[x, y, "{q}"]).unwrap();
     let _: () = pusher.del(x).unwrap();
     // A client that goes away while blocked across shards is never served.
     {
@@ -1108,6 +1144,35 @@ fn blpop_over_keys_on_several_shards_pops_once_in_key_order_and_is_woken_from_an
     let _: () = pusher.set(y, "str").unwrap();
     let e = err_text(cmd("BLPOP").arg(x).arg(y).arg(0).query::<()>(&mut c));
     assert!(e.contains("WRONGTYPE"), "{e}");
+    system.shutdown();
+}
+
+#[test]
+fn input_behind_a_blocked_command_is_bounded() {
+    // Requests behind a blocked BLPOP wait unparsed; past the limit the
+    // client gets an error after the pop's reply, and is closed.
+    let system = System::new();
+    let (listener, _) = server::listen(0).unwrap();
+    let limits =
+        ringmail_examples::kv::resp::Limits { max_query_buffer: 64 << 10, ..Default::default() };
+    let cfg = ringmail_examples::kv::server::KvConfig { rings: 2, limits, ..Default::default() };
+    let srv = ringmail_examples::kv::server::start_with(&system, listener, &cfg).unwrap();
+    let mut s = TcpStream::connect(srv.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"*3\r\n$5\r\nBLPOP\r\n$4\r\n{z}k\r\n$3\r\n0.5\r\n").unwrap();
+    let pings = b"PING\r\n".repeat(1 << 10);
+    for _ in 0..40 {
+        // 240 KiB in all; the server may close before the end.
+        if s.write_all(&pings).is_err() {
+            break;
+        }
+    }
+    let mut got = Vec::new();
+    let _ = s.read_to_end(&mut got);
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("*-1\r\n"), "the blocked pop is answered first: {:.80}", text);
+    assert!(text.contains("-ERR query buffer limit"), "{:.200}", text);
+    assert!(!text.contains("PONG"), "nothing behind the pop ran: {:.200}", text);
     system.shutdown();
 }
 

@@ -61,7 +61,7 @@ fn main() {
     let aof = args.aof.map(|path| Persistence { path, fsync: args.appendfsync });
     let persist = aof.is_some();
     let requirepass = args.requirepass.map(String::into_bytes);
-    let cfg = KvConfig { rings: workers, aof, requirepass };
+    let cfg = KvConfig { rings: workers, aof, requirepass, ..KvConfig::default() };
     let srv = kv::server::start_with(&system, listener, &cfg).unwrap_or_else(|e| {
         eprintln!("kv: cannot start: {e}");
         std::process::exit(1);

@@ -19,11 +19,20 @@ pub struct Limits {
     pub max_bulk: usize,
     /// Longest inline command line.
     pub max_inline: usize,
+    /// Most input a connection may have received and not parsed yet: a
+    /// request under way, or the requests that wait behind a blocked
+    /// command or a transaction (Redis' `client-query-buffer-limit`).
+    pub max_query_buffer: usize,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_args: 1 << 20, max_bulk: 512 << 20, max_inline: 64 << 10 }
+        Limits {
+            max_args: 1 << 20,
+            max_bulk: 512 << 20,
+            max_inline: 64 << 10,
+            max_query_buffer: 1 << 30,
+        }
     }
 }
 

@@ -130,6 +130,8 @@ pub struct KvConfig {
     pub aof: Option<Persistence>,
     /// The password connections must give (`AUTH`) before anything else.
     pub requirepass: Option<Vec<u8>>,
+    /// Limits on what a client sends (request sizes, unparsed input).
+    pub limits: super::resp::Limits,
 }
 
 /// Where and how the KV persists its writes (`--aof`, `--appendfsync`).
@@ -197,7 +199,11 @@ pub fn start_with(
     let workers: Vec<ActorRef<KvWorker>> = rings
         .iter()
         .enumerate()
-        .map(|(i, r)| system.spawn_on(r, KvWorker::new(shards.clone(), info.clone(), i)))
+        .map(|(i, r)| {
+            let mut w = KvWorker::new(shards.clone(), info.clone(), i);
+            w.limits = cfg.limits;
+            system.spawn_on(r, w)
+        })
         .collect();
     let acceptor = Acceptor::new(listener, workers.clone());
     let stats = acceptor.stats();

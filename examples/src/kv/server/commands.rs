@@ -28,6 +28,8 @@ pub(super) const CROSSSLOT_COMMAND: &str =
 
 /// The commands a transaction may queue (the ones this server runs).
 pub(super) const QUEUEABLE: &[&[u8]] = &[
+    b"blpop-now",
+    b"brpop-now",
     b"get",
     b"set",
     b"incr",
@@ -220,6 +222,10 @@ pub(super) fn transaction_step(c: &mut Client, args: Vec<Vec<u8>>, n: usize) -> 
             Step::Answer(Reply::Simple("QUEUED"))
         }
         (_, true) => {
+            // Blocking commands run in a transaction as Redis runs them
+            // there: without blocking (an empty list answers at once).
+            let args = non_blocking(args);
+            let cmd = Lower::of(&args[0]);
             if !QUEUEABLE.contains(&cmd.as_bytes()) {
                 c.multi_failed = true;
                 return Step::Answer(Reply::Error(format!(
@@ -266,9 +272,31 @@ pub(super) fn splits(args: &[Vec<u8>]) -> Option<(usize, u8)> {
 }
 
 /// The shards a command touches, among `n` (none for a keyless command).
+/// A blocking list command as it runs inside `MULTI`: `BLPOP`/`BRPOP` as
+/// `blpop-now`/`brpop-now` (the shard answers a null array where it would
+/// block), `BRPOPLPUSH`/`BLMOVE` as `RPOPLPUSH`/`LMOVE`. Others unchanged.
+fn non_blocking(mut args: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+    let cmd = Lower::of(&args[0]);
+    match (cmd.as_bytes(), args.len()) {
+        (b"blpop", 3..) => args[0] = b"blpop-now".to_vec(),
+        (b"brpop", 3..) => args[0] = b"brpop-now".to_vec(),
+        (b"brpoplpush", 4) => {
+            args.truncate(3);
+            args[0] = b"RPOPLPUSH".to_vec();
+        }
+        (b"blmove", 6) => {
+            args.truncate(5);
+            args[0] = b"LMOVE".to_vec();
+        }
+        _ => {}
+    }
+    args
+}
+
 pub(super) fn shards_of(args: &[Vec<u8>], n: usize) -> Vec<usize> {
     let cmd = args[0].to_ascii_lowercase();
     let keys: Vec<&Vec<u8>> = match cmd.as_slice() {
+        b"blpop-now" | b"brpop-now" => args[1..args.len() - 1].iter().collect(),
         b"del" | b"unlink" | b"exists" | b"mget" => args[1..].iter().collect(),
         b"rename" | b"renamenx" | b"rpoplpush" | b"lmove" => args[1..].iter().take(2).collect(),
         b"mset" | b"msetnx" => args[1..].iter().step_by(2).collect(),

@@ -597,6 +597,13 @@ impl KeyShard {
             b"blpop" | b"brpop" => return self.blocking_pop(cmd.as_bytes() == b"blpop", args, now),
             b"brpoplpush" | b"blmove" => return self.blocking_move(args, now),
             b"wait-push" => return self.wait_push(args, now),
+            // Inside a transaction (`commands::non_blocking`): never waits.
+            b"blpop-now" | b"brpop-now" => {
+                return match self.blocking_pop(cmd.as_bytes() == b"blpop-now", args, now) {
+                    Ran::Block { .. } => Ran::Reply(Reply::NullArray),
+                    ran => ran,
+                };
+            }
             _ => {}
         }
         match self.aof.as_mut() {

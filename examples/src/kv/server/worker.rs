@@ -537,6 +537,15 @@ impl KvWorker {
                 joined.drain(..used);
                 joined
             };
+            if c.inbuf.len() > self.limits.max_query_buffer {
+                // Memory stays bounded whatever a client sends while its
+                // requests wait (a `BLPOP k 0` followed by a stream): the
+                // error after what it is owed, then the connection closes.
+                c.inbuf = Vec::new();
+                let e = "ERR query buffer limit reached (input while a command waits)";
+                c.pending.push_back(Pending::ready(Reply::Error(e.into())));
+                c.close_after = true;
+            }
         }
         self.clients.insert(conn, c);
     }

@@ -24,7 +24,9 @@
 //! plus one per shard waited on; a client woken when another took the
 //! element waits again behind clients that blocked later (Redis serves
 //! blocked clients strictly first come, first served; across shards this
-//! server does not). Inside `MULTI` such a pop is refused (`CROSSSLOT`).
+//! server does not). Inside `MULTI` blocking commands are refused when
+//! queued (the transaction then aborts), where Redis runs them as
+//! non-blocking pops.
 //!
 //! `BRPOPLPUSH`/`BLMOVE` with their two keys on two shards go the same way
 //! with one key, the source: a round's try is the `LMOVE` across both
@@ -146,8 +148,10 @@ impl Across {
             self.unwait(&mut next);
             match reply {
                 Reply::Int(_) => {
-                    // One of the keys has elements now: try again from the first.
-                    self.round += 1;
+                    // One of the keys has elements now: try again from the
+                    // first. (Parts stay below the moves' range: a round
+                    // from a billion rounds ago has no reply left in flight.)
+                    self.round = (self.round + 1) % (super::moves::MOVE_PARTS.start >> 1);
                     self.next = 0;
                     self.try_first(&mut next);
                 }

@@ -75,11 +75,16 @@ impl KvWorker {
 
     /// A transaction or move of `conn` ended: its next requests, parsed
     /// and sent behind it, and its replies written.
-    /// A blocking move across shards still waiting keeps it waiting.
+    /// It keeps waiting for whatever else it waits on: a blocking command
+    /// not answered (a blocking move across shards between its rounds, or
+    /// the command `fill` just let through), another transaction or move.
     pub(super) fn resume(&mut self, conn: ConnId, ctx: &Context<Self>) {
+        let in_tx = self.txs.values().any(|t| t.conn == conn);
         if let Some(c) = self.clients.get_mut(&conn) {
-            let blocked = |p: &Pending| p.done.is_none() && matches!(p.combine, Combine::Across(_));
-            c.in_tx = c.pending.iter().any(blocked);
+            let blocked = |p: &Pending| {
+                p.done.is_none() && matches!(p.combine, Combine::Across(_) | Combine::Blocking)
+            };
+            c.in_tx = in_tx || c.pending.iter().any(blocked);
             if !c.in_tx {
                 self.received(conn, &[]);
             }
