@@ -996,6 +996,13 @@ fn blpop_waits_as_shard_state_and_is_woken_by_a_push_from_another_client() {
                 *6\r\n:1\r\n*2\r\n$4\r\n{t}l\r\n$1\r\na\r\n*-1\r\n$-1\r\n:1\r\n$1\r\nb\r\n";
     assert_eq!(String::from_utf8_lossy(&out), want);
     assert_eq!(pusher.lrange::<_, Vec<String>>("{t}l", 0, -1).unwrap(), ["b"]);
+    // The internal names they run as are not commands a client can queue.
+    let out = raw_exchange(
+        &srv,
+        [r(&["MULTI"]), r(&["BLPOP-NOW"]), r(&["EXEC"])].concat().as_bytes(),
+        b"previous errors.\r\n",
+    );
+    assert!(String::from_utf8_lossy(&out).contains("unknown command"), "{out:?}");
     // A wrong type, a bad timeout: refused as Redis does.
     let _: () = pusher.set("{q}str", "v").unwrap();
     let e = err_text(cmd("BLPOP").arg("{q}str").arg(0).query::<()>(&mut c));
@@ -1150,16 +1157,22 @@ fn blpop_over_keys_on_several_shards_pops_once_in_key_order_and_is_woken_from_an
 #[test]
 fn input_behind_a_blocked_command_is_bounded() {
     // Requests behind a blocked BLPOP wait unparsed; past the limit the
-    // client gets an error after the pop's reply, and is closed.
+    // client gets an error at once (the pop would wait for ever) and is
+    // closed.
     let system = System::new();
     let (listener, _) = server::listen(0).unwrap();
     let limits =
         ringmail_examples::kv::resp::Limits { max_query_buffer: 64 << 10, ..Default::default() };
     let cfg = ringmail_examples::kv::server::KvConfig { rings: 2, limits, ..Default::default() };
     let srv = ringmail_examples::kv::server::start_with(&system, listener, &cfg).unwrap();
+    // One request larger than the limit is not input behind anything.
+    let mut c = client(&srv);
+    let big = "v".repeat(100 << 10);
+    let _: () = c.set("{z}big", &big).unwrap();
+    assert_eq!(c.strlen::<_, usize>("{z}big").unwrap(), 100 << 10);
     let mut s = TcpStream::connect(srv.addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(b"*3\r\n$5\r\nBLPOP\r\n$4\r\n{z}k\r\n$3\r\n0.5\r\n").unwrap();
+    s.write_all(b"*3\r\n$5\r\nBLPOP\r\n$4\r\n{z}k\r\n$1\r\n0\r\n").unwrap();
     let pings = b"PING\r\n".repeat(1 << 10);
     for _ in 0..40 {
         // 240 KiB in all; the server may close before the end.
@@ -1170,8 +1183,7 @@ fn input_behind_a_blocked_command_is_bounded() {
     let mut got = Vec::new();
     let _ = s.read_to_end(&mut got);
     let text = String::from_utf8_lossy(&got);
-    assert!(text.starts_with("*-1\r\n"), "the blocked pop is answered first: {:.80}", text);
-    assert!(text.contains("-ERR query buffer limit"), "{:.200}", text);
+    assert!(text.starts_with("-ERR query buffer limit"), "{:.200}", text);
     assert!(!text.contains("PONG"), "nothing behind the pop ran: {:.200}", text);
     system.shutdown();
 }

@@ -582,28 +582,9 @@ impl ShardLoop {
         for id in ids {
             self.stop_actor(id, StopReason::Shutdown);
         }
-        // Sends held for room in other rings (replies, DOWNs, stops of the
-        // actors that just ended) get up to HOLD_LIMIT to leave; what
-        // arrives meanwhile has nobody to handle it.
-        let holding = std::time::Instant::now();
-        while route::held_any() && holding.elapsed() < route::HOLD_LIMIT {
-            route::retry_held();
-            let rest = thread::with(|t| {
-                let mut evs = Vec::new();
-                let _ = t.ring.wait(&mut evs, Some(route::HELD_POLL));
-                let mut rest = Vec::new();
-                for e in evs {
-                    t.sort(e, &mut rest);
-                }
-                rest.extend(t.queue.drain(..));
-                rest
-            });
-            rest.unwrap_or_default().into_iter().for_each(discard);
-        }
         // Nothing will handle these any more, nor send what was parked.
         batch.into_iter().for_each(discard);
         outbox::discard_all();
-        route::discard_held();
         for (_, p) in self.paused.drain() {
             p.held.into_iter().for_each(discard);
         }
@@ -611,6 +592,31 @@ impl ShardLoop {
         for id in early {
             self.dead_letter_early(id);
         }
+        // Sends held for room in other rings (replies, DOWNs, stops of the
+        // actors that just ended, answers to what was just discarded) get
+        // up to HOLD_LIMIT to leave; what arrives meanwhile has nobody to
+        // handle it. What is still held then is counted (and any send that
+        // would be held from now on).
+        let holding = std::time::Instant::now();
+        while route::held_any() && holding.elapsed() < route::HOLD_LIMIT {
+            route::retry_held();
+            let step = thread::with(|t| {
+                let mut evs = Vec::new();
+                let r = t.ring.wait(&mut evs, Some(route::HELD_POLL));
+                let mut rest = Vec::new();
+                for e in evs {
+                    t.sort(e, &mut rest);
+                }
+                rest.extend(t.queue.drain(..));
+                (r.is_ok(), rest)
+            });
+            let Ok((ring_ok, rest)) = step else { break };
+            rest.into_iter().for_each(discard);
+            if !ring_ok {
+                break; // a failed ring sends nothing more: what is held is counted below
+            }
+        }
+        route::discard_held();
         // Close the ring. Envelopes already accepted still arrive and are
         // discarded (dead letters; a Spawn marks its actor stopped); later
         // sends are refused at their senders. Everything is handled outside

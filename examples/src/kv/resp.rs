@@ -19,9 +19,10 @@ pub struct Limits {
     pub max_bulk: usize,
     /// Longest inline command line.
     pub max_inline: usize,
-    /// Most input a connection may have received and not parsed yet: a
-    /// request under way, or the requests that wait behind a blocked
-    /// command or a transaction (Redis' `client-query-buffer-limit`).
+    /// Most input a connection may have received and not parsed while its
+    /// requests wait behind a blocked command or a transaction (as Redis'
+    /// `client-query-buffer-limit`); a single request is bounded by the
+    /// limits above.
     pub max_query_buffer: usize,
 }
 

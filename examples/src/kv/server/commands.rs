@@ -28,8 +28,10 @@ pub(super) const CROSSSLOT_COMMAND: &str =
 
 /// The commands a transaction may queue (the ones this server runs).
 pub(super) const QUEUEABLE: &[&[u8]] = &[
-    b"blpop-now",
-    b"brpop-now",
+    b"blpop",
+    b"brpop",
+    b"brpoplpush",
+    b"blmove",
     b"get",
     b"set",
     b"incr",
@@ -222,10 +224,6 @@ pub(super) fn transaction_step(c: &mut Client, args: Vec<Vec<u8>>, n: usize) -> 
             Step::Answer(Reply::Simple("QUEUED"))
         }
         (_, true) => {
-            // Blocking commands run in a transaction as Redis runs them
-            // there: without blocking (an empty list answers at once).
-            let args = non_blocking(args);
-            let cmd = Lower::of(&args[0]);
             if !QUEUEABLE.contains(&cmd.as_bytes()) {
                 c.multi_failed = true;
                 return Step::Answer(Reply::Error(format!(
@@ -252,7 +250,9 @@ pub(super) fn transaction_step(c: &mut Client, args: Vec<Vec<u8>>, n: usize) -> 
                 c.multi_failed = true;
                 return Step::Answer(Reply::Error(CROSSSLOT_COMMAND.into()));
             }
-            c.multi.as_mut().expect("in MULTI").push(args);
+            // Blocking commands run in a transaction as Redis runs them
+            // there: without blocking (an empty list answers at once).
+            c.multi.as_mut().expect("in MULTI").push(non_blocking(args));
             Step::Answer(Reply::Simple("QUEUED"))
         }
         (_, false) => Step::Run(args),
@@ -271,12 +271,17 @@ pub(super) fn splits(args: &[Vec<u8>]) -> Option<(usize, u8)> {
     }
 }
 
-/// The shards a command touches, among `n` (none for a keyless command).
 /// A blocking list command as it runs inside `MULTI`: `BLPOP`/`BRPOP` as
-/// `blpop-now`/`brpop-now` (the shard answers a null array where it would
-/// block), `BRPOPLPUSH`/`BLMOVE` as `RPOPLPUSH`/`LMOVE`. Others unchanged.
+/// `blpop-now`/`brpop-now` (internal names a client cannot queue: the shard
+/// answers a null array where it would block), `BRPOPLPUSH`/`BLMOVE` as
+/// `RPOPLPUSH`/`LMOVE`. Left as they are with a bad arity or timeout (the
+/// shard then answers the error, never blocking), like every other command.
 fn non_blocking(mut args: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
     let cmd = Lower::of(&args[0]);
+    let timeout_ok = args.last().is_some_and(|t| super::shard::block_timeout(t).is_ok());
+    if !timeout_ok {
+        return args;
+    }
     match (cmd.as_bytes(), args.len()) {
         (b"blpop", 3..) => args[0] = b"blpop-now".to_vec(),
         (b"brpop", 3..) => args[0] = b"brpop-now".to_vec(),
@@ -293,10 +298,13 @@ fn non_blocking(mut args: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
     args
 }
 
+/// The shards a command touches, among `n` (none for a keyless command).
 pub(super) fn shards_of(args: &[Vec<u8>], n: usize) -> Vec<usize> {
     let cmd = args[0].to_ascii_lowercase();
     let keys: Vec<&Vec<u8>> = match cmd.as_slice() {
-        b"blpop-now" | b"brpop-now" => args[1..args.len() - 1].iter().collect(),
+        b"blpop-now" | b"brpop-now" | b"blpop" | b"brpop" => {
+            args.get(1..args.len().saturating_sub(1)).unwrap_or_default().iter().collect()
+        }
         b"del" | b"unlink" | b"exists" | b"mget" => args[1..].iter().collect(),
         b"rename" | b"renamenx" | b"rpoplpush" | b"lmove" => args[1..].iter().take(2).collect(),
         b"mset" | b"msetnx" => args[1..].iter().step_by(2).collect(),

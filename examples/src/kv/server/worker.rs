@@ -537,11 +537,15 @@ impl KvWorker {
                 joined.drain(..used);
                 joined
             };
-            if c.inbuf.len() > self.limits.max_query_buffer {
+            if c.in_tx && c.inbuf.len() > self.limits.max_query_buffer {
                 // Memory stays bounded whatever a client sends while its
                 // requests wait (a `BLPOP k 0` followed by a stream): the
-                // error after what it is owed, then the connection closes.
+                // replies it waits for are dropped (late ones are ignored:
+                // their numbers are behind `first_seq`), it gets the error,
+                // and the connection closes once that is written.
                 c.inbuf = Vec::new();
+                c.first_seq += c.pending.len() as u64;
+                c.pending.clear();
                 let e = "ERR query buffer limit reached (input while a command waits)";
                 c.pending.push_back(Pending::ready(Reply::Error(e.into())));
                 c.close_after = true;

@@ -24,9 +24,9 @@
 //! plus one per shard waited on; a client woken when another took the
 //! element waits again behind clients that blocked later (Redis serves
 //! blocked clients strictly first come, first served; across shards this
-//! server does not). Inside `MULTI` blocking commands are refused when
-//! queued (the transaction then aborts), where Redis runs them as
-//! non-blocking pops.
+//! server does not). Inside `MULTI` blocking commands run without
+//! blocking, as in Redis (`commands::non_blocking`); one whose keys span
+//! shards is refused there (`CROSSSLOT`), as any such command is.
 //!
 //! `BRPOPLPUSH`/`BLMOVE` with their two keys on two shards go the same way
 //! with one key, the source: a round's try is the `LMOVE` across both
