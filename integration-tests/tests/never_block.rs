@@ -276,6 +276,37 @@ fn sends_held_for_a_full_ring_mailbox_leave_their_shard_running() {
     system.shutdown();
 }
 
+/// A sender whose messages wait for room in the target's *ring* (held by
+/// its shard's thread) is paused like one whose target mailbox is full: it
+/// takes no new message until they have left, while its shard answers.
+#[test]
+fn a_sender_whose_sends_are_held_for_a_full_ring_is_paused() {
+    let ring = RingConfig::default().mailbox_capacity(16);
+    let system = System::with_config(SystemConfig::default().ring(ring).mailbox_capacity(4096));
+    let (s1, s2) = (system.shard().unwrap(), system.shard().unwrap());
+    let got = Arc::new(AtomicU64::new(0));
+    let slow = system.spawn_on(&s2, Slow { got: got.clone(), pause: Duration::from_millis(2) });
+    let handled = Arc::new(AtomicU64::new(0));
+    let burst = system.spawn_on(&s1, Burst { to: slow, handled: handled.clone() });
+    let probe = system.spawn_on(&s1, Probe);
+    burst.tell(Send(200, Then::GoOn)).unwrap();
+    burst.tell(Send(0, Then::GoOn)).unwrap();
+    wait_until("the first Send ran", || handled.load(Ordering::Relaxed) >= 1);
+    for _ in 0..20 {
+        let t = Instant::now();
+        probe.ask(Ping, Duration::from_secs(5)).expect("the probe answers");
+        assert!(t.elapsed() < Duration::from_millis(100), "the shard was blocked");
+        if got.load(Ordering::Relaxed) < 150 {
+            assert_eq!(handled.load(Ordering::Relaxed), 1, "a paused actor took a new message");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    wait_until("all 200 items", || got.load(Ordering::Relaxed) == 200);
+    wait_until("the second Send ran after the pause", || handled.load(Ordering::Relaxed) == 2);
+    assert_eq!(system.dead_letters(), 0);
+    system.shutdown();
+}
+
 /// An actor on a dedicated shard (`System::spawn`) sends into a full ring
 /// mailbox and stops at once: its shard ends only after what it held has
 /// left (or given up after 5 s), so nothing becomes a dead letter.

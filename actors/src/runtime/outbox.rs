@@ -52,6 +52,11 @@
 //! the table its other actors use too; beyond that `tell_fd` hands the fd
 //! back as `Full`.
 //!
+//! A target whose *ring* has sends held by this thread (its transport
+//! mailbox was full, see `route`) counts as full too: the drain stops
+//! there and the actor stays paused until those sends have left; the shard
+//! loop resumes it after the retry that cleared them (`ring_ready`).
+//!
 //! A `stop()` told from a handler to a target it has parked messages for is
 //! parked too (taking no room), so it stays behind them. An async handler
 //! awaiting room (`ActorRef::tell_async`) follows the same rule: it records
@@ -110,6 +115,29 @@ thread_local! {
     /// The cell of the actor whose async handler is being polled (for the
     /// cycle rule of a send that awaits room).
     static TASK_CELL: RefCell<Option<Arc<ActorCell>>> = const { RefCell::new(None) };
+    /// Paused actors whose outbox waits for this thread's held sends to a
+    /// ring to leave: (ring id, actor id). See [`ring_ready`].
+    static RING_WAITERS: RefCell<Vec<(u64, u64)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The paused actors whose ring has nothing held any more (taken off the
+/// list): the shard loop resumes them after each retry of its held sends.
+pub(crate) fn ring_ready() -> Vec<u64> {
+    RING_WAITERS.with(|w| {
+        let mut w = w.borrow_mut();
+        if w.is_empty() {
+            return Vec::new();
+        }
+        let mut ready = Vec::new();
+        w.retain(|&(ring, id)| {
+            let held = super::thread::held_for_ring(ring);
+            if !held {
+                ready.push(id);
+            }
+            held
+        });
+        ready
+    })
 }
 
 /// As [`enter`], for a poll of actor `id`'s async handler.
@@ -251,6 +279,17 @@ pub(crate) fn drain(id: u64, me: &Arc<ActorCell>, wake: &dyn Fn() -> Waker) -> b
             send_control(p.shard, &p.addr, p.env, true, Some(&p.stats));
             continue;
         }
+        if super::thread::held_for(&p.addr) {
+            // The target's *ring* is full: this thread holds sends for it
+            // (see `route`). The actor stays paused until they have left
+            // (the shard loop looks after each retry), as for a full
+            // mailbox; it waits for no actor, so no cycle can close.
+            me.set_waiting_on(None);
+            let ring = p.addr.ring_id();
+            RING_WAITERS.with(|w| w.borrow_mut().push((ring, id)));
+            push_front(id, p);
+            return false;
+        }
         if p.cell.reserve() {
             deliver(p);
             continue;
@@ -320,6 +359,7 @@ fn deliver(mut p: Parked) {
 /// Counts everything still parked on this thread as dead letters (the
 /// shard is shutting down); asks in them are answered `NoReply`.
 pub(crate) fn discard_all() {
+    RING_WAITERS.with(|w| w.borrow_mut().clear());
     let all: Vec<Parked> =
         OUTBOXES.with(|o| o.borrow_mut().drain().flat_map(|(_, q)| q).collect::<Vec<_>>());
     PARKED_FDS.with(|n| n.set(0));

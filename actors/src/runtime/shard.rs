@@ -260,8 +260,12 @@ impl ShardLoop {
         let mut spare_done: Vec<Done> = Vec::new();
         let mut passes: u32 = 0;
         'run: loop {
-            // Sends held for room in other rings' mailboxes, in order.
+            // Sends held for room in other rings' mailboxes, in order; the
+            // actors paused behind those that left run again.
             route::retry_held();
+            for id in outbox::ring_ready() {
+                self.resume(id, &mut batch);
+            }
             let held = route::held_any();
             // Under the borrow: only move things out. Handling happens after.
             let quiet = self.paused.is_empty() && !held;

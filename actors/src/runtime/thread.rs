@@ -285,10 +285,14 @@ pub(crate) fn hold(h: Held) {
 
 /// True when this thread holds a send for the ring at `addr`.
 pub(crate) fn held_for(addr: &Addr<Envelope>) -> bool {
+    held_for_ring(addr.ring_id())
+}
+
+/// True when this thread holds a send for ring `ring` (by id).
+pub(crate) fn held_for_ring(ring: u64) -> bool {
     if !HELD_ANY.try_with(Cell::get).unwrap_or(false) {
         return false;
     }
-    let ring = addr.ring_id();
     HELD.try_with(|q| q.borrow().iter().any(|(r, queue)| *r == ring && !queue.is_empty()))
         .unwrap_or(false)
 }
