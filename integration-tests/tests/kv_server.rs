@@ -1147,6 +1147,14 @@ fn blpop_over_keys_on_several_shards_pops_once_in_key_order_and_is_woken_from_an
     assert!(e.contains("WRONGTYPE"), "{e}");
     assert_eq!(pusher.lrange::<_, Vec<String>>(x, 0, -1).unwrap(), ["stays"]);
     let _: () = pusher.del(&[x, y]).unwrap();
+    // Inside MULTI a blocking move between two shards is refused when
+    // queued (CROSSSLOT, as any such command), and the worker goes on.
+    let _: () = cmd("MULTI").query(&mut c).unwrap();
+    let e = err_text(cmd("BRPOPLPUSH").arg(x).arg(y).arg(0).query::<()>(&mut c));
+    assert!(e.contains("same slot"), "{e}");
+    let e = err_text(cmd("EXEC").query::<()>(&mut c));
+    assert!(e.contains("EXECABORT"), "{e}");
+    assert_eq!(cmd("PING").query::<String>(&mut c).unwrap(), "PONG");
     // A key of another type, after the empty ones: WRONGTYPE, as on one shard.
     let _: () = pusher.set(y, "str").unwrap();
     let e = err_text(cmd("BLPOP").arg(x).arg(y).arg(0).query::<()>(&mut c));
@@ -1185,6 +1193,10 @@ fn input_behind_a_blocked_command_is_bounded() {
     let text = String::from_utf8_lossy(&got);
     assert!(text.starts_with("-ERR query buffer limit"), "{:.200}", text);
     assert!(!text.contains("PONG"), "nothing behind the pop ran: {:.200}", text);
+    // The closed client's pop is gone: a push stays in the list.
+    let _: () = c.rpush("{z}k", "kept").unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(c.lrange::<_, Vec<String>>("{z}k", 0, -1).unwrap(), ["kept"]);
     system.shutdown();
 }
 

@@ -286,7 +286,12 @@ pub(crate) fn drain(id: u64, me: &Arc<ActorCell>, wake: &dyn Fn() -> Waker) -> b
             // mailbox; it waits for no actor, so no cycle can close.
             me.set_waiting_on(None);
             let ring = p.addr.ring_id();
-            RING_WAITERS.with(|w| w.borrow_mut().push((ring, id)));
+            RING_WAITERS.with(|w| {
+                let mut w = w.borrow_mut();
+                if !w.contains(&(ring, id)) {
+                    w.push((ring, id));
+                }
+            });
             push_front(id, p);
             return false;
         }

@@ -231,6 +231,11 @@ pub(super) fn transaction_step(c: &mut Client, args: Vec<Vec<u8>>, n: usize) -> 
                     String::from_utf8_lossy(&args[0])
                 )));
             }
+            // Blocking commands run in a transaction as Redis runs them
+            // there: without blocking (an empty list answers at once). Its
+            // shards are those of what runs.
+            let args = non_blocking(args);
+            let cmd = Lower::of(&args[0]);
             // The commands of a transaction may live on different shards
             // (run across shards at EXEC); each command's own keys on one,
             // as Redis Cluster asks of every command, except the multi-key
@@ -250,9 +255,7 @@ pub(super) fn transaction_step(c: &mut Client, args: Vec<Vec<u8>>, n: usize) -> 
                 c.multi_failed = true;
                 return Step::Answer(Reply::Error(CROSSSLOT_COMMAND.into()));
             }
-            // Blocking commands run in a transaction as Redis runs them
-            // there: without blocking (an empty list answers at once).
-            c.multi.as_mut().expect("in MULTI").push(non_blocking(args));
+            c.multi.as_mut().expect("in MULTI").push(args);
             Step::Answer(Reply::Simple("QUEUED"))
         }
         (_, false) => Step::Run(args),
@@ -306,7 +309,9 @@ pub(super) fn shards_of(args: &[Vec<u8>], n: usize) -> Vec<usize> {
             args.get(1..args.len().saturating_sub(1)).unwrap_or_default().iter().collect()
         }
         b"del" | b"unlink" | b"exists" | b"mget" => args[1..].iter().collect(),
-        b"rename" | b"renamenx" | b"rpoplpush" | b"lmove" => args[1..].iter().take(2).collect(),
+        b"rename" | b"renamenx" | b"rpoplpush" | b"lmove" | b"brpoplpush" | b"blmove" => {
+            args[1..].iter().take(2).collect()
+        }
         b"mset" | b"msetnx" => args[1..].iter().step_by(2).collect(),
         b"dbsize" | b"flushall" | b"flushdb" | b"keys" => return (0..n).collect(),
         b"ping" | b"echo" => Vec::new(),

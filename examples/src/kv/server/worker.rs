@@ -311,6 +311,7 @@ impl Handler<Publish> for KvWorker {
             // owed: cut off, as an output limit cuts off a slow reader
             // (Redis' client-output-buffer-limit for pub-sub).
             if c.pending.len() >= MAX_QUEUED {
+                c.first_seq += c.pending.len() as u64; // late replies are ignored
                 c.pending.clear();
                 c.close_after = true;
                 self.conns.close(conn, ctx);
@@ -546,6 +547,12 @@ impl KvWorker {
                 c.inbuf = Vec::new();
                 c.first_seq += c.pending.len() as u64;
                 c.pending.clear();
+                // Its blocked requests are dropped now, not at the close:
+                // nothing is popped for it meanwhile.
+                let worker = self.me.as_ref().map_or(0, |m| m.id());
+                for s in self.blocking.remove(&conn).unwrap_or_default() {
+                    let _ = self.shards[s].tell(Unblock { worker, conn });
+                }
                 let e = "ERR query buffer limit reached (input while a command waits)";
                 c.pending.push_back(Pending::ready(Reply::Error(e.into())));
                 c.close_after = true;
