@@ -42,6 +42,8 @@ def main():
     check(r.getrange("{m}a", 0, 0) == "1", "GETRANGE")
     check(r.setbit("b", 7, 1) == 0 and r.setbit("b", 7, 1) == 1 and r.getbit("b", 7) == 1, "SETBIT/GETBIT")
     check(r.set("fb", "foobar") and r.bitcount("fb") == 26 and r.bitcount("fb", 1, 1) == 6, "BITCOUNT")
+    r.set("bp", b"\x00\xff\xf0")
+    check(r.bitpos("bp", 1) == 8 and r.bitpos("bp", 1, 2) == 16 and r.bitpos("bp", 0) == 0, "BITPOS")
     check(r.type("n") == "integer" or r.type("n") == "string", "TYPE")
     print("strings: ok")
 

@@ -626,6 +626,7 @@ impl Keyspace {
             "setbit" => self.setbit(a, now),
             "getbit" => self.getbit(a, now),
             "bitcount" => self.bitcount(a, now),
+            "bitpos" => self.bitpos(a, now),
             "incrbyfloat" => self.incr_by_float(a, now),
             "rename" | "renamenx" => match a {
                 [from, to] => match self.live(from, now).is_some() {

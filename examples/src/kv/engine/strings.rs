@@ -281,6 +281,63 @@ impl Keyspace {
         }
     }
 
+    /// `BITPOS key bit [start [end [BYTE|BIT]]]`: the position of the
+    /// first bit equal to `bit` in the string or a range of it, -1 when
+    /// there is none. Looking for a 0 without an `end`, the string counts
+    /// as padded with zeros on the right (its length in bits); a missing key
+    /// is all zeros. Scans whole bytes, the edge ones masked.
+    pub(super) fn bitpos(&mut self, a: &[Vec<u8>], now: Instant) -> Reply {
+        let [k, bit, rest @ ..] = a else { return arity("bitpos") };
+        if rest.len() > 3 {
+            return err("ERR syntax error");
+        }
+        let want_one = match bit.as_slice() {
+            b"1" => true,
+            b"0" => false,
+            _ => return err("ERR The bit argument must be 1 or 0."),
+        };
+        let unit_bits = match rest.get(2).map(|u| u.to_ascii_uppercase()) {
+            None => false,
+            Some(u) if u == b"BYTE" => false,
+            Some(u) if u == b"BIT" => true,
+            Some(_) => return err("ERR syntax error"),
+        };
+        let (Some(start), Some(end)) =
+            (rest.first().map_or(Some(0), |s| int(s)), rest.get(1).map_or(Some(-1), |e| int(e)))
+        else {
+            return err(NOT_INT);
+        };
+        let s = match self.string(k, now) {
+            Err(e) => return e,
+            Ok(None) => return Reply::Int(if want_one { -1 } else { 0 }),
+            Ok(Some(s)) => s,
+        };
+        let len = if unit_bits { s.len() as i64 * 8 } else { s.len() as i64 };
+        let from_end = |i: i64| if i < 0 { (len + i).max(0) } else { i };
+        let (start, end) = (from_end(start), from_end(end).min(len - 1));
+        if len == 0 || start > end {
+            return Reply::Int(-1);
+        }
+        let (first, last) = if unit_bits { (start, end) } else { (start * 8, end * 8 + 7) };
+        let (fb, lb) = ((first / 8) as usize, (last / 8) as usize);
+        for (i, &byte) in s.iter().enumerate().take(lb + 1).skip(fb) {
+            let mut b = if want_one { byte } else { !byte };
+            if i == fb {
+                b &= 0xffu8 >> (first % 8);
+            }
+            if i == lb {
+                b &= 0xffu8 << (7 - last % 8);
+            }
+            if b != 0 {
+                return Reply::Int(i as i64 * 8 + i64::from(b.leading_zeros() as u8));
+            }
+        }
+        if !want_one && rest.len() < 2 {
+            return Reply::Int((lb as i64 + 1) * 8); // padded with zeros
+        }
+        Reply::Int(-1)
+    }
+
     /// `BITCOUNT key [start end [BYTE|BIT]]`: set bits in the whole string
     /// or in a range of bytes (or bits), inclusive, negative from the end.
     pub(super) fn bitcount(&mut self, a: &[Vec<u8>], now: Instant) -> Reply {

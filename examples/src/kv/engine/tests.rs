@@ -523,3 +523,81 @@ fn bits_are_set_read_and_counted_as_redis_does() {
     assert_eq!(run(&mut ks, t, "GETBIT l 0"), err(WRONGTYPE));
     assert_eq!(run(&mut ks, t, "BITCOUNT l"), err(WRONGTYPE));
 }
+
+#[test]
+fn bitpos_finds_bits_as_redis_does() {
+    let (mut ks, t) = (Keyspace::default(), Instant::now());
+    let mut ex = |args: &[&[u8]]| {
+        ks.execute(&args.iter().map(|a| a.to_vec()).collect::<Vec<_>>(), t).unwrap()
+    };
+    // Redis' documented examples.
+    ex(&[b"SET", b"k", &[0xff, 0xf0, 0x00]]);
+    assert_eq!(ex(&[b"BITPOS", b"k", b"0"]), Reply::Int(12));
+    ex(&[b"SET", b"k", &[0x00, 0xff, 0xf0]]);
+    assert_eq!(ex(&[b"BITPOS", b"k", b"1", b"0"]), Reply::Int(8));
+    assert_eq!(ex(&[b"BITPOS", b"k", b"1", b"2"]), Reply::Int(16));
+    assert_eq!(ex(&[b"BITPOS", b"k", b"1", b"2", b"-1", b"byte"]), Reply::Int(16));
+    assert_eq!(ex(&[b"BITPOS", b"k", b"1", b"7", b"15", b"BIT"]), Reply::Int(8));
+    ex(&[b"SET", b"k", &[0, 0, 0]]);
+    assert_eq!(ex(&[b"BITPOS", b"k", b"1"]), Reply::Int(-1));
+    assert_eq!(ex(&[b"BITPOS", b"k", b"1", b"7", b"-3", b"BIT"]), Reply::Int(-1));
+    // All ones: a 0 is found past the end only without an explicit end.
+    ex(&[b"SET", b"k", &[0xff, 0xff]]);
+    assert_eq!(ex(&[b"BITPOS", b"k", b"0"]), Reply::Int(16));
+    assert_eq!(ex(&[b"BITPOS", b"k", b"0", b"1"]), Reply::Int(16));
+    assert_eq!(ex(&[b"BITPOS", b"k", b"0", b"0", b"-1"]), Reply::Int(-1));
+    // A missing key is all zeros; errors as Redis gives them.
+    assert_eq!(ex(&[b"BITPOS", b"none", b"1"]), Reply::Int(-1));
+    assert_eq!(ex(&[b"BITPOS", b"none", b"0"]), Reply::Int(0));
+    assert!(matches!(ex(&[b"BITPOS", b"k", b"2"]), Reply::Error(e) if e.contains("1 or 0")));
+    assert!(matches!(ex(&[b"BITPOS", b"k", b"1", b"x"]), Reply::Error(e) if e.contains("integer")));
+    assert!(
+        matches!(ex(&[b"BITPOS", b"k", b"1", b"0", b"1", b"BITS"]), Reply::Error(e) if e.contains("syntax"))
+    );
+    ex(&[b"RPUSH", b"l", b"x"]);
+    assert!(matches!(ex(&[b"BITPOS", b"l", b"1"]), Reply::Error(e) if e.starts_with("WRONGTYPE")));
+
+    // The byte-wise scan against a bit-by-bit one, for every range.
+    fn by_bits(s: &[u8], want: u8, start: Option<i64>, end: Option<i64>, bits: bool) -> i64 {
+        let len = if bits { s.len() as i64 * 8 } else { s.len() as i64 };
+        let from_end = |i: i64| if i < 0 { (len + i).max(0) } else { i };
+        let (st, en) = (from_end(start.unwrap_or(0)), from_end(end.unwrap_or(-1)).min(len - 1));
+        if len == 0 || st > en {
+            return -1;
+        }
+        let (f, l) = if bits { (st, en) } else { (st * 8, en * 8 + 7) };
+        for p in f..=l {
+            if (s[(p / 8) as usize] >> (7 - p % 8)) & 1 == want {
+                return p;
+            }
+        }
+        if want == 0 && end.is_none() {
+            (l / 8 + 1) * 8
+        } else {
+            -1
+        }
+    }
+    for s in [&[0x00u8, 0xff, 0xf0][..], &[0xff, 0xf0, 0x00], &[0x81, 0x7e], &[0x10]] {
+        ex(&[b"SET", b"k", s]);
+        for want in [0u8, 1] {
+            let w = want.to_string();
+            for bits in [false, true] {
+                let unit: &[u8] = if bits { b"BIT" } else { b"BYTE" };
+                for start in -26i64..26 {
+                    for end in -26i64..26 {
+                        let (a, b) = (start.to_string(), end.to_string());
+                        let got =
+                            ex(&[b"BITPOS", b"k", w.as_bytes(), a.as_bytes(), b.as_bytes(), unit]);
+                        let want_pos = by_bits(s, want, Some(start), Some(end), bits);
+                        assert_eq!(got, Reply::Int(want_pos), "{s:?} {want} {start} {end} {bits}");
+                    }
+                    if !bits {
+                        let got =
+                            ex(&[b"BITPOS", b"k", w.as_bytes(), start.to_string().as_bytes()]);
+                        assert_eq!(got, Reply::Int(by_bits(s, want, Some(start), None, false)));
+                    }
+                }
+            }
+        }
+    }
+}

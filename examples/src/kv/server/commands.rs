@@ -69,6 +69,7 @@ pub(super) const QUEUEABLE: &[&[u8]] = &[
     b"setbit",
     b"getbit",
     b"bitcount",
+    b"bitpos",
     b"incrbyfloat",
     b"rename",
     b"hset",
@@ -139,6 +140,7 @@ pub(super) fn single_key(cmd: &[u8]) -> bool {
             | b"setbit"
             | b"getbit"
             | b"bitcount"
+            | b"bitpos"
             | b"incrbyfloat"
             | b"hset"
             | b"hmset"
