@@ -210,19 +210,26 @@ fn wait_until(what: &str, f: impl Fn() -> bool) {
 
 #[test]
 fn a_paused_sender_takes_no_new_message_and_its_shard_keeps_running() {
-    let system = System::with_config(SystemConfig::default().mailbox_capacity(4));
+    // 200 items into a 4-slot mailbox in one handler run: the rest parks.
+    a_paused_sender_waits_while_its_shard_runs(SystemConfig::default().mailbox_capacity(4));
+}
+
+/// A sender tells 200 items to an actor of another shard (2 ms each) in one
+/// handler run, then gets a second message. While the items drain
+/// (~0.4 s), the paused sender does not run its second message, and its
+/// shard still answers; in the end every item arrived and nothing was a
+/// dead letter.
+fn a_paused_sender_waits_while_its_shard_runs(cfg: SystemConfig) {
+    let system = System::with_config(cfg);
     let (s1, s2) = (system.shard().unwrap(), system.shard().unwrap());
     let got = Arc::new(AtomicU64::new(0));
     let slow = system.spawn_on(&s2, Slow { got: got.clone(), pause: Duration::from_millis(2) });
     let handled = Arc::new(AtomicU64::new(0));
     let burst = system.spawn_on(&s1, Burst { to: slow, handled: handled.clone() });
     let probe = system.spawn_on(&s1, Probe);
-    // 200 items into a 4-slot mailbox in one handler run: the rest parks.
     burst.tell(Send(200, Then::GoOn)).unwrap();
     burst.tell(Send(0, Then::GoOn)).unwrap();
     wait_until("the first Send ran", || handled.load(Ordering::Relaxed) >= 1);
-    // While the items drain (~0.4 s), the paused sender does not run its
-    // second message, and its shard still answers.
     for _ in 0..20 {
         let t = Instant::now();
         probe.ask(Ping, Duration::from_secs(5)).expect("the probe answers");
@@ -282,29 +289,9 @@ fn sends_held_for_a_full_ring_mailbox_leave_their_shard_running() {
 #[test]
 fn a_sender_whose_sends_are_held_for_a_full_ring_is_paused() {
     let ring = RingConfig::default().mailbox_capacity(16);
-    let system = System::with_config(SystemConfig::default().ring(ring).mailbox_capacity(4096));
-    let (s1, s2) = (system.shard().unwrap(), system.shard().unwrap());
-    let got = Arc::new(AtomicU64::new(0));
-    let slow = system.spawn_on(&s2, Slow { got: got.clone(), pause: Duration::from_millis(2) });
-    let handled = Arc::new(AtomicU64::new(0));
-    let burst = system.spawn_on(&s1, Burst { to: slow, handled: handled.clone() });
-    let probe = system.spawn_on(&s1, Probe);
-    burst.tell(Send(200, Then::GoOn)).unwrap();
-    burst.tell(Send(0, Then::GoOn)).unwrap();
-    wait_until("the first Send ran", || handled.load(Ordering::Relaxed) >= 1);
-    for _ in 0..20 {
-        let t = Instant::now();
-        probe.ask(Ping, Duration::from_secs(5)).expect("the probe answers");
-        assert!(t.elapsed() < Duration::from_millis(100), "the shard was blocked");
-        if got.load(Ordering::Relaxed) < 150 {
-            assert_eq!(handled.load(Ordering::Relaxed), 1, "a paused actor took a new message");
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    wait_until("all 200 items", || got.load(Ordering::Relaxed) == 200);
-    wait_until("the second Send ran after the pause", || handled.load(Ordering::Relaxed) == 2);
-    assert_eq!(system.dead_letters(), 0);
-    system.shutdown();
+    a_paused_sender_waits_while_its_shard_runs(
+        SystemConfig::default().ring(ring).mailbox_capacity(4096),
+    );
 }
 
 /// An actor on a dedicated shard (`System::spawn`) sends into a full ring

@@ -340,10 +340,15 @@ impl<A: Actor> ActorRef<A> {
             dead_letter_in(Some(&self.shard.stats));
             return;
         }
+        self.send_reserved_forced(Typed::<A, M>::envelope(self.cell.id, msg, None));
+    }
+
+    /// Sends `env` past the mailbox bound, as a control send (a full ring
+    /// mailbox does not refuse it); a dead letter (counted by the send)
+    /// gives its slot back.
+    fn send_reserved_forced(&self, env: Envelope) {
         self.cell.reserve_forced();
-        let env = Typed::<A, M>::envelope(self.cell.id, msg, None);
         let cell = self.cell.clone();
-        // A dead letter (counted by the send) gives its slot back.
         send_control_or(
             self.shard.id,
             &self.shard.addr,
@@ -417,17 +422,7 @@ impl<A: Actor> ActorRef<A> {
             dead_letter_in(Some(&self.shard.stats));
             return;
         }
-        self.cell.reserve_forced();
-        let env = Envelope { to: self.cell.id, body: Body::Msg(m) };
-        let cell = self.cell.clone();
-        send_control_or(
-            self.shard.id,
-            &self.shard.addr,
-            env,
-            true,
-            Some(&self.shard.stats),
-            move || cell.unreserve(),
-        );
+        self.send_reserved_forced(Envelope { to: self.cell.id, body: Body::Msg(m) });
     }
 
     /// Sends `msg` with the file `fd` (a slot of this thread's ring: from
