@@ -30,7 +30,9 @@
 //!   buffers, and at most one send in flight per connection, carrying all
 //!   the output written since the last one (so a pipelining client gets
 //!   many replies per `send`, and all sends of one loop turn go to the
-//!   kernel in one `io_uring_enter`).
+//!   kernel in one `io_uring_enter`). A large buffer handed over whole
+//!   ([`Connections::write_vec`]) is sent from where it lies, on its own,
+//!   instead of being copied behind the rest.
 //!
 //! # Ownership of a connection
 //!
@@ -68,7 +70,7 @@
 
 pub mod frame;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::TcpListener;
 use std::os::fd::AsFd;
@@ -397,10 +399,86 @@ pub enum Input {
     Closed(ConnId),
 }
 
+/// Writes of at most this many bytes are copied into the connection's
+/// open output buffer, so that one send carries many of them; larger
+/// buffers given whole are queued as they are.
+const COALESCE: usize = 16 << 10;
+
+/// A connection's output that no send has taken yet: buffers in order.
+/// Small writes are appended to the last buffer while it is open (made by
+/// appends); a buffer given whole is queued closed, as it is, and sent on
+/// its own without a copy.
+#[derive(Default)]
+struct Output {
+    bufs: VecDeque<Vec<u8>>,
+    /// Bytes in `bufs`.
+    len: usize,
+    /// The last buffer takes appends.
+    open: bool,
+}
+
+impl Output {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn clear(&mut self) {
+        self.bufs.clear();
+        self.len = 0;
+        self.open = false;
+    }
+
+    /// Appends a copy of `bytes` (a new open buffer from `spare` when the
+    /// last one is closed).
+    fn append(&mut self, bytes: &[u8], spare: &mut Vec<u8>) {
+        match self.bufs.back_mut() {
+            Some(last) if self.open => last.extend_from_slice(bytes),
+            _ => {
+                let mut b = std::mem::take(spare);
+                b.clear();
+                b.extend_from_slice(bytes);
+                self.bufs.push_back(b);
+                self.open = true;
+            }
+        }
+        self.len += bytes.len();
+    }
+
+    /// Queues `buf` as it is, closed.
+    fn push_whole(&mut self, buf: Vec<u8>) {
+        self.len += buf.len();
+        self.bufs.push_back(buf);
+        self.open = false;
+    }
+
+    /// Puts what a send did not take back in front.
+    fn push_front(&mut self, buf: Vec<u8>) {
+        if self.bufs.is_empty() {
+            self.open = false;
+        }
+        self.len += buf.len();
+        self.bufs.push_front(buf);
+    }
+
+    /// The next buffer to send.
+    fn pop_front(&mut self) -> Option<Vec<u8>> {
+        let b = self.bufs.pop_front()?;
+        self.len -= b.len();
+        if self.bufs.is_empty() {
+            self.open = false;
+        }
+        Some(b)
+    }
+}
+
 struct Conn {
     fd: ShardFd,
     /// Written, not yet sent.
-    out: Vec<u8>,
+    out: Output,
     /// The in-flight send's buffer comes back here for reuse.
     spare: Vec<u8>,
     sending: bool,
@@ -521,7 +599,7 @@ impl Connections {
             id,
             Conn {
                 fd,
-                out: Vec::new(),
+                out: Output::default(),
                 spare: Vec::new(),
                 sending: false,
                 sending_zc: false,
@@ -582,8 +660,7 @@ impl Connections {
                 if (failed == libc::EBUSY || no_zc) && !c.abort {
                     // Not submitted (the shard's I/O limit): nothing was
                     // sent; it goes first at the next flush.
-                    buf.append(&mut c.out);
-                    c.out = buf;
+                    c.out.push_front(buf);
                     self.dirty.push(id.0);
                     return self.settle(id, ctx, true);
                 }
@@ -597,17 +674,17 @@ impl Connections {
                     // A zero-copy send hands back only what it did not send
                     // (its buffer is the kernel's until the notification).
                     if !buf.is_empty() {
-                        buf.append(&mut c.out);
-                        std::mem::swap(&mut c.out, &mut buf);
+                        c.out.push_front(std::mem::take(&mut buf));
                     }
                 } else if sent < buf.len() {
                     // A partial send: the rest goes first next time.
                     buf.drain(..sent);
-                    buf.append(&mut c.out);
-                    std::mem::swap(&mut c.out, &mut buf);
+                    c.out.push_front(std::mem::take(&mut buf));
                 }
-                buf.clear();
-                c.spare = buf;
+                if buf.capacity() > 0 {
+                    buf.clear();
+                    c.spare = buf;
+                }
                 if !c.out.is_empty() {
                     self.dirty.push(id.0);
                     self.flush(ctx);
@@ -642,7 +719,28 @@ impl Connections {
         if c.out.is_empty() {
             self.dirty.push(conn.0);
         }
-        c.out.extend_from_slice(bytes);
+        c.out.append(bytes, &mut c.spare);
+        true
+    }
+
+    /// Queues `buf` for `conn`, as [`write`](Self::write) does; a buffer
+    /// larger than a few kilobytes is sent as it is (not copied behind
+    /// the output queued before it, which goes first).
+    pub fn write_vec(&mut self, conn: ConnId, buf: Vec<u8>) -> bool {
+        if buf.len() <= COALESCE {
+            return self.write(conn, &buf);
+        }
+        let Some(c) = self.conns.get_mut(&conn.0) else { return false };
+        if c.closing {
+            return false;
+        }
+        if c.out.len() + c.in_flight + buf.len() > self.limit {
+            return self.write(conn, &buf); // the limit's path
+        }
+        if c.out.is_empty() {
+            self.dirty.push(conn.0);
+        }
+        c.out.push_whole(buf);
         true
     }
 
@@ -658,10 +756,7 @@ impl Connections {
         if c.in_flight + bytes.len() > self.limit {
             return self.write(conn, &bytes); // the limit's path
         }
-        let old = std::mem::replace(&mut c.out, Vec::from(bytes));
-        if old.capacity() > c.spare.capacity() {
-            c.spare = old; // keep the larger buffer for reuse
-        }
+        c.out.push_whole(Vec::from(bytes));
         self.dirty.push(conn.0);
         true
     }
@@ -671,8 +766,7 @@ impl Connections {
     pub fn flush<A: Handler<NetEvent>>(&mut self, ctx: &Context<A>) {
         for id in std::mem::take(&mut self.dirty) {
             let Some(c) = self.conns.get_mut(&id) else { continue };
-            if !c.sending && !c.out.is_empty() {
-                let buf = std::mem::replace(&mut c.out, std::mem::take(&mut c.spare));
+            if let Some(buf) = (!c.sending).then(|| c.out.pop_front()).flatten() {
                 c.sending = true;
                 c.in_flight = buf.len();
                 let fd = c.fd.as_fixed();
@@ -726,5 +820,47 @@ impl Connections {
             return Some(Input::Closed(id));
         }
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Everything `out` would send, buffer by buffer.
+    fn drain(out: &mut Output) -> Vec<Vec<u8>> {
+        std::iter::from_fn(|| out.pop_front()).collect()
+    }
+
+    #[test]
+    fn output_batches_small_writes_and_keeps_whole_buffers_as_they_are() {
+        let mut out = Output::default();
+        let mut spare = Vec::with_capacity(64);
+        out.append(b"ab", &mut spare);
+        out.append(b"cd", &mut spare);
+        assert_eq!(spare.capacity(), 0, "the spare became the open buffer");
+        let big = vec![7u8; 100];
+        let at = big.as_ptr();
+        out.push_whole(big);
+        out.append(b"ef", &mut spare); // behind a whole buffer: a new one
+        out.append(b"g", &mut spare);
+        assert_eq!(out.len(), 4 + 100 + 3);
+        let first = out.pop_front().unwrap();
+        assert_eq!(first, b"abcd");
+        let whole = out.pop_front().unwrap();
+        assert_eq!(whole.as_ptr(), at, "sent from where it was made");
+        assert_eq!(out.len(), 3);
+        // What a send left is put back in front, closed: writes go behind.
+        out.push_front(b"xy".to_vec());
+        out.append(b"h", &mut spare);
+        assert_eq!(drain(&mut out), vec![b"xy".to_vec(), b"efgh".to_vec()]);
+        assert!(out.is_empty() && out.bufs.is_empty());
+        // Alone in the queue, a buffer put back takes no appends.
+        out.push_front(b"z".to_vec());
+        out.append(b"1", &mut spare);
+        assert_eq!(drain(&mut out), vec![b"z".to_vec(), b"1".to_vec()]);
+        out.append(b"2", &mut spare);
+        out.clear();
+        assert!(out.is_empty() && out.pop_front().is_none());
     }
 }

@@ -18,6 +18,9 @@ use dashmap::DashMap;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use ringmail_wire::frame::{Encoded, Head};
+use ringmail_wire::WireError;
+
 use crate::actor::bridge::Typed;
 use crate::actor::{Handler, Message};
 use crate::runtime::envelope::{Erased, ReplyTo};
@@ -35,11 +38,15 @@ pub(crate) fn type_number(name: &str) -> u64 {
 /// Decodes a reply from wire bytes.
 pub(crate) type ReplyDecoder = fn(&[u8]) -> Result<Box<dyn Any + Send>, postcard::Error>;
 
+/// Encodes a message as its `Tell` or `Ask` frame, whose body may have at
+/// most the given number of bytes.
+pub(crate) type Encoder = fn(&dyn Any, Head, usize) -> Result<Encoded, WireError>;
+
 /// How the sending side encodes one message type and decodes its reply.
 #[derive(Clone, Copy)]
 pub(crate) struct MsgCodec {
     pub(crate) ty: u64,
-    pub(crate) encode: fn(&dyn Any) -> Result<Vec<u8>, postcard::Error>,
+    pub(crate) encode: Encoder,
     pub(crate) decode_reply: ReplyDecoder,
 }
 
@@ -59,9 +66,14 @@ pub(crate) struct Codecs {
     decoders: DashMap<(TypeId, u64), (Decoder, ReplyEncoder)>,
 }
 
-fn encode<M: Serialize + 'static>(m: &dyn Any) -> Result<Vec<u8>, postcard::Error> {
+fn encode<M: Serialize + 'static>(
+    m: &dyn Any,
+    head: Head,
+    max: usize,
+) -> Result<Encoded, WireError> {
     let m = m.downcast_ref::<M>().expect("the codec of this very type");
-    ringmail_wire::frame::encode_payload(m)
+    // Serialized once, straight into its frame.
+    Encoded::message(head, m, max)
 }
 
 fn decode_reply<R: DeserializeOwned + Send + 'static>(

@@ -50,7 +50,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use ringmail_wire::frame::{self, Frame, Sealer, Unsealer, SEGMENT_HEADER, SEGMENT_OVERHEAD};
+use ringmail_wire::frame::{
+    self, Encoded, Frame, Sealer, Unsealer, SEGMENT_HEADER, SEGMENT_OVERHEAD,
+};
 use ringmail_wire::handshake::{Identity, Initiator, Peer, Responder, Session};
 use ringmail_wire::WireError;
 
@@ -60,6 +62,12 @@ use crate::runtime::cell::ActorCell;
 
 /// Largest frame read before a connection is authenticated.
 pub(crate) const MAX_HANDSHAKE_FRAME: usize = 1024;
+
+/// An encoded frame of at least this many bytes is sealed as a segment of
+/// its own, in the buffer it was encoded in, instead of being copied into
+/// the pending batch: past a few kilobytes the copy costs more than the
+/// segment's 20 bytes and one more seal call.
+pub(crate) const ALONE: usize = 16 << 10;
 
 /// Where a link is in its life.
 enum State {
@@ -179,7 +187,8 @@ pub(crate) struct Link {
 /// leave). It holds its stand-in's capacity slot; dropped unsent (its link
 /// was lost), it gives the slot back and counts as a dead letter.
 pub(crate) struct Held {
-    pub(crate) frame: Frame,
+    /// The frame, encoded (empty once queued).
+    pub(crate) frame: Encoded,
     /// Its target (on the peer) and its cost against the target's window.
     pub(crate) to: u64,
     pub(crate) cost: u64,
@@ -188,31 +197,33 @@ pub(crate) struct Held {
     /// The ask's request id, if it is one.
     pub(crate) req: Option<u64>,
     stand_in: Option<Arc<ActorCell>>,
+    /// An `Exit` frame rather than a message.
+    exit: bool,
     /// An exit that left (it has no slot to mark that).
     pub(crate) sent: bool,
 }
 
 impl Held {
     pub(crate) fn new(
-        frame: Frame,
+        frame: Encoded,
         (to, cost): (u64, u64),
         proxy: u64,
         req: Option<u64>,
         stand_in: Arc<ActorCell>,
     ) -> Held {
-        Held { frame, to, cost, proxy, req, stand_in: Some(stand_in), sent: false }
+        Held { frame, to, cost, proxy, req, stand_in: Some(stand_in), exit: false, sent: false }
     }
 
     /// An exit for target `to` (a stop through a reference, or a linked
     /// actor's failure): no cost and no slot, but in line with the
     /// messages held for the same target, behind them.
-    pub(crate) fn exit(frame: Frame, to: u64, proxy: u64) -> Held {
-        Held { frame, to, cost: 0, proxy, req: None, stand_in: None, sent: false }
+    pub(crate) fn exit(frame: Encoded, to: u64, proxy: u64) -> Held {
+        Held { frame, to, cost: 0, proxy, req: None, stand_in: None, exit: true, sent: false }
     }
 
     /// True for an exit ([`Held::exit`]).
     pub(crate) fn is_exit(&self) -> bool {
-        matches!(self.frame, Frame::Exit { .. })
+        self.exit
     }
 
     /// The stand-in's capacity slot, now the caller's to release.
@@ -453,6 +464,36 @@ impl Link {
         let mut seg = std::mem::replace(&mut self.pending, next);
         sealer.seal_in_place(&mut seg);
         Ok(Some(seg))
+    }
+
+    /// Queues an encoded frame. A large one is sealed at once, on its own
+    /// and where it was encoded (no copy), behind what was pending (sealed
+    /// first); a small one joins the pending segment, which is sealed
+    /// first if the frame would make it outgrow `max_frame`. Segments to
+    /// write now come back in order.
+    pub(crate) fn queue_encoded(
+        &mut self,
+        f: Encoded,
+        max_frame: usize,
+    ) -> Result<[Option<Vec<u8>>; 2], QueueError> {
+        let State::Up { sealer, .. } = &mut self.state else { return Err(QueueError::NotUp) };
+        let bytes = f.bytes();
+        let pending = self.pending.len().saturating_sub(SEGMENT_HEADER);
+        let seal_pending =
+            pending > 0 && (bytes.len() >= ALONE || pending + bytes.len() > max_frame);
+        let first = seal_pending.then(|| {
+            let mut seg = std::mem::take(&mut self.pending);
+            sealer.seal_in_place(&mut seg);
+            seg
+        });
+        if bytes.len() >= ALONE {
+            return Ok([first, Some(sealer.seal_encoded(f))]);
+        }
+        if self.pending.is_empty() {
+            self.pending.extend_from_slice(&[0; SEGMENT_HEADER]);
+        }
+        self.pending.extend_from_slice(bytes);
+        Ok([first, None])
     }
 
     /// Seals the pending frames into one segment, to be written; `None`

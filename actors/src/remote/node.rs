@@ -57,7 +57,7 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use ringmail_transport::FixedFd;
-use ringmail_wire::frame::Frame;
+use ringmail_wire::frame::{Encoded, Frame};
 use ringmail_wire::handshake::Identity;
 
 use super::dial::Dial;
@@ -364,7 +364,7 @@ impl NodeActor {
         match l.queue(f, max) {
             Ok(sealed) => {
                 if let Some(seg) = sealed {
-                    self.conns.write(l.conn, &seg);
+                    self.conns.write_vec(l.conn, seg);
                 }
             }
             Err(QueueError::NotUp) => return false,
@@ -373,19 +373,45 @@ impl NodeActor {
                 return false;
             }
         }
+        self.flush_soon();
+        true
+    }
+
+    /// Queues a frame encoded beforehand (a message, an exit), as
+    /// [`NodeActor::queue`] does; a large one is written without a copy.
+    fn queue_encoded(&mut self, link: u64, f: Encoded) -> bool {
+        let max = self.shared.cfg.max_frame;
+        let Some(l) = self.links.get_mut(&link) else { return false };
+        match l.queue_encoded(f, max) {
+            Ok(segs) => {
+                for seg in segs.into_iter().flatten() {
+                    self.conns.write_vec(l.conn, seg);
+                }
+            }
+            Err(QueueError::NotUp) => return false,
+            Err(QueueError::Frame(e)) => {
+                tracing::warn!(node = %self.shared.cfg.name, error = %e, "frame not sent");
+                return false;
+            }
+        }
+        self.flush_soon();
+        true
+    }
+
+    /// A `Flush` behind everything already queued: one segment of small
+    /// frames per loop turn.
+    fn flush_soon(&mut self) {
         if !self.flush_queued {
             self.flush_queued = true;
-            // Behind everything already queued: one segment per loop turn.
             self.me().deliver_forced(Flush);
         }
-        true
     }
 
     fn flush(&mut self, ctx: &Context<Self>) {
         self.flush_queued = false;
         for l in self.links.values_mut() {
             if let Some(seg) = l.take_segment() {
-                self.conns.write(l.conn, &seg);
+                self.conns.write_vec(l.conn, seg);
             }
         }
         self.conns.flush(ctx);

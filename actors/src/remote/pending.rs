@@ -135,7 +135,7 @@ mod tests {
     fn codec() -> MsgCodec {
         MsgCodec {
             ty: 1,
-            encode: |_| Ok(Vec::new()),
+            encode: |_, _, _| Ok(Default::default()),
             decode_reply: |b| Ok(Box::new(b.to_vec()) as Box<dyn Any + Send>),
         }
     }

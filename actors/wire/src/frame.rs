@@ -243,6 +243,15 @@ impl Sealer {
         self.seal_at(seg, 0);
     }
 
+    /// Seals `e` as a segment of its one frame, in its own buffer: the
+    /// same segment [`Sealer::seal_in_place`] makes of a buffer holding
+    /// only that frame.
+    pub fn seal_encoded(&mut self, e: Encoded) -> Vec<u8> {
+        let mut seg = e.buf;
+        self.seal_in_place(&mut seg);
+        seg
+    }
+
     fn seal_at(&mut self, out: &mut Vec<u8>, start: usize) {
         let len = out.len() - start - SEGMENT_HEADER;
         let len = u32::try_from(len).expect("a segment's payload is under 4 GiB");
@@ -345,6 +354,114 @@ impl postcard::ser_flavors::Flavor for Append<'_> {
     fn finalize(self) -> postcard::Result<()> {
         Ok(())
     }
+}
+
+/// What an actor message frame is, ahead of its payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Head {
+    /// A [`Frame::Tell`].
+    Tell {
+        /// The target actor's id on the receiving node.
+        to: u64,
+        /// The registered message type.
+        ty: u64,
+    },
+    /// A [`Frame::Ask`].
+    Ask {
+        /// The target actor's id on the receiving node.
+        to: u64,
+        /// The registered message type.
+        ty: u64,
+        /// The request id.
+        req: u64,
+    },
+}
+
+/// One frame encoded on its own, in a buffer laid out as a segment of that
+/// one frame: room for the segment's length, the length-prefixed frame,
+/// and capacity for the tag. Batched with others into a segment it is
+/// copied ([`Encoded::bytes`]); sent alone ([`Sealer::seal_encoded`]) it
+/// is sealed where it lies, so a large message is written once, by its
+/// serializer, and never copied again on its way to the socket.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Encoded {
+    buf: Vec<u8>,
+    payload: usize,
+}
+
+impl Encoded {
+    /// `f`, encoded; its body may have at most `max` bytes.
+    pub fn frame(f: &Frame, max: usize) -> Result<Encoded, WireError> {
+        let mut buf = vec![0; SEGMENT_HEADER];
+        encode(f, &mut buf, max)?;
+        buf.reserve_exact(TAG);
+        let payload = match f {
+            Frame::Tell { payload, .. } | Frame::Ask { payload, .. } => payload.len(),
+            _ => 0,
+        };
+        Ok(Encoded { buf, payload })
+    }
+
+    /// The `Tell` or `Ask` of `head` with `msg` as its payload, serialized
+    /// straight into the frame (the same bytes as [`Encoded::frame`] of
+    /// the frame with `msg`'s postcard encoding as its payload, without
+    /// that intermediate vector). The body may have at most `max` bytes.
+    pub fn message<T: Serialize + ?Sized>(
+        head: Head,
+        msg: &T,
+        max: usize,
+    ) -> Result<Encoded, WireError> {
+        let malformed = |e: postcard::Error| WireError::Malformed(e.to_string());
+        let n = postcard::serialize_with_flavor(msg, postcard::ser_flavors::Size::default())
+            .map_err(malformed)?;
+        let empty = match head {
+            Head::Tell { to, ty } => Frame::Tell { to, ty, payload: Vec::new() },
+            Head::Ask { to, ty, req } => Frame::Ask { to, ty, req, payload: Vec::new() },
+        };
+        // The frame with an empty payload, whose encoding ends in the
+        // payload's length (a one-byte 0): the fields before it, as the
+        // enum encodes them. The length is replaced, the payload follows.
+        let mut buf = Vec::with_capacity(SEGMENT_HEADER + 4 + 3 * 10 + 10 + n + TAG);
+        buf.extend_from_slice(&[0; SEGMENT_HEADER]);
+        encode(&empty, &mut buf, usize::MAX)?;
+        let zero = buf.pop();
+        debug_assert_eq!(zero, Some(0), "the payload is the last field");
+        push_varint(&mut buf, n as u64);
+        let before = buf.len();
+        postcard::serialize_with_flavor(msg, Append(&mut buf)).map_err(malformed)?;
+        if buf.len() - before != n {
+            return Err(WireError::Malformed(
+                "the message encoded to a different length twice".into(),
+            ));
+        }
+        let len = buf.len() - SEGMENT_HEADER - 4;
+        let max = max.min(u32::MAX as usize);
+        if len > max {
+            return Err(WireError::TooLarge { len, max });
+        }
+        buf[SEGMENT_HEADER..SEGMENT_HEADER + 4].copy_from_slice(&(len as u32).to_be_bytes());
+        Ok(Encoded { buf, payload: n })
+    }
+
+    /// The length-prefixed frame, as [`encode`] appends it.
+    pub fn bytes(&self) -> &[u8] {
+        self.buf.get(SEGMENT_HEADER..).unwrap_or_default()
+    }
+
+    /// The length of the message payload (0 for a frame that is not a
+    /// `Tell` or an `Ask`).
+    pub fn payload_len(&self) -> usize {
+        self.payload
+    }
+}
+
+/// `v` as postcard writes a `u64`/`usize` (LEB128: 7 bits a byte, low first).
+fn push_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
 }
 
 /// Decodes the frame at the start of `buf`: `Ok(None)` when more bytes are

@@ -188,6 +188,45 @@ fn queueing_past_max_frame_seals_the_pending_frames_first() {
 }
 
 #[test]
+fn a_large_encoded_frame_is_sealed_alone_behind_the_pending_ones() {
+    let (mut a, mut b) = pair();
+    let enc = |f: &Frame| Encoded::frame(f, MAX).unwrap();
+    // Small ones join the pending segment.
+    assert_eq!(a.queue_encoded(enc(&tell(10)), MAX).unwrap(), [None, None]);
+    assert_eq!(a.queue_encoded(enc(&Frame::Ping(2)), MAX).unwrap(), [None, None]);
+    // A large one: what was pending first, then the large one on its own,
+    // sealed in the buffer it was encoded in.
+    let big = tell(ALONE);
+    let [first, second] = a.queue_encoded(enc(&big), MAX).unwrap();
+    let (first, second) = (first.expect("the pending frames"), second.expect("the large one"));
+    assert_eq!(second.len(), enc(&big).bytes().len() + SEGMENT_OVERHEAD);
+    // Nothing pending: a large one alone is one segment.
+    let [none, third] = a.queue_encoded(enc(&big), MAX).unwrap();
+    assert!(none.is_none());
+    // Behind it, small ones batch again, and the peer reads all in order.
+    a.queue_encoded(enc(&tell(3)), MAX).unwrap();
+    a.queue(&Frame::Pong(4), MAX).unwrap();
+    let last = a.take_segment().unwrap();
+    let wire = [first, second, third.unwrap(), last].concat();
+    assert_eq!(
+        frames_of(&mut b, &wire).unwrap(),
+        vec![tell(10), Frame::Ping(2), big.clone(), big, tell(3), Frame::Pong(4)]
+    );
+    // Small ones past max_frame seal what was pending first, as `queue`.
+    let one = enc(&tell(100)).bytes().len();
+    let max = 2 * one + 1;
+    assert_eq!(a.queue_encoded(enc(&tell(100)), max).unwrap(), [None, None]);
+    assert_eq!(a.queue_encoded(enc(&tell(100)), max).unwrap(), [None, None]);
+    let [full, none] = a.queue_encoded(enc(&tell(100)), max).unwrap();
+    assert!(none.is_none());
+    let wire = [full.unwrap(), a.take_segment().unwrap()].concat();
+    assert_eq!(frames_of(&mut b, &wire).unwrap(), vec![tell(100); 3]);
+    // Only on a link that is up.
+    let mut fresh = link(9, false);
+    assert!(matches!(fresh.queue_encoded(enc(&Frame::Ping(1)), MAX), Err(QueueError::NotUp)));
+}
+
+#[test]
 fn a_handshake_frame_on_an_established_link_is_an_error() {
     let (mut a, _b) = pair();
     let f = Frame::Confirm { sealed: Vec::new() };

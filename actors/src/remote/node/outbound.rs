@@ -5,7 +5,7 @@
 
 use std::sync::atomic::Ordering;
 
-use ringmail_wire::frame::Frame;
+use ringmail_wire::frame::{Encoded, Frame, Head};
 
 use super::{inbound, NodeActor};
 use crate::actor::{Context, Handler};
@@ -47,24 +47,31 @@ impl Handler<Outbound> for NodeActor {
             return;
         };
         let (msg, reply) = msg.split();
-        let payload = match (codec.encode)(&*msg) {
-            Ok(p) => p,
+        let (to, ty) = (remote_id, codec.ty);
+        let (head, req) = match reply {
+            Some(r) => {
+                let req = self.pending.ask(link, r, codec);
+                (Head::Ask { to, ty, req }, Some(req))
+            }
+            None => (Head::Tell { to, ty }, None),
+        };
+        // Encoded once, into the frame it travels in (too large a frame is
+        // refused here, before it costs credit).
+        let max = self.shared.cfg.max_frame.saturating_sub(4);
+        let frame = match (codec.encode)(&*msg, head, max) {
+            Ok(f) => f,
             Err(e) => {
+                if let Some(req) = req {
+                    self.pending.forget_ask(req); // its ReplyTo answers "no reply"
+                }
                 shared.unreserve();
                 tracing::warn!(node = %self.shared.cfg.name, error = %e, "a message does not encode: dead letter");
                 dead_letter();
                 return;
             }
         };
-        let cost = window::cost(payload.len());
-        let (f, req) = match reply {
-            Some(r) => {
-                let req = self.pending.ask(link, r, codec);
-                (Frame::Ask { to: remote_id, ty: codec.ty, req, payload }, Some(req))
-            }
-            None => (Frame::Tell { to: remote_id, ty: codec.ty, payload }, None),
-        };
-        let held = Held::new(f, (remote_id, cost), o.proxy, req, shared);
+        let cost = window::cost(frame.payload_len());
+        let held = Held::new(frame, (remote_id, cost), o.proxy, req, shared);
         let l = self.links.get_mut(&link).expect("the peer's link");
         // Within the target's credit window it leaves now; else it waits
         // for credit, holding its stand-in's slot (so senders wait too).
@@ -118,7 +125,7 @@ impl NodeActor {
                     let room =
                         self.links.get_mut(&link).is_some_and(|l| l.out.charge(h.to, h.cost));
                     if room {
-                        if self.queue(link, &h.frame) {
+                        if self.queue_encoded(link, h.frame.clone()) {
                             if let Some(l) = self.links.get_mut(&link) {
                                 l.sent_copy(); // the copy is acknowledged like any frame
                             }
@@ -133,10 +140,10 @@ impl NodeActor {
         if h.is_exit() {
             // An exit: no slot, no count of messages; dropped unsent (too
             // large: cannot be), it counts as a dead letter.
-            h.sent = self.queue(link, &h.frame);
+            h.sent = self.queue_encoded(link, std::mem::take(&mut h.frame));
             return None;
         }
-        if self.queue(link, &h.frame) {
+        if self.queue_encoded(link, std::mem::take(&mut h.frame)) {
             let slot = h.take_slot();
             if let Some(l) = self.links.get_mut(&link) {
                 l.sent_for(h.proxy, slot);
@@ -194,6 +201,15 @@ impl Handler<RemoteExit> for NodeActor {
             return;
         };
         let f = Frame::Exit { to, from: e.from, reason: inbound::reason_text(&e.reason) };
+        let f = match Encoded::frame(&f, self.shared.cfg.max_frame.saturating_sub(4)) {
+            Ok(f) => f,
+            Err(e) => {
+                // (A stop reason is a short text: cannot be.)
+                tracing::warn!(node = %self.shared.cfg.name, error = %e, "an exit does not encode: dead letter");
+                dead_letter();
+                return;
+            }
+        };
         // In line with the messages to it that wait for credit: behind
         // them, as it is behind them in the stand-in's order.
         let held = Held::exit(f, to, e.cell.id);

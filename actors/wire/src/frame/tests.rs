@@ -130,6 +130,68 @@ fn messages_decode_in_place_as_decode_reads_them() {
 }
 
 #[test]
+fn a_message_serialized_into_its_frame_is_the_frame_of_its_encoding() {
+    // Payload lengths on both sides of every varint width, and fields
+    // that take one byte and ten.
+    let lens = [0, 1, 126, 127, 128, 16_382, 16_383, 16_384, 70_000, 2_097_152];
+    for (i, &n) in lens.iter().enumerate() {
+        let msg: (u32, Vec<u8>) = (i as u32, vec![i as u8; n]);
+        let payload = postcard::to_allocvec(&msg).unwrap();
+        let ids = [(1, 7, 0), (u64::MAX, 300, u64::MAX), (128, u64::MAX, 127)];
+        for (to, ty, req) in ids {
+            for (head, frame) in [
+                (Head::Tell { to, ty }, Frame::Tell { to, ty, payload: payload.clone() }),
+                (Head::Ask { to, ty, req }, Frame::Ask { to, ty, req, payload: payload.clone() }),
+            ] {
+                let e = Encoded::message(head, &msg, DEFAULT_MAX_FRAME).unwrap();
+                assert_eq!(e, Encoded::frame(&frame, DEFAULT_MAX_FRAME).unwrap(), "{head:?} {n}");
+                let mut want = Vec::new();
+                encode(&frame, &mut want, DEFAULT_MAX_FRAME).unwrap();
+                assert_eq!(e.bytes(), &want[..]);
+                assert_eq!(e.payload_len(), payload.len());
+            }
+        }
+    }
+    // The same limit as `encode`, on the body.
+    let big = vec![0u8; 1000];
+    let body = {
+        let mut b = Vec::new();
+        encode(
+            &Frame::Tell { to: 1, ty: 2, payload: postcard::to_allocvec(&big).unwrap() },
+            &mut b,
+            1 << 20,
+        )
+        .unwrap();
+        b.len() - 4
+    };
+    let head = Head::Tell { to: 1, ty: 2 };
+    assert!(Encoded::message(head, &big, body).is_ok());
+    assert_eq!(
+        Encoded::message(head, &big, body - 1),
+        Err(WireError::TooLarge { len: body, max: body - 1 })
+    );
+}
+
+#[test]
+fn an_encoded_frame_sealed_alone_is_the_segment_of_that_one_frame() {
+    let key = [9u8; 32];
+    let frames = [msg(0), msg(20), msg(70_000), Frame::Ping(3)];
+    let (mut alone, mut batched) = (Sealer::new(key), Sealer::new(key));
+    let mut opener = Unsealer::new(key, DEFAULT_MAX_FRAME);
+    for f in &frames {
+        let e = Encoded::frame(f, DEFAULT_MAX_FRAME).unwrap();
+        let mut seg = vec![0; SEGMENT_HEADER];
+        encode(f, &mut seg, DEFAULT_MAX_FRAME).unwrap();
+        batched.seal_in_place(&mut seg);
+        let mut sealed = alone.seal_encoded(e);
+        assert_eq!(sealed, seg);
+        let (payload, used) = opener.open(&mut sealed).unwrap().unwrap();
+        assert_eq!(used, seg.len());
+        assert_eq!(decode(payload, DEFAULT_MAX_FRAME).unwrap().unwrap().0, *f);
+    }
+}
+
+#[test]
 fn payloads_encode_as_postcard_does_into_a_vector_of_their_size() {
     let values: [(u64, String, Vec<u8>); 3] = [
         (0, String::new(), vec![]),
