@@ -125,6 +125,52 @@ pub fn parse(buf: &[u8], limits: &Limits) -> Result<Parsed, ProtocolError> {
     Ok(Parsed::Request(spans.into_iter().map(|r| buf[r].to_vec()).collect(), at))
 }
 
+/// How many bytes of `more` complete the request that `head` starts and
+/// does not hold whole; `None` when `more` does not complete it either, or
+/// when the headers are not a request's (then [`parse`] of everything
+/// says what is wrong). Bulk bodies are skipped by their lengths, never
+/// scanned. A request that arrived in pieces is joined by copying only its
+/// own bytes; the requests behind it are parsed where they lie.
+pub fn completing(head: &[u8], more: &[u8]) -> Option<usize> {
+    let total = head.len() + more.len();
+    let byte = |i: usize| if i < head.len() { head.get(i) } else { more.get(i - head.len()) };
+    if *byte(0)? != b'*' {
+        // Inline: up to its newline.
+        let nl = head.len() + more.iter().position(|&b| b == b'\n')? + 1;
+        return (nl > head.len()).then(|| nl - head.len());
+    }
+    // `tag`, a decimal number and CRLF at `i` (as `parse` reads a header
+    // line: at most 32 bytes): the number and where the line ends.
+    let header = |i: usize, tag: u8| -> Option<(i64, usize)> {
+        if *byte(i)? != tag {
+            return None;
+        }
+        let (mut v, mut neg, mut j) = (0i64, false, i + 1);
+        loop {
+            match *byte(j)? {
+                b'-' if j == i + 1 => neg = true,
+                d @ b'0'..=b'9' => v = v.checked_mul(10)?.checked_add(i64::from(d - b'0'))?,
+                b'\r' if *byte(j + 1)? == b'\n' => break,
+                _ => return None,
+            }
+            j += 1;
+            if j - i > 32 {
+                return None;
+            }
+        }
+        Some((if neg { -v } else { v }, j + 2))
+    };
+    let (n, mut at) = header(0, b'*')?;
+    for _ in 0..n.max(0) {
+        let (len, next) = header(at, b'$')?;
+        at = next.checked_add(usize::try_from(len).ok()?)?.checked_add(2)?;
+        if at > total {
+            return None;
+        }
+    }
+    (at > head.len() && at <= total).then(|| at - head.len())
+}
+
 fn parse_inline(buf: &[u8], limits: &Limits) -> Result<Parsed, ProtocolError> {
     let Some((l, used)) = line(buf, limits.max_inline)? else { return Ok(Parsed::Incomplete) };
     let args: Vec<Vec<u8>> = l
@@ -290,6 +336,46 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    #[test]
+    fn completing_finds_the_bytes_that_complete_a_split_request() {
+        let big = vec![b'v'; 5000];
+        let first = [
+            req(&[b"SET", b"key", &big]),
+            req(&[b"GET", b""]),
+            req(&[b"PING"]),
+            b"PING\r\n".to_vec(),
+            b"*0\r\n".to_vec(),
+        ];
+        for f in &first {
+            // Requests behind it, then a split at every point inside it.
+            let stream = [f.clone(), req(&[b"GET", b"k"]), b"*2\r\n$3\r\nGE".to_vec()].concat();
+            for p in 1..f.len() {
+                let (head, more) = stream.split_at(p);
+                let k = completing(head, more).unwrap_or_else(|| panic!("split at {p} of {f:?}"));
+                assert_eq!(p + k, f.len(), "split at {p}");
+                // Exactly the request `parse` reads whole.
+                let joined = [head, &more[..k]].concat();
+                match parse(&joined, &Limits::default()).unwrap() {
+                    Parsed::Request(_, n) => assert_eq!(n, joined.len()),
+                    Parsed::Incomplete => panic!("split at {p}: incomplete"),
+                }
+                // Without its last byte it is not complete.
+                assert_eq!(completing(head, &more[..k - 1]), None, "split at {p}");
+            }
+        }
+        // Not a request's headers: unknown (everything is joined and
+        // parsed, which reports the error).
+        for (head, more) in [
+            (&b"*2\r\n"[..], &b"+3\r\nGET\r\n"[..]),
+            (b"*x", b"\r\n"),
+            (b"*1\r\n$-1", b"\r\n"),
+            (b"*99999999999999999999", b"\r\n"),
+            (b"*1\r\n$3\r\nabc", b""),
+        ] {
+            assert_eq!(completing(head, more), None, "{head:?} {more:?}");
+        }
+    }
+
     fn req(args: &[&[u8]]) -> Vec<u8> {
         let mut v = Vec::new();
         encode_request(args, &mut v);
@@ -354,6 +440,24 @@ mod tests {
     }
 
     proptest! {
+        /// Whatever the bytes, `completing` never panics, and a length it
+        /// finds for a partial request is the request `parse` reads.
+        #[test]
+        fn completing_agrees_with_parse(
+            head in proptest::collection::vec(any::<u8>(), 1..64),
+            more in proptest::collection::vec(any::<u8>(), 0..64),
+        ) {
+            let partial = matches!(parse(&head, &Limits::default()), Ok(Parsed::Incomplete));
+            if let (true, Some(k)) = (partial, completing(&head, &more)) {
+                let joined = [&head[..], &more[..k]].concat();
+                match parse(&joined, &Limits::default()) {
+                    Ok(Parsed::Request(_, n)) => prop_assert_eq!(n, joined.len()),
+                    Ok(Parsed::Incomplete) => prop_assert!(false, "complete by its headers"),
+                    Err(_) => {} // (a missing CRLF after a body, say)
+                }
+            }
+        }
+
         /// Arbitrary bytes never panic the parser, and a request it accepts
         /// never claims more bytes than it was given.
         #[test]

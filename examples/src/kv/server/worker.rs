@@ -443,16 +443,37 @@ impl KvWorker {
             self.clients.insert(conn, c);
             return; // answering its last requests, then closing: no more input
         }
-        // Requests are parsed from the received bytes themselves when no
-        // earlier part waits in `inbuf` (the usual case): only what is left
-        // unparsed is copied, not every byte twice.
+        // Requests are parsed from the received bytes themselves: only a
+        // request that arrived in pieces is joined (the part that waited in
+        // `inbuf` and as much of `bytes` as completes it: its own bytes,
+        // not the requests behind it), and what is left unparsed is kept.
         let mut joined = std::mem::take(&mut c.inbuf);
-        let input: &[u8] = if joined.is_empty() {
+        let rest = if joined.is_empty() {
             bytes
         } else {
-            joined.extend_from_slice(bytes);
-            &joined
+            let k = resp::completing(&joined, bytes).unwrap_or(bytes.len());
+            joined.extend_from_slice(&bytes[..k]);
+            let used = self.take_requests(&mut c, conn, &joined);
+            if used < joined.len() {
+                // Still incomplete (or parsing stopped: a transaction, a
+                // blocked command, an error): everything waits, joined.
+                joined.drain(..used);
+                joined.extend_from_slice(&bytes[k..]);
+                c.inbuf = joined;
+                return self.keep_input(conn, c);
+            }
+            &bytes[k..]
         };
+        let used = self.take_requests(&mut c, conn, rest);
+        if used < rest.len() {
+            c.inbuf = rest[used..].to_vec();
+        }
+        self.keep_input(conn, c)
+    }
+
+    /// Parses and routes the requests at the start of `input` while the
+    /// client takes requests; returns the bytes used.
+    fn take_requests(&mut self, c: &mut Client, conn: ConnId, input: &[u8]) -> usize {
         let mut used = 0;
         loop {
             if c.in_tx {
@@ -481,16 +502,16 @@ impl KvWorker {
                         c.pending.push_back(p);
                         continue;
                     }
-                    if let Some(reply) = self.pubsub_command(&mut c, conn, &args) {
+                    if let Some(reply) = self.pubsub_command(c, conn, &args) {
                         let mut p = Pending::ready(reply);
                         p.resp3 = c.resp3;
                         c.pending.push_back(p);
                         continue;
                     }
                     let pass = self.info.requirepass.as_deref();
-                    let mut p = match connection_command(&mut c, conn, &args, pass) {
+                    let mut p = match connection_command(c, conn, &args, pass) {
                         Some(reply) => Pending::ready(reply),
-                        None => match transaction_step(&mut c, args, self.shards.len()) {
+                        None => match transaction_step(c, args, self.shards.len()) {
                             Step::Answer(reply) => Pending::ready(reply),
                             Step::Exec(cmds) => {
                                 let watch = std::mem::take(&mut c.watch);
@@ -498,9 +519,7 @@ impl KvWorker {
                                 c.in_tx = self.txs.values().any(|t| t.conn == conn);
                                 p
                             }
-                            Step::Run(args) if is_watch(&args[0]) => {
-                                self.watch(&mut c, conn, seq, args)
-                            }
+                            Step::Run(args) if is_watch(&args[0]) => self.watch(c, conn, seq, args),
                             Step::Run(args) => {
                                 let p = self.route(conn, seq, args);
                                 // A move across shards: the next requests
@@ -531,32 +550,32 @@ impl KvWorker {
                 }
             }
         }
-        if !c.close_after && used < input.len() {
-            c.inbuf = if joined.is_empty() {
-                input[used..].to_vec()
-            } else {
-                joined.drain(..used);
-                joined
-            };
-            if c.in_tx && c.inbuf.len() > self.limits.max_query_buffer {
-                // Memory stays bounded whatever a client sends while its
-                // requests wait (a `BLPOP k 0` followed by a stream): the
-                // replies it waits for are dropped (late ones are ignored:
-                // their numbers are behind `first_seq`), it gets the error,
-                // and the connection closes once that is written.
-                c.inbuf = Vec::new();
-                c.first_seq += c.pending.len() as u64;
-                c.pending.clear();
-                // Its blocked requests are dropped now, not at the close:
-                // nothing is popped for it meanwhile.
-                let worker = self.me.as_ref().map_or(0, |m| m.id());
-                for s in self.blocking.remove(&conn).unwrap_or_default() {
-                    let _ = self.shards[s].tell(Unblock { worker, conn });
-                }
-                let e = "ERR query buffer limit reached (input while a command waits)";
-                c.pending.push_back(Pending::ready(Reply::Error(e.into())));
-                c.close_after = true;
+        used
+    }
+
+    /// Puts the client back with the input it has not parsed (none once it
+    /// is closing), bounded while its requests wait.
+    fn keep_input(&mut self, conn: ConnId, mut c: Client) {
+        if c.close_after {
+            c.inbuf = Vec::new();
+        } else if c.in_tx && c.inbuf.len() > self.limits.max_query_buffer {
+            // Memory stays bounded whatever a client sends while its
+            // requests wait (a `BLPOP k 0` followed by a stream): the
+            // replies it waits for are dropped (late ones are ignored:
+            // their numbers are behind `first_seq`), it gets the error,
+            // and the connection closes once that is written.
+            c.inbuf = Vec::new();
+            c.first_seq += c.pending.len() as u64;
+            c.pending.clear();
+            // Its blocked requests are dropped now, not at the close:
+            // nothing is popped for it meanwhile.
+            let worker = self.me.as_ref().map_or(0, |m| m.id());
+            for s in self.blocking.remove(&conn).unwrap_or_default() {
+                let _ = self.shards[s].tell(Unblock { worker, conn });
             }
+            let e = "ERR query buffer limit reached (input while a command waits)";
+            c.pending.push_back(Pending::ready(Reply::Error(e.into())));
+            c.close_after = true;
         }
         self.clients.insert(conn, c);
     }
