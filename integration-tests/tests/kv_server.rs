@@ -1552,6 +1552,27 @@ fn requests_cut_anywhere_across_receives_are_answered_as_whole_ones() {
 }
 
 #[test]
+fn nothing_after_a_quit_that_arrived_in_pieces_runs() {
+    let (system, srv) = serve(2);
+    let mut s = TcpStream::connect(srv.addr).unwrap();
+    s.set_nodelay(true).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    // QUIT cut in two receives, a SET behind it in the second.
+    s.write_all(b"*1\r\n$4\r\nQUI").unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    s.write_all(b"T\r\n*3\r\n$3\r\nSET\r\n$4\r\nafter\r\n$1\r\nv\r\n").unwrap();
+    let mut got = Vec::new();
+    s.read_to_end(&mut got).unwrap();
+    assert_eq!(got, b"+OK\r\n", "QUIT's answer, then the connection closes");
+    let mut con = client(&srv);
+    let after: Option<String> = con.get("after").unwrap();
+    assert_eq!(after, None, "the SET behind QUIT did not run");
+    drop(con);
+    all_closed(&srv);
+    system.shutdown();
+}
+
+#[test]
 fn a_token_renamed_around_keys_on_every_shard_is_always_exactly_in_one_place() {
     // Atomic moves across shards: RENAME from each holder to the next and
     // RPOPLPUSH between lists, by 4 clients, while a reader counts in one

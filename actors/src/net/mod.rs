@@ -435,6 +435,9 @@ impl Output {
     /// Appends a copy of `bytes` (a new open buffer from `spare` when the
     /// last one is closed).
     fn append(&mut self, bytes: &[u8], spare: &mut Vec<u8>) {
+        if bytes.is_empty() {
+            return; // (never a buffer to send with nothing in it)
+        }
         match self.bufs.back_mut() {
             Some(last) if self.open => last.extend_from_slice(bytes),
             _ => {
@@ -861,6 +864,8 @@ mod tests {
         assert_eq!(drain(&mut out), vec![b"z".to_vec(), b"1".to_vec()]);
         out.append(b"2", &mut spare);
         out.clear();
+        out.append(b"", &mut spare); // nothing to send: no buffer
+        assert!(out.is_empty() && out.pop_front().is_none());
         assert!(out.is_empty() && out.pop_front().is_none());
     }
 }

@@ -482,7 +482,8 @@ impl Link {
         let seal_pending =
             pending > 0 && (bytes.len() >= ALONE || pending + bytes.len() > max_frame);
         let first = seal_pending.then(|| {
-            let mut seg = std::mem::take(&mut self.pending);
+            let next = Vec::with_capacity(self.pending.len() + SEGMENT_OVERHEAD);
+            let mut seg = std::mem::replace(&mut self.pending, next);
             sealer.seal_in_place(&mut seg);
             seg
         });

@@ -451,7 +451,11 @@ impl KvWorker {
         let rest = if joined.is_empty() {
             bytes
         } else {
-            let k = resp::completing(&joined, bytes).unwrap_or(bytes.len());
+            // (`inbuf` holds one partial request, unless parsing stopped
+            // with whole ones in it: then everything is joined.)
+            let partial = matches!(resp::parse(&joined, &self.limits), Ok(Parsed::Incomplete));
+            let k = partial.then(|| resp::completing(&joined, bytes)).flatten();
+            let k = k.unwrap_or(bytes.len());
             joined.extend_from_slice(&bytes[..k]);
             let used = self.take_requests(&mut c, conn, &joined);
             if used < joined.len() {
@@ -476,8 +480,8 @@ impl KvWorker {
     fn take_requests(&mut self, c: &mut Client, conn: ConnId, input: &[u8]) -> usize {
         let mut used = 0;
         loop {
-            if c.in_tx {
-                break; // parsed once its transaction has run
+            if c.in_tx || c.close_after {
+                break; // parsed once its transaction has run; none after QUIT
             }
             match resp::parse(&input[used..], &self.limits) {
                 Ok(Parsed::Request(args, n)) => {
