@@ -18,11 +18,12 @@
 //! later land above it. Every key present for the whole scan is returned
 //! at least once, Redis' guarantee.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use indexmap::IndexMap;
 
+use super::list::List;
 use super::resp::Reply;
 
 /// A string value: up to 40 bytes in the entry itself (the size of the
@@ -37,8 +38,9 @@ pub enum Value {
     Str(Str),
     /// A hash: field -> value.
     Hash(HashMap<Vec<u8>, Vec<u8>>),
-    /// A list.
-    List(VecDeque<Vec<u8>>),
+    /// A list (chunked, short elements inline: [`List`]; boxed, so an
+    /// entry stays the size a hash's table makes it).
+    List(Box<List>),
     /// A set.
     Set(HashSet<Vec<u8>>),
 }

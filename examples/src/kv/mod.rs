@@ -5,6 +5,7 @@
 
 pub mod aof;
 pub mod engine;
+pub mod list;
 pub mod pubsub;
 pub mod resp;
 pub mod server;

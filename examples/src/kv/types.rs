@@ -2,12 +2,15 @@
 //!
 //! A command on a key of another type gets `WRONGTYPE`; a write to a
 //! missing key creates it; an aggregate left empty is deleted (so `EXISTS`
-//! and `TYPE` see it gone), as in Redis. Lists are `VecDeque`s (pushes and
-//! pops at both ends in O(1)); hashes and sets are hash tables, so
+//! and `TYPE` see it gone), as in Redis. Lists are [`List`]s, chunked
+//! deques with short elements inline (pushes and pops at both ends in O(1),
+//! like Redis' quicklist); hashes and sets are hash tables, so
 //! `HGETALL`, `HKEYS`, `SMEMBERS` come in no particular order, as in Redis.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::time::Instant;
+
+use super::list::List;
 
 use super::engine::{
     arity, err, float, float_text, int, range, Entry, Keyspace, Value, NOT_FLOAT, NOT_INT,
@@ -75,7 +78,7 @@ impl Kind {
     fn empty(self) -> Value {
         match self {
             Kind::Hash => Value::Hash(HashMap::new()),
-            Kind::List => Value::List(VecDeque::new()),
+            Kind::List => Value::List(Box::new(List::new())),
             Kind::Set => Value::Set(HashSet::new()),
         }
     }
@@ -299,11 +302,11 @@ impl Keyspace {
         };
         match cmd {
             "lpush" | "lpushx" => {
-                a.iter().for_each(|x| l.push_front(x.clone()));
+                a.iter().for_each(|x| l.push_front(x));
                 Reply::Int(l.len() as i64)
             }
             "rpush" | "rpushx" => {
-                a.iter().for_each(|x| l.push_back(x.clone()));
+                a.iter().for_each(|x| l.push_back(x));
                 Reply::Int(l.len() as i64)
             }
             "lpop" | "rpop" => {
@@ -316,7 +319,11 @@ impl Keyspace {
                 }
             }
             "lrange" => match range(nums[0], nums[1], l.len()) {
-                Some((s, e)) => Reply::Array(bulks(l.range(s..=e))),
+                Some((s, e)) => {
+                    let mut items = Vec::with_capacity(e + 1 - s);
+                    l.for_each_in(s, e, |x| items.push(Reply::Bulk(x.to_vec())));
+                    Reply::Array(items)
+                }
                 None => Reply::Array(Vec::new()),
             },
             "lindex" => {
@@ -324,7 +331,7 @@ impl Keyspace {
                 usize::try_from(i)
                     .ok()
                     .and_then(|i| l.get(i))
-                    .map_or(Reply::Nil, |v| Reply::Bulk(v.clone()))
+                    .map_or(Reply::Nil, |v| Reply::Bulk(v.to_vec()))
             }
             _ => Reply::Int(l.len() as i64), // llen
         }
@@ -360,9 +367,9 @@ impl Keyspace {
         let Some(v) = popped else { return Reply::Nil };
         if let Ok(Some(Value::List(l))) = self.aggregate(dst, Kind::List, true, now) {
             if to_left {
-                l.push_front(v.clone());
+                l.push_front(&v);
             } else {
-                l.push_back(v.clone());
+                l.push_back(&v);
             }
         }
         self.drop_if_empty(src);
