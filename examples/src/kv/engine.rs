@@ -36,13 +36,16 @@ pub type Str = smallvec::SmallVec<[u8; 40]>;
 pub enum Value {
     /// A string (any bytes; up to 40 in the entry itself, see [`Str`]).
     Str(Str),
-    /// A hash: field -> value.
-    Hash(HashMap<Vec<u8>, Vec<u8>>),
+    /// A hash: field -> value. A field of up to 24 bytes is stored in the
+    /// table itself ([`Key`]): comparing it on a lookup reads no other
+    /// memory (in a profile of `HSET` on a hash of 100 000 fields, the
+    /// comparisons behind a pointer were 15% of the time).
+    Hash(HashMap<Key, Vec<u8>>),
     /// A list (chunked, short elements inline: [`List`]; boxed, so an
     /// entry stays the size a hash's table makes it).
     List(Box<List>),
-    /// A set.
-    Set(HashSet<Vec<u8>>),
+    /// A set (members of up to 24 bytes inline, as a hash's fields).
+    Set(HashSet<Key>),
 }
 
 impl Value {
@@ -329,12 +332,19 @@ impl Keyspace {
     /// Redis does lazily). One hash and one probe: the position found is
     /// used for the expiry check, the removal and the answer alike.
     pub(super) fn live(&mut self, key: &[u8], now: Instant) -> Option<&mut Entry> {
+        let i = self.live_index(key, now)?;
+        self.map.get_index_mut(i).map(|(_, e)| e)
+    }
+
+    /// Where `key`'s live entry is in the map (an expired one is deleted
+    /// on the way, as [`Keyspace::live`] does): one lookup.
+    pub(super) fn live_index(&mut self, key: &[u8], now: Instant) -> Option<usize> {
         let i = self.map.get_index_of(key)?;
         if self.map[i].expires.is_some_and(|t| t <= now) {
             self.map.swap_remove_index(i);
             return None;
         }
-        self.map.get_index_mut(i).map(|(_, e)| e)
+        Some(i)
     }
 
     /// The string at `key`: `Ok(None)` if there is none, `WRONGTYPE` if
@@ -356,8 +366,9 @@ impl Keyspace {
     }
 
     /// [`Keyspace::execute`], allowed to move the request's arguments into
-    /// the keyspace: a plain `SET`'s value is stored without a copy (what
-    /// is left in `args` afterwards is unspecified).
+    /// the keyspace: a plain `SET`'s value, `HSET`'s fields and values and
+    /// `SADD`'s members are stored without a copy (what is left in `args`
+    /// afterwards is unspecified).
     pub fn execute_owned(&mut self, args: &mut [Vec<u8>], now: Instant) -> Option<Reply> {
         if let [name, key, value] = args {
             if name.eq_ignore_ascii_case(b"set") {
@@ -367,6 +378,14 @@ impl Keyspace {
                     Entry { value: Value::Str(value), expires: None },
                 );
                 return Some(Reply::Simple("OK"));
+            }
+        }
+        if let [name, key, rest @ ..] = args {
+            if name.eq_ignore_ascii_case(b"hset") && !rest.is_empty() && rest.len() % 2 == 0 {
+                return Some(self.hset_owned(key, rest, now));
+            }
+            if name.eq_ignore_ascii_case(b"sadd") && !rest.is_empty() {
+                return Some(self.sadd_owned(key, rest, now));
             }
         }
         self.execute(args, now)

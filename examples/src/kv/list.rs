@@ -10,10 +10,11 @@
 //! linked list of packed nodes of a few kilobytes. This is the same idea,
 //! kept simple:
 //!
-//! * elements live in chunks of at most [`CHUNK`] items, each allocated
-//!   once at its full size and never grown; a chunk that empties is freed
-//!   (one is kept as a spare, so pushes and pops across a chunk boundary do
-//!   not allocate and free in turn);
+//! * elements live in chunks of at most [`CHUNK`] items; a list's first
+//!   chunk grows as items come (a short list stays small), later ones are
+//!   allocated once at full size and never grown; a chunk that empties is
+//!   freed (one is kept as a spare, so pushes and pops across a chunk
+//!   boundary do not allocate and free in turn);
 //! * an element of up to 16 bytes is stored in its 24-byte slot, with no
 //!   allocation of its own.
 //!
@@ -58,8 +59,16 @@ impl List {
         self.len == 0
     }
 
+    /// A chunk for the next items: the spare, or for a list's first chunk
+    /// an empty one that grows as items come (most lists are short: one
+    /// of three items must not take a full chunk's memory), else one of
+    /// full size at once (the list is long).
     fn chunk(&mut self) -> VecDeque<Item> {
-        self.spare.take().unwrap_or_else(|| VecDeque::with_capacity(CHUNK))
+        match self.spare.take() {
+            Some(c) => c,
+            None if self.chunks.is_empty() => VecDeque::new(),
+            None => VecDeque::with_capacity(CHUNK),
+        }
     }
 
     /// Adds `v` at the head.
@@ -243,6 +252,20 @@ mod tests {
             }
         }
         assert!(l.chunks.iter().all(|c| !c.is_empty() && c.len() <= CHUNK));
+    }
+
+    #[test]
+    fn a_short_list_takes_little_memory_and_a_long_one_full_chunks() {
+        let mut l = List::new();
+        for i in 0..3u8 {
+            l.push_back(&[i]);
+        }
+        assert!(l.chunks[0].capacity() < 16, "{}", l.chunks[0].capacity());
+        for _ in 0..(2 * CHUNK) {
+            l.push_back(b"x");
+        }
+        assert!(l.chunks.iter().skip(1).all(|c| c.capacity() >= CHUNK));
+        assert!(l.chunks.iter().all(|c| c.len() <= CHUNK));
     }
 
     #[test]

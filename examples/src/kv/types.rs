@@ -13,7 +13,7 @@ use std::time::Instant;
 use super::list::List;
 
 use super::engine::{
-    arity, err, float, float_text, int, range, Entry, Keyspace, Value, NOT_FLOAT, NOT_INT,
+    arity, err, float, float_text, int, range, Entry, Key, Keyspace, Value, NOT_FLOAT, NOT_INT,
     WRONGTYPE,
 };
 use super::resp::Reply;
@@ -108,21 +108,54 @@ impl Keyspace {
         create: bool,
         now: Instant,
     ) -> Result<Option<&mut Value>, Reply> {
-        let exists = match self.live(key, now) {
-            None => false,
-            Some(e) if kind.holds(&e.value) => true,
+        // One lookup (and one insert for a new key), then by position.
+        let i = match self.live_index(key, now) {
+            Some(i) if kind.holds(&self.map[i].value) => i,
             Some(_) => return Err(err(WRONGTYPE)),
+            None if !create => return Ok(None),
+            None => {
+                let empty = Entry { value: kind.empty(), expires: None };
+                self.map.insert_full(super::engine::Key::from_slice(key), empty).0
+            }
         };
-        if !exists && !create {
-            return Ok(None);
+        Ok(self.map.get_index_mut(i).map(|(_, e)| &mut e.value))
+    }
+
+    /// `HSET key field value [field value ...]`, moving the fields and
+    /// values out of the request instead of copying them (see
+    /// [`Keyspace::execute_owned`]): the same replies as `hash`.
+    pub(super) fn hset_owned(&mut self, k: &[u8], pairs: &mut [Vec<u8>], now: Instant) -> Reply {
+        match self.aggregate(k, Kind::Hash, true, now) {
+            Err(e) => return e,
+            Ok(Some(Value::Hash(h))) => {
+                let mut added = 0;
+                for fv in pairs.chunks_exact_mut(2) {
+                    let (f, v) =
+                        (Key::from_vec(std::mem::take(&mut fv[0])), std::mem::take(&mut fv[1]));
+                    added += i64::from(h.insert(f, v).is_none());
+                }
+                return Reply::Int(added);
+            }
+            Ok(_) => {}
         }
-        if !exists {
-            self.map.insert(
-                super::engine::Key::from_slice(key),
-                Entry { value: kind.empty(), expires: None },
-            );
+        self.hash("hset", k, pairs, now)
+    }
+
+    /// `SADD key member...`, moving the members out of the request (see
+    /// [`Keyspace::execute_owned`]): the same replies as `set_cmd`.
+    pub(super) fn sadd_owned(&mut self, k: &[u8], members: &mut [Vec<u8>], now: Instant) -> Reply {
+        match self.aggregate(k, Kind::Set, true, now) {
+            Err(e) => return e,
+            Ok(Some(Value::Set(s))) => {
+                let mut added = 0;
+                for m in members.iter_mut() {
+                    added += i64::from(s.insert(Key::from_vec(std::mem::take(m))));
+                }
+                return Reply::Int(added);
+            }
+            Ok(_) => {}
         }
-        Ok(self.map.get_mut(key).map(|e| &mut e.value))
+        self.set_cmd("sadd", k, members, now)
     }
 
     /// Deletes `key` if its aggregate became empty.
@@ -202,7 +235,7 @@ impl Keyspace {
             "hset" | "hmset" => {
                 let added = a
                     .chunks(2)
-                    .filter(|fv| h.insert(fv[0].clone(), fv[1].clone()).is_none())
+                    .filter(|fv| h.insert(Key::from_slice(&fv[0]), fv[1].clone()).is_none())
                     .count();
                 if cmd == "hmset" {
                     Reply::Simple("OK")
@@ -210,24 +243,26 @@ impl Keyspace {
                     Reply::Int(added as i64)
                 }
             }
-            "hsetnx" => match h.contains_key(&a[0]) {
+            "hsetnx" => match h.contains_key(&a[0][..]) {
                 true => Reply::Int(0),
                 false => {
-                    h.insert(a[0].clone(), a[1].clone());
+                    h.insert(Key::from_slice(&a[0]), a[1].clone());
                     Reply::Int(1)
                 }
             },
-            "hget" => h.get(&a[0]).map_or(Reply::Nil, |v| Reply::Bulk(v.clone())),
+            "hget" => h.get(&a[0][..]).map_or(Reply::Nil, |v| Reply::Bulk(v.clone())),
             "hmget" => Reply::Array(
-                a.iter().map(|f| h.get(f).map_or(Reply::Nil, |v| Reply::Bulk(v.clone()))).collect(),
+                a.iter()
+                    .map(|f| h.get(&f[..]).map_or(Reply::Nil, |v| Reply::Bulk(v.clone())))
+                    .collect(),
             ),
             "hgetall" => Reply::Map(
-                h.iter().map(|(f, v)| (Reply::Bulk(f.clone()), Reply::Bulk(v.clone()))).collect(),
+                h.iter().map(|(f, v)| (Reply::Bulk(f.to_vec()), Reply::Bulk(v.clone()))).collect(),
             ),
-            "hdel" => Reply::Int(a.iter().filter(|f| h.remove(*f).is_some()).count() as i64),
-            "hexists" => Reply::Int(i64::from(h.contains_key(&a[0]))),
+            "hdel" => Reply::Int(a.iter().filter(|f| h.remove(&f[..]).is_some()).count() as i64),
+            "hexists" => Reply::Int(i64::from(h.contains_key(&a[0][..]))),
             "hincrby" => {
-                let cur = match h.get(&a[0]) {
+                let cur = match h.get(&a[0][..]) {
                     None => 0,
                     Some(v) => match int(v) {
                         Some(n) => n,
@@ -237,11 +272,11 @@ impl Keyspace {
                 let Some(next) = cur.checked_add(increment) else {
                     return err("ERR increment or decrement would overflow");
                 };
-                h.insert(a[0].clone(), next.to_string().into_bytes());
+                h.insert(Key::from_slice(&a[0]), next.to_string().into_bytes());
                 Reply::Int(next)
             }
             "hincrbyfloat" => {
-                let cur = match h.get(&a[0]) {
+                let cur = match h.get(&a[0][..]) {
                     None => 0.0,
                     Some(v) => match float(v) {
                         Some(f) => f,
@@ -253,11 +288,11 @@ impl Keyspace {
                     return err("ERR increment would produce NaN or Infinity");
                 }
                 let text = float_text(next).into_bytes();
-                h.insert(a[0].clone(), text.clone());
+                h.insert(Key::from_slice(&a[0]), text.clone());
                 Reply::Bulk(text)
             }
             "hlen" => Reply::Int(h.len() as i64),
-            "hkeys" => Reply::Array(bulks(h.keys())),
+            "hkeys" => Reply::Array(h.keys().map(|f| Reply::Bulk(f.to_vec())).collect()),
             _ => Reply::Array(bulks(h.values())), // hvals
         }
     }
@@ -397,10 +432,10 @@ impl Keyspace {
             };
         };
         match cmd {
-            "sadd" => Reply::Int(a.iter().filter(|m| s.insert((*m).clone())).count() as i64),
-            "srem" => Reply::Int(a.iter().filter(|m| s.remove(*m)).count() as i64),
-            "sismember" => Reply::Int(i64::from(s.contains(&a[0]))),
-            "smembers" => Reply::Set(bulks(s.iter())),
+            "sadd" => Reply::Int(a.iter().filter(|m| s.insert(Key::from_slice(m))).count() as i64),
+            "srem" => Reply::Int(a.iter().filter(|m| s.remove(&m[..])).count() as i64),
+            "sismember" => Reply::Int(i64::from(s.contains(&a[0][..]))),
+            "smembers" => Reply::Set(s.iter().map(|m| Reply::Bulk(m.to_vec())).collect()),
             _ => Reply::Int(s.len() as i64), // scard
         }
     }
@@ -430,6 +465,47 @@ mod tests {
             .collect();
         out.sort();
         out
+    }
+
+    #[test]
+    fn hset_with_its_arguments_moved_answers_and_stores_as_the_borrowed_path() {
+        let script = [
+            "HSET h a 1 b 2",
+            "HSET h a 9 c 3",
+            "HSET h a",
+            "HSET h",
+            "SET s x",
+            "HSET s f v",
+            "RPUSH l x",
+            "HSET l f v",
+            "hset h d 4",
+            "SADD m a b a",
+            "SADD m b c",
+            "SADD h x",
+            "sadd m",
+            "SCARD m",
+            "SISMEMBER m c",
+            "HGETALL h",
+            "HLEN h",
+            "TYPE h",
+        ];
+        let (mut owned, mut borrowed) = (Keyspace::default(), Keyspace::default());
+        for cmd in script {
+            let mut args: Vec<Vec<u8>> = cmd.split(' ').map(|s| s.as_bytes().to_vec()).collect();
+            let want = borrowed.execute(&args, Instant::now());
+            let got = owned.execute_owned(&mut args, Instant::now());
+            match (got, want) {
+                (Some(Reply::Map(mut g)), Some(Reply::Map(mut w))) => {
+                    g.sort_by(|x, y| format!("{x:?}").cmp(&format!("{y:?}")));
+                    w.sort_by(|x, y| format!("{x:?}").cmp(&format!("{y:?}")));
+                    assert_eq!(g, w, "{cmd}");
+                }
+                (g, w) => assert_eq!(g, w, "{cmd}"),
+            }
+        }
+        assert_eq!(run(&mut owned, "HGET h a"), bulk("9"));
+        assert_eq!(run(&mut owned, "HGET h d"), bulk("4"));
+        assert_eq!(run(&mut owned, "HSET s f v"), err(WRONGTYPE));
     }
 
     #[test]
