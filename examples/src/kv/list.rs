@@ -27,8 +27,10 @@ use std::fmt;
 
 use smallvec::SmallVec;
 
-/// Items per chunk (6 KiB of slots).
+/// Items per chunk (6 KiB of slots). A power of two: a list's first chunk
+/// grows by doubling and must end at exactly this capacity.
 pub const CHUNK: usize = 256;
+const _: () = assert!(CHUNK.is_power_of_two());
 
 /// One element: up to 16 bytes inline.
 type Item = SmallVec<[u8; 16]>;
