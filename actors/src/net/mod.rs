@@ -50,7 +50,11 @@
 //! connections; [`Connections::add`] refuses more (`EBUSY`, the connection
 //! is closed). Servers raise `io_reserve`, `cq_entries` and `fixed_files`:
 //! [`SystemConfig::server`](crate::SystemConfig::server) does (thousands
-//! per worker).
+//! per worker). Each receive completion takes one of the shard's provided
+//! buffers however few bytes it brings; when more connections send at
+//! once than there are buffers, receives end (`Recv::NoBuffers`) and are
+//! armed again at once, which works but costs about twice the CPU per
+//! request: size `RingConfig::recv_buffers` by connections, not bytes.
 //!
 //! # Messages, not bytes
 //!
