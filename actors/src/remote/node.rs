@@ -359,30 +359,25 @@ impl NodeActor {
     /// Queues a frame for the link's next sealed segment (sealing the
     /// pending ones first when the segment would outgrow `max_frame`).
     fn queue(&mut self, link: u64, f: &Frame) -> bool {
-        let max = self.shared.cfg.max_frame;
-        let Some(l) = self.links.get_mut(&link) else { return false };
-        match l.queue(f, max) {
-            Ok(sealed) => {
-                if let Some(seg) = sealed {
-                    self.conns.write_vec(l.conn, seg);
-                }
-            }
-            Err(QueueError::NotUp) => return false,
-            Err(QueueError::Frame(e)) => {
-                tracing::warn!(node = %self.shared.cfg.name, error = %e, "frame not sent");
-                return false;
-            }
-        }
-        self.flush_soon();
-        true
+        self.queue_with(link, |l, max| l.queue(f, max).map(|sealed| [sealed, None]))
     }
 
     /// Queues a frame encoded beforehand (a message, an exit), as
     /// [`NodeActor::queue`] does; a large one is written without a copy.
     fn queue_encoded(&mut self, link: u64, f: Encoded) -> bool {
+        self.queue_with(link, |l, max| l.queue_encoded(f, max))
+    }
+
+    /// Queues on `link` with `q`, writes the segments it sealed, in order,
+    /// and has the rest flushed this turn; false when nothing was queued.
+    fn queue_with(
+        &mut self,
+        link: u64,
+        q: impl FnOnce(&mut Link, usize) -> Result<[Option<Vec<u8>>; 2], QueueError>,
+    ) -> bool {
         let max = self.shared.cfg.max_frame;
         let Some(l) = self.links.get_mut(&link) else { return false };
-        match l.queue_encoded(f, max) {
+        match q(l, max) {
             Ok(segs) => {
                 for seg in segs.into_iter().flatten() {
                     self.conns.write_vec(l.conn, seg);
