@@ -113,6 +113,11 @@ pub fn compare(
     mut systems: Vec<System<'_>>,
 ) -> Comparison {
     let name = name.into();
+    // A profiling aid: `RINGMAIL_BENCH_ONLY=ringmail,actix` runs only the
+    // named systems (ratios are then to the first one kept).
+    if let Ok(only) = std::env::var("RINGMAIL_BENCH_ONLY") {
+        systems.retain(|s| only.split(',').any(|n| n == s.name));
+    }
     for s in systems.iter_mut() {
         let f = (s.run)();
         eprintln!("  [{name}] warm-up    {:<18} {f:>14.1} {unit}", s.name);

@@ -55,6 +55,7 @@ fn usage() -> ! {
          --quick     a few seconds per case (to reproduce a row quickly)\n\
          --rounds N  interleaved rounds per comparison (default 3 quick, 5 full)\n\
          --json PATH write every comparison as JSON\n\
+         RINGMAIL_BENCH_ONLY=a,b  run only the systems named (to profile one row)\n\
          report BENCH.json DIR  draw the charts of a run's JSON into DIR (SVG)\n\
          soak [--secs N]  KV + 3-node cluster under random faults for N s (default 60),\n\
          \x20                ending with `lost: N`; exit code 1 when anything was lost or duplicated\n\
