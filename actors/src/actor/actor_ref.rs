@@ -141,11 +141,17 @@ impl<A: Actor> ActorRef<A> {
         if outbox::in_handler() || thread::on_a_shard() {
             return self.try_tell(msg);
         }
-        let deadline = Instant::now().checked_add(patience); // None: no limit
+        // The clock is read only once the mailbox was found full: a send
+        // with room pays no system-clock read (`None`: not read yet).
+        let mut deadline: Option<Option<Instant>> = None;
         let mut waits = 0u32;
         loop {
             match self.try_tell(msg) {
-                Err(TellError::Full(m)) if deadline.is_none_or(|d| Instant::now() < d) => {
+                Err(TellError::Full(m))
+                    if deadline
+                        .get_or_insert_with(|| Instant::now().checked_add(patience)) // None: no limit
+                        .is_none_or(|d| Instant::now() < d) =>
+                {
                     msg = m;
                     // Our own batch may hold the messages that fill the
                     // mailbox: let it leave before waiting for room.
@@ -618,7 +624,7 @@ impl<A: Actor> ActorRef<A> {
         if let (Some(sending), Ok(())) = (client, &sent) {
             // In a `batched` scope the message waits in this thread's ring
             // until the scope's flush: it stays counted until then.
-            sending.until_flushed(&self.shard.stats);
+            sending.until_flushed();
         }
         sent.map_err(|(env, fail)| (take_back::<A, M>(env).0, fail))
     }

@@ -42,21 +42,23 @@ impl<A: Handler<M>, M: Message> Erased for Typed<A, M> {
     fn handle(self: Box<Self>, slot: &mut dyn Any) -> Handled {
         let slot = slot.downcast_mut::<Slot<A>>().expect("an envelope reaches only its actor type");
         let Typed { msg, reply, .. } = *self;
-        let mut ctx = Context::for_request(slot.me.clone(), TypeId::of::<M>(), reply);
         if A::ASYNC {
             // The run owns the actor until it finishes (the shard holds the
-            // actor's other envelopes meanwhile).
+            // actor's other envelopes meanwhile), and its own reference.
+            let ctx = Context::for_request(slot.me().clone(), TypeId::of::<M>(), reply);
             let actor = slot.actor.take().expect("an actor runs one handler at a time");
             let run = A::start_async(actor, msg, ctx);
             return Handled::Pending(Box::pin(Run { run, _a: PhantomData }));
         }
-        let r = slot.actor_mut().handle(msg, &mut ctx);
+        let mut lent = slot.lend(Some(TypeId::of::<M>()), reply);
+        let (actor, ctx) = lent.parts();
+        let r = actor.handle(msg, ctx);
         // Unless the handler took it (`reply_later`), the return value is
         // the reply.
         if let Some(reply) = ctx.reply.take() {
             reply.send(Some(Box::new(r)));
         }
-        Handled::Done(ctx.stop)
+        Handled::Done(ctx.stop.take())
     }
 
     fn into_any(self: Box<Self>) -> Box<dyn Any> {
@@ -86,9 +88,10 @@ pub(crate) struct TypedFd<A, M> {
 impl<A: FdHandler<M>, M: Send + 'static> ErasedFd for TypedFd<A, M> {
     fn handle(self: Box<Self>, slot: &mut dyn Any, fd: FixedFd) -> Option<StopReason> {
         let slot = slot.downcast_mut::<Slot<A>>().expect("an envelope reaches only its actor type");
-        let mut ctx = Context::new(slot.me.clone());
-        slot.actor_mut().handle_fd(self.msg, fd, &mut ctx);
-        ctx.stop
+        let mut lent = slot.lend(None, None);
+        let (actor, ctx) = lent.parts();
+        actor.handle_fd(self.msg, fd, ctx);
+        ctx.stop.take()
     }
 
     fn into_any(self: Box<Self>) -> Box<dyn Any> {
@@ -100,7 +103,9 @@ impl<A: FdHandler<M>, M: Send + 'static> ErasedFd for TypedFd<A, M> {
 /// handler's run holds it.
 pub(crate) struct Slot<A: Actor> {
     pub(crate) actor: Option<A>,
-    pub(crate) me: ActorRef<A>,
+    /// Its own reference; lent to a handler's [`Context`] while one runs
+    /// (see [`Slot::lend`]), `None` only then.
+    me: Option<ActorRef<A>>,
     /// How a supervisor restarts it in place (`None`: nobody does).
     pub(crate) restart: Option<Restart<A>>,
 }
@@ -118,6 +123,47 @@ impl<A: Actor> Slot<A> {
     fn actor_mut(&mut self) -> &mut A {
         self.actor.as_mut().expect("no handler runs while an async handler awaits")
     }
+
+    /// The actor's own reference.
+    pub(crate) fn me(&self) -> &ActorRef<A> {
+        self.me.as_ref().expect("the reference is lent only while a handler runs")
+    }
+
+    /// A context for a synchronous handler run, holding this actor's
+    /// reference lent from the slot: no reference-count traffic per message
+    /// (the counts share a cache line with what senders read), and it
+    /// comes back when the [`Lent`] is dropped, also if the handler panics.
+    fn lend(&mut self, request: Option<TypeId>, reply: Option<ReplyTo>) -> Lent<'_, A> {
+        let me = self.me.take().expect("one handler runs at a time");
+        let ctx = match request {
+            Some(t) => Context::for_request(me, t, reply),
+            None => Context::new(me),
+        };
+        let actor = self.actor.as_mut().expect("no handler runs while an async handler awaits");
+        Lent { home: &mut self.me, actor, ctx: Some(ctx) }
+    }
+}
+
+/// A handler's actor and its context, whose reference goes back to the
+/// slot on drop (see [`Slot::lend`]).
+struct Lent<'a, A: Actor> {
+    home: &'a mut Option<ActorRef<A>>,
+    actor: &'a mut A,
+    ctx: Option<Context<A>>,
+}
+
+impl<A: Actor> Lent<'_, A> {
+    fn parts(&mut self) -> (&mut A, &mut Context<A>) {
+        (self.actor, self.ctx.as_mut().expect("held until the drop"))
+    }
+}
+
+impl<A: Actor> Drop for Lent<'_, A> {
+    fn drop(&mut self) {
+        if let Some(ctx) = self.ctx.take() {
+            *self.home = Some(ctx.me);
+        }
+    }
 }
 
 impl<A: Actor> Hosted for Slot<A> {
@@ -125,19 +171,20 @@ impl<A: Actor> Hosted for Slot<A> {
         std::any::type_name::<A>()
     }
     fn started(&mut self) -> Option<StopReason> {
-        let mut ctx = Context::new(self.me.clone());
+        let mut ctx = Context::new(self.me().clone());
         self.actor_mut().started(&mut ctx);
         ctx.stop
     }
     fn stopped(&mut self) {
         // Stopped while an async run held it: the run was dropped with it.
+        let me = self.me().clone();
         if let Some(actor) = self.actor.as_mut() {
-            let mut ctx = Context::new(self.me.clone());
+            let mut ctx = Context::new(me);
             actor.stopped(&mut ctx);
         }
     }
     fn cell(&self) -> &Arc<ActorCell> {
-        &self.me.cell
+        &self.me().cell
     }
     fn as_any(&mut self) -> &mut dyn Any {
         self
@@ -146,18 +193,18 @@ impl<A: Actor> Hosted for Slot<A> {
         self.restart.is_some()
     }
     fn restart_wanted(&self, reason: &StopReason) -> bool {
-        self.restart.as_ref().is_some_and(|r| r.policy.failed(self.me.cell.id, reason))
+        self.restart.as_ref().is_some_and(|r| r.policy.failed(self.me().cell.id, reason))
     }
     fn restart(&mut self, reason: &StopReason) -> Option<StopReason> {
         // The old instance first (gone already if an async run held it);
         // dropped before the new one exists, even if its hook panics.
         if let Some(mut old) = self.actor.take() {
-            let mut ctx = Context::new(self.me.clone());
+            let mut ctx = Context::new(self.me().clone());
             old.pre_restart(reason, &mut ctx);
         }
         let make = &mut self.restart.as_mut().expect("only a supervised actor restarts").make;
         let mut new = make();
-        let mut ctx = Context::new(self.me.clone());
+        let mut ctx = Context::new(self.me().clone());
         new.post_restart(reason, &mut ctx);
         self.actor = Some(new);
         ctx.stop
@@ -179,7 +226,7 @@ pub(crate) fn spawn_restartable<A: Actor>(
 ) -> ActorRef<A> {
     let cell = Arc::new(ActorCell::new(ShardHandle::next_id(), shard.mailbox_capacity()));
     let me = ActorRef { cell: cell.clone(), shard: shard.clone(), _a: PhantomData };
-    let slot = Slot { actor: Some(actor), me: me.clone(), restart };
+    let slot = Slot { actor: Some(actor), me: Some(me.clone()), restart };
     shard.spawn_hosted(&cell, Box::new(slot));
     me
 }
@@ -216,9 +263,10 @@ impl<A: Actor> RunOn<A> {
 impl<A: Actor> Erased for RunOn<A> {
     fn handle(self: Box<Self>, slot: &mut dyn Any) -> Handled {
         let slot = slot.downcast_mut::<Slot<A>>().expect("an envelope reaches only its actor type");
-        let mut ctx = Context::new(slot.me.clone());
-        (self.f)(slot.actor_mut(), &mut ctx);
-        Handled::Done(ctx.stop)
+        let mut lent = slot.lend(None, None);
+        let (actor, ctx) = lent.parts();
+        (self.f)(actor, ctx);
+        Handled::Done(ctx.stop.take())
     }
 
     fn into_any(self: Box<Self>) -> Box<dyn Any> {
@@ -266,7 +314,7 @@ impl<A: Handler<M>, M: Message> Erased for FromInstance<A, M> {
         let current = slot
             .downcast_ref::<Slot<A>>()
             .expect("an envelope reaches only its actor type")
-            .me
+            .me()
             .cell
             .generation();
         if current != self.generation {

@@ -2,7 +2,9 @@
 //!
 //! The cell is the runtime's view of one actor, without its type: the
 //! mailbox count that bounds it (reserved by senders, released by the shard
-//! as it takes each message), whether it is alive and why it stopped, the
+//! once each message's handler has run: a run of messages to one actor is
+//! released with one op, at the latest before the shard next looks at its
+//! ring; see `ShardLoop::release`), whether it is alive and why it stopped, the
 //! names it is registered under, and who is told when it stops (monitors,
 //! links, remote watchers). Typed references (`ActorRef<A>`) are an
 //! `Arc<ActorCell>` plus the shard they live on.
@@ -222,7 +224,8 @@ impl ActorCell {
         }
     }
 
-    /// Messages in the mailbox now (sent, not yet taken by the handler).
+    /// Messages in the mailbox now (sent, and not yet handled or their
+    /// handled run not yet released by the shard).
     pub(crate) fn queued(&self) -> usize {
         self.queued.load(Ordering::Acquire) & !WAITING
     }

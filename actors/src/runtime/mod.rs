@@ -85,31 +85,48 @@ impl SystemStats {
     /// `draining` is read and the stop sets `draining` before it reads the
     /// count (both `SeqCst`), so a send the stop does not wait for is one
     /// that saw `draining` and was refused.
-    pub(crate) fn client_send(&self) -> Option<ClientSend<'_>> {
+    ///
+    /// In a `batched` scope that already holds a count for this system
+    /// (an earlier send of the scope), the send raises none of its own:
+    /// that count drops only at the scope's flush, after this message has
+    /// left too, so the stop waits for it all the same. A batch of sends
+    /// thus touches the shared counter twice, not twice per message.
+    pub(crate) fn client_send(self: &Arc<Self>) -> Option<ClientSend<'_>> {
+        if thread::batching() && counted_until_flushed(self) {
+            return (!self.draining.load(Ordering::SeqCst)).then_some(ClientSend(None));
+        }
         self.client_sends.fetch_add(1, Ordering::SeqCst);
-        let guard = ClientSend(self);
+        let guard = ClientSend(Some(self));
         (!self.draining.load(Ordering::SeqCst)).then_some(guard)
     }
 }
 
-/// A send from outside the shards, under way (see [`SystemStats::client_send`]).
-pub(crate) struct ClientSend<'a>(&'a SystemStats);
+/// A send from outside the shards, under way (see
+/// [`SystemStats::client_send`]); `None`: covered by a count this thread's
+/// `batched` scope holds until its flush.
+pub(crate) struct ClientSend<'a>(Option<&'a Arc<SystemStats>>);
 
 thread_local! {
-    /// Client sends of this thread's `batched` scope, counted until its
-    /// flush (one entry per send).
+    /// The systems this thread's `batched` scope sent to, each holding one
+    /// count until the scope's flush.
     static UNFLUSHED: std::cell::RefCell<Vec<Arc<SystemStats>>> =
         const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// True when this thread's `batched` scope holds a count for `stats`.
+fn counted_until_flushed(stats: &Arc<SystemStats>) -> bool {
+    UNFLUSHED.try_with(|u| u.borrow().iter().any(|s| Arc::ptr_eq(s, stats))).unwrap_or(false)
 }
 
 impl ClientSend<'_> {
     /// The message is in this thread's ring. Outside a `batched` scope it
     /// has left: the count drops now. Inside one it leaves at the scope's
     /// flush: the count drops then ([`flushed`]).
-    pub(crate) fn until_flushed(self, stats: &Arc<SystemStats>) {
+    pub(crate) fn until_flushed(mut self) {
+        let Some(stats) = self.0 else { return };
         if thread::batching() && UNFLUSHED.try_with(|u| u.borrow_mut().push(stats.clone())).is_ok()
         {
-            std::mem::forget(self);
+            self.0 = None; // the scope's flush drops the count
         }
     }
 }
@@ -124,7 +141,9 @@ pub(crate) fn flushed() {
 
 impl Drop for ClientSend<'_> {
     fn drop(&mut self) {
-        self.0.client_sends.fetch_sub(1, Ordering::SeqCst);
+        if let Some(stats) = self.0 {
+            stats.client_sends.fetch_sub(1, Ordering::SeqCst);
+        }
     }
 }
 

@@ -47,6 +47,7 @@ use std::sync::{Arc, Mutex};
 use std::task::Wake;
 use std::time::Duration;
 
+use crossbeam_utils::CachePadded;
 use ringmail_transport::{Addr, RingStats};
 use rustc_hash::FxBuildHasher;
 
@@ -69,6 +70,10 @@ static NEXT_ACTOR: AtomicU64 = AtomicU64::new(1);
 /// Rounds of the local queue between two looks at the ring.
 const LOCAL_ROUNDS: usize = 32;
 
+/// At most this many handled messages' mailbox slots are held back before
+/// they are given back in one op (see `ShardLoop::release`).
+const RELEASE_RUN: usize = 32;
+
 /// A busy shard (one that never blocks) publishes its ring's counters for
 /// metrics at least once in this many passes of its loop.
 const PUBLISH_EVERY: u32 = 256;
@@ -84,11 +89,12 @@ pub(crate) struct ShardHandle {
     /// The counters of the system this shard belongs to.
     pub(crate) stats: Arc<SystemStats>,
     /// Envelopes this shard has dispatched (written by its thread only):
-    /// what a graceful stop watches to see that work has run out.
-    pub(crate) activity: AtomicU64,
+    /// what a graceful stop watches to see that work has run out. On its
+    /// own cache line: senders read this handle's other fields per message.
+    pub(crate) activity: CachePadded<AtomicU64>,
     /// The shard waits for its ring with nothing queued and no actor
     /// paused (set just before it blocks, cleared when it wakes).
-    pub(crate) idle: AtomicBool,
+    pub(crate) idle: CachePadded<AtomicBool>,
     /// Its ring's counters as of its last pass that published them: each
     /// time it is about to block, the next pass after a reader set
     /// `stats_wanted`, and every `PUBLISH_EVERY` passes.
@@ -113,8 +119,8 @@ impl ShardHandle {
             mailbox_capacity,
             registry,
             stats,
-            activity: AtomicU64::new(0),
-            idle: AtomicBool::new(false),
+            activity: CachePadded::new(AtomicU64::new(0)),
+            idle: CachePadded::new(AtomicBool::new(false)),
             ring_stats: Mutex::new(RingStats::default()),
             stats_wanted: AtomicBool::new(false),
         }
@@ -177,6 +183,15 @@ pub(crate) struct ShardLoop {
     task_wakers: HashMap<u64, (Arc<TaskWaker>, std::task::Waker), FxBuildHasher>,
     dedicated: bool,
     hosted_any: bool,
+    /// Mailbox slots of messages already handed to their actor, not yet
+    /// given back: a run of messages to one actor gives its slots back with
+    /// one atomic op (`release_now`) instead of one per message, so the
+    /// shard does not fight its senders for the counter's cache line per
+    /// message. Given back when the target changes, when a handler stops,
+    /// pauses or fails, and before the shard looks at its ring again (so
+    /// paused senders are woken before it may block). Holding them longer
+    /// only keeps the bound stricter.
+    release: Option<(u64, Arc<ActorCell>, usize)>,
 }
 
 /// A paused actor: its cell, its envelopes held in arrival order, and why
@@ -246,6 +261,7 @@ impl ShardLoop {
             task_wakers: HashMap::default(),
             dedicated,
             hosted_any: false,
+            release: None,
         }
     }
 
@@ -339,6 +355,9 @@ impl ShardLoop {
                     if !self.dispatch(env, &mut batch) {
                         break 'run;
                     }
+                    if !self.parked_now.is_empty() {
+                        self.release_now(); // before its outbox is tried
+                    }
                     while let Some((id, cell)) = self.parked_now.pop() {
                         self.paused.entry(id).or_insert_with(|| Paused::new(cell)).outbox = true;
                         self.resume(id, &mut batch);
@@ -352,6 +371,7 @@ impl ShardLoop {
                     break;
                 }
             }
+            self.release_now();
             if self.dedicated
                 && self.hosted_any
                 && self.actors.is_empty()
@@ -363,9 +383,17 @@ impl ShardLoop {
                 break 'run;
             }
         }
+        self.release_now();
         let handle = self.handle.clone();
         self.shutdown(batch);
         let _ = thread::with(|t| *lock(&handle.ring_stats) = t.ring.stats());
+    }
+
+    /// Gives back the mailbox slots of handled messages (see `release`).
+    fn release_now(&mut self) {
+        if let Some((_, cell, n)) = self.release.take() {
+            cell.unreserve_n(n);
+        }
     }
 
     /// Handles one envelope; false means "shut the shard down".
@@ -472,7 +500,15 @@ impl ShardLoop {
                     Ok(()) => return true,
                     Err(m) => m,
                 };
-                slot.cell().unreserve();
+                match &mut self.release {
+                    Some((id, _, n)) if *id == to && *n < RELEASE_RUN => *n += 1,
+                    _ => {
+                        let cell = slot.cell().clone();
+                        if let Some((_, cell, n)) = self.release.replace((to, cell, 1)) {
+                            cell.unreserve_n(n);
+                        }
+                    }
+                }
                 // A span per handled message (an async handler's: around its
                 // first poll); with no subscriber that wants it (the
                 // default), a cached check and a branch.
@@ -487,6 +523,9 @@ impl ShardLoop {
                 let outcome = catch_unwind(AssertUnwindSafe(|| m.handle(slot.as_any())));
                 if outbox::leave() {
                     self.parked_now.push((to, slot.cell().clone()));
+                }
+                if !matches!(outcome, Ok(Handled::Done(None))) {
+                    self.release_now();
                 }
                 match outcome {
                     Ok(Handled::Done(stop)) => self.handled(to, Ok(stop)),
