@@ -16,7 +16,7 @@ use super::{Actor, FdHandler, Handler, Message};
 use crate::error::{AskError, StopReason, TellError};
 use crate::runtime::ask;
 use crate::runtime::cell::ActorCell;
-use crate::runtime::envelope::{Body, Envelope, Erased, HeldSlot, ReplyTo};
+use crate::runtime::envelope::{self, Body, Envelope, Erased, HeldSlot, ReplyTo};
 use crate::runtime::outbox::{self, Parked};
 use crate::runtime::route::{
     self, flush_if_present, my_addr, send_control, send_control_or, SendFail,
@@ -399,11 +399,11 @@ impl<A: Actor> ActorRef<A> {
             return Ok(());
         }
         self.cell.reserve_forced();
-        let env = Envelope { to: self.cell.id, body: Body::Msg(m) };
+        let env = Envelope { to: self.cell.id, body: Body::Msg(envelope::inline(m)) };
         match self.send_reserved(env) {
             Ok(()) => Ok(()),
             Err((env, TellFail::Full)) => match env.body {
-                Body::Msg(m) => Err(m),
+                Body::Msg(m) => Err(envelope::boxed(m)),
                 _ => unreachable!("the envelope came back as it went"),
             },
             // Stopped (counted by `send_reserved`) or no ring: dropped here,
@@ -428,7 +428,10 @@ impl<A: Actor> ActorRef<A> {
             dead_letter_in(Some(&self.shard.stats));
             return;
         }
-        self.send_reserved_forced(Envelope { to: self.cell.id, body: Body::Msg(m) });
+        self.send_reserved_forced(Envelope {
+            to: self.cell.id,
+            body: Body::Msg(envelope::inline(m)),
+        });
     }
 
     /// Sends `msg` with the file `fd` (a slot of this thread's ring: from
@@ -726,9 +729,8 @@ fn refuse(reply: Option<ReplyTo>) {
 /// The typed message (and its reply slot) of an envelope made by `Typed`.
 fn take_back<A: Handler<M>, M: Message>(env: Envelope) -> (M, Option<ReplyTo>) {
     let Body::Msg(erased) = env.body else { unreachable!("sent a Msg") };
-    let typed = erased.into_any().downcast::<Typed<A, M>>().expect("same type");
-    let Typed { msg, reply, .. } = *typed;
-    (msg, reply)
+    let typed = envelope::boxed(erased).into_any().downcast::<Typed<A, M>>().expect("same type");
+    typed.into_parts()
 }
 
 fn far_future() -> Instant {

@@ -19,29 +19,42 @@ use super::{Actor, ActorRef, Context, FdHandler, Handler, Message};
 use crate::error::StopReason;
 use crate::runtime::cell::ActorCell;
 use crate::runtime::envelope::{
-    Body, Envelope, Erased, ErasedFd, Handled, Hosted, ReplyTo, RestartPolicy, Task,
+    Body, Envelope, Erased, ErasedFd, ErasedMsg, Handled, Hosted, ReplyTo, RestartPolicy, Task,
 };
 use crate::runtime::shard::ShardHandle;
+use smallbox::smallbox;
 
-/// A typed message for actor type `A`.
+/// A typed message for actor type `A`: `None` once handled. An ask's reply
+/// handle is boxed so that a tell of a small message stays inline in its
+/// envelope ([`ErasedMsg`]).
 pub(crate) struct Typed<A, M> {
-    pub(crate) msg: M,
-    pub(crate) reply: Option<ReplyTo>,
-    pub(crate) _a: PhantomData<fn() -> A>,
+    msg: Option<M>,
+    reply: Option<Box<ReplyTo>>,
+    _a: PhantomData<fn() -> A>,
 }
 
 impl<A: Handler<M>, M: Message> Typed<A, M> {
+    pub(crate) fn new(msg: M, reply: Option<ReplyTo>) -> Self {
+        Typed { msg: Some(msg), reply: reply.map(Box::new), _a: PhantomData }
+    }
+
     /// The envelope carrying `msg` to actor `to` (a tell when `reply` is `None`).
     pub(crate) fn envelope(to: u64, msg: M, reply: Option<ReplyTo>) -> Envelope {
-        let typed: Typed<A, M> = Typed { msg, reply, _a: PhantomData };
-        Envelope { to, body: Body::Msg(Box::new(typed)) }
+        let m: ErasedMsg = smallbox!(Self::new(msg, reply));
+        Envelope { to, body: Body::Msg(m) }
+    }
+
+    /// The message and its reply handle (not yet handled).
+    pub(crate) fn into_parts(self) -> (M, Option<ReplyTo>) {
+        (self.msg.expect("not handled yet"), self.reply.map(|r| *r))
     }
 }
 
 impl<A: Handler<M>, M: Message> Erased for Typed<A, M> {
-    fn handle(self: Box<Self>, slot: &mut dyn Any) -> Handled {
+    fn handle(&mut self, slot: &mut dyn Any) -> Handled {
         let slot = slot.downcast_mut::<Slot<A>>().expect("an envelope reaches only its actor type");
-        let Typed { msg, reply, .. } = *self;
+        let msg = self.msg.take().expect("a message is handled once");
+        let reply = self.reply.take().map(|r| *r);
         if A::ASYNC {
             // The run owns the actor until it finishes (the shard holds the
             // actor's other envelopes meanwhile), and its own reference.
@@ -74,7 +87,7 @@ impl<A: Handler<M>, M: Message> Erased for Typed<A, M> {
     }
 
     fn split(self: Box<Self>) -> (Box<dyn Any + Send>, Option<ReplyTo>) {
-        let Typed { msg, reply, .. } = *self;
+        let (msg, reply) = self.into_parts();
         (Box::new(msg), reply)
     }
 }
@@ -234,7 +247,8 @@ pub(crate) fn spawn_restartable<A: Actor>(
 /// A closure to run on actor `A` as one of its messages (the answer to an
 /// ask it made from inside, see `request.rs`).
 pub(crate) struct RunOn<A: Actor> {
-    f: OnActor<A>,
+    /// `None` once run.
+    f: Option<OnActor<A>>,
 }
 
 /// A closure run on actor `A`, on its shard.
@@ -242,7 +256,7 @@ type OnActor<A> = Box<dyn FnOnce(&mut A, &mut Context<A>) + Send>;
 
 impl<A: Actor> RunOn<A> {
     pub(crate) fn new(f: impl FnOnce(&mut A, &mut Context<A>) + Send + 'static) -> Self {
-        RunOn { f: Box::new(f) }
+        RunOn { f: Some(Box::new(f)) }
     }
 
     /// Its envelope to `me`, counted past the mailbox bound (the actor
@@ -256,16 +270,18 @@ impl<A: Actor> RunOn<A> {
             return None;
         }
         me.cell.reserve_forced();
-        Some(Envelope { to: me.id(), body: Body::Msg(Box::new(RunOn::new(f))) })
+        let m: ErasedMsg = smallbox!(RunOn::new(f));
+        Some(Envelope { to: me.id(), body: Body::Msg(m) })
     }
 }
 
 impl<A: Actor> Erased for RunOn<A> {
-    fn handle(self: Box<Self>, slot: &mut dyn Any) -> Handled {
+    fn handle(&mut self, slot: &mut dyn Any) -> Handled {
         let slot = slot.downcast_mut::<Slot<A>>().expect("an envelope reaches only its actor type");
+        let f = self.f.take().expect("run once");
         let mut lent = slot.lend(None, None);
         let (actor, ctx) = lent.parts();
-        (self.f)(actor, ctx);
+        f(actor, ctx);
         Handled::Done(ctx.stop.take())
     }
 
@@ -310,7 +326,7 @@ pub(crate) struct FromInstance<A, M> {
 }
 
 impl<A: Handler<M>, M: Message> Erased for FromInstance<A, M> {
-    fn handle(self: Box<Self>, slot: &mut dyn Any) -> Handled {
+    fn handle(&mut self, slot: &mut dyn Any) -> Handled {
         let current = slot
             .downcast_ref::<Slot<A>>()
             .expect("an envelope reaches only its actor type")
@@ -321,7 +337,7 @@ impl<A: Handler<M>, M: Message> Erased for FromInstance<A, M> {
             tracing::debug!(actor = ?std::any::type_name::<A>(), "a replaced instance's timer tick dropped");
             return Handled::Done(None);
         }
-        Box::new(self.typed).handle(slot)
+        self.typed.handle(slot)
     }
 
     fn into_any(self: Box<Self>) -> Box<dyn Any> {
@@ -353,9 +369,9 @@ pub(crate) fn requested_by<A: Handler<M>, M: Message>(
         return None;
     }
     me.cell.reserve_forced();
-    let typed: Typed<A, M> = Typed { msg, reply: None, _a: PhantomData };
-    let stamped = FromInstance { generation, typed };
-    Some(Envelope { to: me.id(), body: Body::Msg(Box::new(stamped)) })
+    let stamped = FromInstance { generation, typed: Typed::<A, M>::new(msg, None) };
+    let m: ErasedMsg = smallbox!(stamped);
+    Some(Envelope { to: me.id(), body: Body::Msg(m) })
 }
 
 pin_project_lite::pin_project! {
@@ -383,5 +399,52 @@ impl<A: Actor, R: Send + 'static, F: Future<Output = (A, Context<A>, R)>> Task f
             reply.send(Some(Box::new(r)));
         }
         std::task::Poll::Ready(ctx.stop)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::envelope::boxed;
+
+    struct Sink;
+    impl Actor for Sink {}
+    struct Small(#[allow(dead_code)] u64, #[allow(dead_code)] u64);
+    impl Message for Small {
+        type Reply = ();
+    }
+    struct Large(#[allow(dead_code)] [u64; 8]);
+    impl Message for Large {
+        type Reply = ();
+    }
+    impl Handler<Small> for Sink {
+        fn handle(&mut self, _: Small, _: &mut Context<Self>) {}
+    }
+    impl Handler<Large> for Sink {
+        fn handle(&mut self, _: Large, _: &mut Context<Self>) {}
+    }
+
+    fn msg(env: Envelope) -> ErasedMsg {
+        match env.body {
+            Body::Msg(m) => m,
+            _ => unreachable!("a typed envelope carries a Msg"),
+        }
+    }
+
+    /// A tell of a small message allocates nothing (the module docs of
+    /// `runtime/envelope.rs` say why that matters); a large one is boxed,
+    /// and either gives its message back whole.
+    #[test]
+    fn a_small_tell_is_inline_in_its_envelope_and_a_large_one_boxed() {
+        let small = msg(Typed::<Sink, Small>::envelope(1, Small(7, 8), None));
+        assert!(!small.is_heap(), "two words and the bookkeeping fit inline");
+        let large = msg(Typed::<Sink, Large>::envelope(1, Large([3; 8]), None));
+        assert!(large.is_heap(), "eight words do not");
+        let back = boxed(small).into_any().downcast::<Typed<Sink, Small>>().expect("its type");
+        let (Small(a, b), reply) = back.into_parts();
+        assert_eq!((a, b, reply.is_none()), (7, 8, true));
+        // The envelope stays one cache line: batches of them are moved
+        // through the rings.
+        assert!(std::mem::size_of::<Envelope>() <= 64, "{}", std::mem::size_of::<Envelope>());
     }
 }

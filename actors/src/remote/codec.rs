@@ -88,7 +88,7 @@ where
     M: Message + DeserializeOwned,
 {
     let msg: M = postcard::from_bytes(b)?;
-    Ok(Box::new(Typed::<A, M> { msg, reply, _a: std::marker::PhantomData }))
+    Ok(Box::new(Typed::<A, M>::new(msg, reply)))
 }
 
 fn encode_reply<R: Serialize + 'static>(v: Box<dyn Any + Send>) -> Option<Vec<u8>> {

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use crate::actor::{Actor, ActorRef, Handler, Message};
 use crate::error::StopReason;
 use crate::runtime::cell::ActorCell;
-use crate::runtime::envelope::{Body, Envelope, Erased, Hosted};
+use crate::runtime::envelope::{boxed, Body, Envelope, Erased, ErasedMsg, Hosted};
 use crate::runtime::route::send_control;
 use crate::runtime::shard::ShardHandle;
 
@@ -56,11 +56,11 @@ impl<N: Handler<Outbound> + Handler<RemoteExit>> Hosted for Proxy<N> {
     fn as_any(&mut self) -> &mut dyn std::any::Any {
         self
     }
-    fn forward(&mut self, m: Box<dyn Erased>) -> Result<(), Box<dyn Erased>> {
+    fn forward(&mut self, m: ErasedMsg) -> Result<(), ErasedMsg> {
         self.node.deliver_forced(Outbound {
             proxy: self.cell.id,
             stand_in: Some(self.cell.clone()),
-            msg: Some(m),
+            msg: Some(boxed(m)),
         });
         Ok(())
     }

@@ -407,9 +407,9 @@ impl Drop for Tracked {
 }
 
 impl Erased for Tracked {
-    fn handle(mut self: Box<Self>, slot: &mut dyn Any) -> Handled {
-        let m = self.msg.take().expect("a tracked message is used once");
-        m.handle(slot)
+    fn handle(&mut self, slot: &mut dyn Any) -> Handled {
+        // The cost is given back when this wrapper is dropped, right after.
+        self.msg.as_mut().expect("a tracked message is used once").handle(slot)
     }
     fn into_any(mut self: Box<Self>) -> Box<dyn Any> {
         self.msg.take().expect("a tracked message is used once").into_any()

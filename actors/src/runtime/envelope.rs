@@ -2,15 +2,31 @@
 //! replies. One `Ring<Envelope>` per thread carries all of them.
 //!
 //! The runtime never sees a message's or an actor's type. A typed message is
-//! a `Box<dyn Erased>` that knows how to run its own handler on the actor it
-//! is for; a hosted actor is a `Box<dyn Hosted>`. Both are made in one place,
-//! `actor/bridge.rs`, the only code that turns typed values into these.
+//! an [`ErasedMsg`] (a `dyn Erased` that knows how to run its own handler on
+//! the actor it is for); a hosted actor is a `Box<dyn Hosted>`. Both are made
+//! in one place, `actor/bridge.rs`, the only code that turns typed values
+//! into these.
+//!
+//! # No allocation per small message
+//!
+//! An [`ErasedMsg`] keeps a message of up to four words (with its actor's
+//! bookkeeping: an ask's reply handle is one boxed word) inline, in the
+//! envelope itself, and boxes only larger ones (`smallbox`). A tell of a
+//! small message thus allocates nothing on the sending thread and frees
+//! nothing on the shard: with a general-purpose allocator, a block freed on
+//! a thread other than the one that allocated it takes the allocator's slow
+//! path (its arena's lock), and that was the largest cost of a tell between
+//! threads. Paths that need a `Box<dyn Erased>` (to another node, handed
+//! back on an error) convert with [`boxed`], which keeps a heap value's
+//! allocation.
 
 use std::any::Any;
 use std::pin::Pin;
 use std::sync::Arc;
 
 use ringmail_transport::{Addr, FixedFd};
+use smallbox::space::S4;
+use smallbox::SmallBox;
 
 use super::cell::ActorCell;
 use super::SystemStats;
@@ -58,9 +74,23 @@ impl Drop for HeldSlot {
     }
 }
 
+/// A typed message, inline when it fits in four words (see the module docs).
+pub(crate) type ErasedMsg = SmallBox<dyn Erased, S4>;
+
+/// `m` as an [`ErasedMsg`]: stays where it is on the heap.
+pub(crate) fn inline(m: Box<dyn Erased>) -> ErasedMsg {
+    SmallBox::from_box(m)
+}
+
+/// `m` on the heap (a heap value keeps its allocation; an inline one is
+/// moved into a new box): for the paths that are not per-message.
+pub(crate) fn boxed(m: ErasedMsg) -> Box<dyn Erased> {
+    SmallBox::into_box(m)
+}
+
 pub(crate) enum Body {
     /// A typed message for the actor.
-    Msg(Box<dyn Erased>),
+    Msg(ErasedMsg),
     /// A typed message that came with an fd; the fd waits in the receiving
     /// thread's table of attached fds under `key` (0: not yet received).
     /// `held`: the slot this message holds in its target's mailbox while
@@ -121,8 +151,10 @@ pub(crate) trait Task {
 /// A message whose actor type is known only to itself.
 pub(crate) trait Erased: Send {
     /// Runs the handler on `slot` (the hosted actor, see [`Hosted::as_any`]):
-    /// to its end, or until an async handler first awaits.
-    fn handle(self: Box<Self>, slot: &mut dyn Any) -> Handled;
+    /// to its end, or until an async handler first awaits. Called at most
+    /// once: it takes the message out (in place, so that an inline message
+    /// is never boxed); the emptied value is dropped after.
+    fn handle(&mut self, slot: &mut dyn Any) -> Handled;
     /// Gives the typed message back (for an error that returns it).
     fn into_any(self: Box<Self>) -> Box<dyn Any>;
     /// The message's type (to find its wire codec).
@@ -151,7 +183,7 @@ pub(crate) trait Hosted: Send {
     fn as_any(&mut self) -> &mut dyn Any;
     /// A stand-in for an actor of another node takes its messages here
     /// (to send them over the wire); real actors give them back.
-    fn forward(&mut self, m: Box<dyn Erased>) -> Result<(), Box<dyn Erased>> {
+    fn forward(&mut self, m: ErasedMsg) -> Result<(), ErasedMsg> {
         Err(m)
     }
     /// True for a stand-in (it cannot take fds: they do not cross nodes).

@@ -3,7 +3,8 @@
 //!
 //! The typed API (`actor/`) sits above this layer and talks to it
 //! only through type-erased objects: an [`envelope::Envelope`] carries a
-//! `Box<dyn Erased>` (a typed message that knows how to run its handler), a
+//! `dyn Erased` (a typed message that knows how to run its handler; inline
+//! in the envelope when small, see [`envelope::ErasedMsg`]), a
 //! shard hosts `Box<dyn Hosted>` (an actor that knows how to start and stop),
 //! and an actor's shared state is an [`cell::ActorCell`]. Nothing in this
 //! folder imports the actor layer; the one bridge from typed to erased lives in

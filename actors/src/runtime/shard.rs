@@ -520,7 +520,12 @@ impl ShardLoop {
                 );
                 let _entered = span.enter();
                 outbox::enter(to);
+                let mut m = m;
                 let outcome = catch_unwind(AssertUnwindSafe(|| m.handle(slot.as_any())));
+                // Handled (or it panicked): what is left of it goes now, on
+                // this side of the span (a tracked remote message gives its
+                // window's credit back here).
+                drop(m);
                 if outbox::leave() {
                     self.parked_now.push((to, slot.cell().clone()));
                 }
