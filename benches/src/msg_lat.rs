@@ -3,7 +3,10 @@
 //! "Sender" latency is post until the sender's own completion (for Ringmail:
 //! `send` + `flush`, which submits; bare MSG_RING: its own CQE; channels: the
 //! `send` call); "Receiver" latency is post until the receiving code runs.
-//! The receiver sleeps in its wait (no busy-poll) in every system.
+//! The receiver sleeps in its wait (no busy-poll) in every system but
+//! `ringmail-poll50us`, whose receiver spins up to 50 µs before it sleeps:
+//! the case of a receiver that is awake when a message is sent (a loaded
+//! one), where a Ringmail sender queues without a doorbell or a system call.
 //!
 //! `ringmail` is ring to ring (the transport); `ringmail-actors` and the
 //! actor frameworks (actix, ractor, kameo) are a plain sender thread telling
@@ -15,7 +18,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use ringmail::transport::{Event, Ring};
+use ringmail::transport::{Event, Ring, RingConfig};
 
 use crate::frameworks::{Framework, Handle};
 use crate::harness::{from_figures, Better, Comparison};
@@ -72,9 +75,17 @@ fn paced_sender(rate: u64, dur: Duration, mut post: impl FnMut(u64)) -> Histogra
 }
 
 fn ringmail(rate: u64, dur: Duration) -> Lat {
+    ringmail_with(rate, dur, None)
+}
+
+/// As [`ringmail`], with the receiver busy-polling for up to `busy` before
+/// it sleeps (`RingConfig::busy_poll`): a receiver that is awake when a
+/// message is sent, as a loaded one is, so the sender needs no doorbell.
+fn ringmail_with(rate: u64, dur: Duration, busy: Option<Duration>) -> Lat {
     let (tx, rx) = mpsc::channel();
     let recv = thread::spawn(move || {
-        let mut ring = Ring::<u64>::new().expect("ring");
+        let cfg = RingConfig::default().busy_poll(busy);
+        let mut ring = Ring::<u64>::with_config(cfg).expect("ring");
         tx.send(ring.addr()).unwrap();
         let mut h = hist();
         let mut evs = Vec::new();
@@ -219,6 +230,10 @@ pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
     type Sys = (&'static str, Box<dyn Fn(u64, Duration) -> Lat>);
     let mut systems: Vec<Sys> = vec![
         ("ringmail", Box::new(ringmail)),
+        (
+            "ringmail-poll50us",
+            Box::new(|rate, dur| ringmail_with(rate, dur, Some(Duration::from_micros(50)))),
+        ),
         ("raw-msg-ring", Box::new(raw)),
         ("crossbeam", Box::new(crossbeam)),
         ("tokio-mpsc", Box::new(tokio_mpsc)),

@@ -14,12 +14,26 @@
 //!   it has advanced the CQ head past that CQE. So at every moment the number of
 //!   message CQEs in the CQ or in the kernel's task-work list is at most
 //!   `credit_cap`, and the kernel's overflow list is never used for messages.
-//! * **Fallback and doorbell.** Without a credit, a parcel goes to `fallback`
-//!   and the sender that flips `doorbell` from false to true sends one doorbell
+//! * **Fallback and doorbell.** A parcel that does not take the ring path goes
+//!   to `fallback`. A doorbell is owed only when the receiver sleeps: the
+//!   sender that then flips `doorbell` from false to true sends one doorbell
 //!   `MSG_RING`. Only the receiver clears `doorbell`, and only when it reaps that
 //!   doorbell CQE, before it drains the queue: so at most one doorbell CQE is
-//!   ever outstanding (one reserved CQ entry), and a parcel pushed at any time
-//!   is either seen by a drain that is already due or triggers a new doorbell.
+//!   ever outstanding (one reserved CQ entry).
+//! * **Sleeping.** `signal` holds two bits: `PENDING` (the fallback queue may
+//!   hold parcels) and `SLEEPING` (the receiver is about to block, or blocks,
+//!   in the kernel). A sender sets `PENDING` with one read-modify-write under
+//!   the queue's lock, which also tells it whether `SLEEPING` was set; the
+//!   receiver sets `SLEEPING` with one read-modify-write, which tells it
+//!   whether `PENDING` was set, and then does not block; a drain clears
+//!   `PENDING` under the lock. All three are read-modify-writes of one word,
+//!   so they are totally ordered (no store/load handshake across two
+//!   variables, which the memory model would let both sides miss): either
+//!   the push came first and the receiver sees it before it blocks, or the
+//!   receiver announced its sleep first and the sender rings. So a parcel
+//!   pushed at any time is seen by a drain of an awake receiver, or by one
+//!   due after a doorbell, and a sender to an awake receiver enters no
+//!   system call at all.
 //! * **Close.** `state` goes Open -> Closing -> Closed. In Closing, no new
 //!   messages are reserved and no credit is granted: the closing flag lives in
 //!   the top bit of the credit word and of the `queued` word, so a credit
@@ -71,9 +85,15 @@ pub(crate) struct Core<P> {
     cap: usize,
     state: AtomicU8,
     fallback: Mutex<VecDeque<P>>,
-    fallback_pending: AtomicBool,
+    /// `PENDING` and `SLEEPING` (see the module docs).
+    signal: AtomicU8,
     doorbell: AtomicBool,
 }
+
+/// Bit of `signal`: the fallback queue may hold parcels.
+const PENDING: u8 = 1;
+/// Bit of `signal`: the receiver blocks in the kernel (or is about to).
+const SLEEPING: u8 = 2;
 
 impl<P> Core<P> {
     /// A core with `credit_cap` CQ credits and room for `cap` messages.
@@ -85,7 +105,7 @@ impl<P> Core<P> {
             cap,
             state: AtomicU8::new(OPEN),
             fallback: Mutex::new(VecDeque::new()),
-            fallback_pending: AtomicBool::new(false),
+            signal: AtomicU8::new(0),
             doorbell: AtomicBool::new(false),
         }
     }
@@ -164,18 +184,40 @@ impl<P> Core<P> {
     }
 
     /// Queues a parcel in the fallback queue. `Ok(true)` means the caller must
-    /// ring the doorbell (send one doorbell message to the receiver).
-    /// `Err` hands the parcel back: the mailbox is closed.
+    /// ring the doorbell (send one doorbell message to the receiver): the
+    /// receiver sleeps and the caller raised the flag. `Ok(false)`: nothing
+    /// to do, the receiver is awake and will look before it sleeps, or a
+    /// doorbell is already on its way. `Err` hands the parcel back: the
+    /// mailbox is closed.
     pub(crate) fn push_fallback(&self, parcel: P) -> Result<bool, P> {
-        {
+        let prev = {
             let mut q = lock(&self.fallback);
             if self.state.load(Ordering::Acquire) == CLOSED {
                 return Err(parcel);
             }
             q.push_back(parcel);
-            self.fallback_pending.store(true, Ordering::Release);
-        }
-        Ok(self.raise_doorbell())
+            self.signal.fetch_or(PENDING, Ordering::AcqRel)
+        };
+        Ok(prev & SLEEPING != 0 && self.raise_doorbell())
+    }
+
+    /// True when the receiver is not blocking in the kernel (a hint, for
+    /// choosing a path; [`Core::push_fallback`] decides about the doorbell).
+    pub(crate) fn receiver_awake(&self) -> bool {
+        self.signal.load(Ordering::Relaxed) & SLEEPING == 0
+    }
+
+    /// The receiver is about to block in the kernel: from now on a sender
+    /// that queues a parcel owes a doorbell. `false` when a parcel is
+    /// queued already: then it must not block ([`Core::sleep_end`] first) but
+    /// drain.
+    pub(crate) fn sleep_begin(&self) -> bool {
+        self.signal.fetch_or(SLEEPING, Ordering::AcqRel) & PENDING == 0
+    }
+
+    /// The receiver is awake again (woken, timed out, or it did not block).
+    pub(crate) fn sleep_end(&self) {
+        self.signal.fetch_and(!SLEEPING, Ordering::AcqRel);
     }
 
     /// Raises the doorbell flag after queueing work for the receiver; true
@@ -186,7 +228,7 @@ impl<P> Core<P> {
 
     /// True when the fallback queue may hold parcels (a cheap hint).
     pub(crate) fn fallback_pending(&self) -> bool {
-        self.fallback_pending.load(Ordering::Acquire)
+        self.signal.load(Ordering::Acquire) & PENDING != 0
     }
 
     /// Called by the receiver when it reaps the doorbell CQE, before draining.
@@ -199,7 +241,7 @@ impl<P> Core<P> {
     /// Moves every parcel of the fallback queue into `out`, in queue order.
     pub(crate) fn drain_fallback(&self, out: &mut VecDeque<P>) {
         let mut q = lock(&self.fallback);
-        self.fallback_pending.store(false, Ordering::Release);
+        self.signal.fetch_and(!PENDING, Ordering::AcqRel);
         out.append(&mut q);
     }
 
@@ -220,7 +262,7 @@ impl<P> Core<P> {
     pub(crate) fn finish_close(&self, out: &mut VecDeque<P>) {
         let mut q = lock(&self.fallback);
         self.state.store(CLOSED, Ordering::Release);
-        self.fallback_pending.store(false, Ordering::Release);
+        self.signal.fetch_and(!PENDING, Ordering::AcqRel);
         out.append(&mut q);
     }
 
@@ -388,8 +430,28 @@ mod tests {
     }
 
     #[test]
+    fn a_doorbell_only_for_a_sleeping_receiver() {
+        let c: Core<u32> = Core::new(0, 10);
+        assert!(c.receiver_awake());
+        assert_eq!(c.push_fallback(1), Ok(false), "awake: it looks before it sleeps");
+        assert!(!c.sleep_begin(), "a parcel is queued: do not block");
+        c.sleep_end();
+        let mut out = VecDeque::new();
+        c.drain_fallback(&mut out);
+        assert!(c.sleep_begin(), "nothing queued: block");
+        assert!(!c.receiver_awake());
+        assert_eq!(c.push_fallback(2), Ok(true), "asleep: ring");
+        assert_eq!(c.push_fallback(3), Ok(false), "one doorbell until reaped");
+        c.sleep_end();
+        c.doorbell_reaped();
+        c.drain_fallback(&mut out);
+        assert_eq!(out, [1, 2, 3]);
+    }
+
+    #[test]
     fn one_doorbell_until_reaped() {
         let c: Core<u32> = Core::new(0, 10);
+        assert!(c.sleep_begin());
         assert_eq!(c.push_fallback(1), Ok(true));
         assert_eq!(c.push_fallback(2), Ok(false));
         c.doorbell_reaped();

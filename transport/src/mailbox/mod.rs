@@ -9,15 +9,20 @@
 //! `Parcel { from, to, seq, body }` with the next sequence number of this
 //! sender→target lane. A parcel then takes one of two paths:
 //!
-//! * **Ring path.** The sender takes a CQ credit from the target and issues one
+//! * **To an awake receiver** (one not blocked in the kernel), the fallback
+//!   path below with no doorbell: no SQE, no system call for the sender.
+//!   The receiver looks at its queue before it blocks; the two bits that
+//!   decide who owes whom a look are one word (`core`'s module docs).
+//! * **Ring path** (a sleeping receiver). The sender takes a CQ credit from the target and issues one
 //!   `MSG_RING` whose target CQE carries the parcel's address in `user_data`
 //!   (`handle`), the message count in `res` and a Ringmail mark in the
 //!   passed flags. Success is silent for the sender (`IOSQE_CQE_SKIP_SUCCESS`);
 //!   an error comes back on the sender's ring with the same parcel, which is
 //!   rerouted (ENOMEM/EBUSY/EAGAIN) or handed back.
 //! * **Fallback path.** Without a credit the parcel is pushed on the target's
-//!   user-space fallback queue and, if no doorbell is pending, one doorbell
-//!   `MSG_RING` is sent (it has a reserved CQ entry, so it never needs a credit).
+//!   user-space fallback queue and, if the receiver sleeps and no doorbell is
+//!   pending, one doorbell `MSG_RING` is sent (it has a reserved CQ entry, so
+//!   it never needs a credit).
 //!
 //! An fd hand-off is a parcel that always takes the ring path: it needs a CQ
 //! credit and one free slot of the receiver's kernel allocation range (so the

@@ -150,6 +150,9 @@ pub struct Ring<T: Send + 'static> {
     /// that took credits and has not issued its parcels yet).
     #[cfg(test)]
     hold_submits: bool,
+    /// For tests of the ring path: batches take it even to an awake receiver.
+    #[cfg(test)]
+    ring_path_always: bool,
     /// Tokens of armed `accept_multi` operations.
     accepts: HashSet<u64, FxBuildHasher>,
     /// Tokens of armed `recv_multi` operations: only their completions may
@@ -246,6 +249,8 @@ impl<T: Send + 'static> Ring<T> {
             fail_doorbell_pushes: false,
             #[cfg(test)]
             hold_submits: false,
+            #[cfg(test)]
+            ring_path_always: false,
             accepts: HashSet::default(),
             recvs: HashSet::default(),
             _not_send: PhantomData,
@@ -429,7 +434,15 @@ impl<T: Send + 'static> Ring<T> {
         !self.uring.completion().is_empty() || self.inbox.core.fallback_pending()
     }
 
+    /// Blocks in the kernel until a completion, or `limit`. Senders see the
+    /// ring asleep meanwhile and ring its doorbell for what they queue; a
+    /// parcel queued before it could announce its sleep makes it return at
+    /// once instead (the caller polls next). See `mailbox::core`.
     pub(super) fn block(&mut self, limit: Option<Duration>) -> Result<(), RingError> {
+        if !self.inbox.core.sleep_begin() {
+            self.inbox.core.sleep_end();
+            return Ok(());
+        }
         let r = match limit {
             None => self.uring.submit_and_wait(1),
             Some(d) => {
@@ -438,6 +451,7 @@ impl<T: Send + 'static> Ring<T> {
                 self.uring.submitter().submit_with_args(1, &args)
             }
         };
+        self.inbox.core.sleep_end();
         match r {
             Ok(_) => Ok(()),
             Err(e) => match errno(&e) {
@@ -480,12 +494,37 @@ impl<T: Send + 'static> Ring<T> {
             self.process_cqes();
             if self.inbox.core.fallback_pending() || self.inbox.returns_pending() {
                 self.drain_fallback();
+                // A parcel that came without the kernel may answer what this
+                // ring did in the kernel (an fd hand-off whose linked close
+                // of our slot is still our task work): that work ran in the
+                // sender's ring before the parcel was queued, and queued ours
+                // before, so run it now, before the parcel is handed out.
+                self.run_task_work_if_flagged()?;
             }
             self.advance_close();
             if self.cqes.is_empty() {
                 return Ok(());
             }
         }
+    }
+
+    /// Runs this ring's deferred task work if the kernel flags any, and
+    /// reaps what it completed.
+    fn run_task_work_if_flagged(&mut self) -> Result<(), RingError> {
+        for _ in 0..64 {
+            if !self.uring.submission().taskrun() {
+                break;
+            }
+            if let Err(e) = sys::enter_getevents(&self.uring) {
+                match errno(&e) {
+                    libc::EINTR | libc::EBUSY | libc::EAGAIN => {}
+                    libc::EBADR => return Err(RingError::CompletionsDropped),
+                    _ => return Err(RingError::Enter(e)),
+                }
+            }
+            self.reap_cq();
+        }
+        Ok(())
     }
 
     pub(super) fn submit_now(&mut self) -> Result<(), RingError> {

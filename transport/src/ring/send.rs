@@ -254,11 +254,17 @@ impl<T: Send + 'static> Ring<T> {
         self.out.get(&id).expect("parcel to a ring without a lane").target.clone()
     }
 
-    /// Sends a parcel down the ring path if it can, else the fallback path.
+    /// Sends a parcel down the fallback path to an awake receiver (no SQE,
+    /// no system call: it looks at its queue before it sleeps), else down
+    /// the ring path if it can (one `MSG_RING` carries it and wakes the
+    /// receiver), else the fallback path with a doorbell.
     fn route(&mut self, parcel: Box<Parcel<T>>) {
         let target = self.target(parcel.to);
         match parcel.body {
             Body::Fd { .. } => self.route_fd(&target, parcel),
+            Body::Batch(_) if target.core.receiver_awake() && !self.ring_path_only() => {
+                self.send_fallback(&target, parcel)
+            }
             Body::Batch(_) => match target.core.take_credit() {
                 Credit::Granted => {
                     if let Err(parcel) = self.push_data(&target, parcel) {
@@ -270,6 +276,17 @@ impl<T: Send + 'static> Ring<T> {
             },
             Body::Void | Body::Doubt | Body::End => self.send_fallback(&target, parcel),
         }
+    }
+
+    /// Tests of the ring path send batches down it even to an awake receiver.
+    #[cfg(test)]
+    fn ring_path_only(&self) -> bool {
+        self.ring_path_always
+    }
+
+    #[cfg(not(test))]
+    fn ring_path_only(&self) -> bool {
+        false
     }
 
     fn push_data(

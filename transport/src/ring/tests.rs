@@ -86,6 +86,7 @@ fn cross_thread_batches_keep_order() {
     let a = rx.addr();
     let t = thread::spawn(move || {
         let mut tx = Ring::<u64>::new().unwrap();
+        tx.ring_path_always = true; // the MSG_RING path, whether the receiver sleeps or not
         for i in 0..20_000 {
             tx.send(&a, i).unwrap();
         }
@@ -768,6 +769,7 @@ fn a_push_io_token_shared_with_an_armed_accept_is_not_taken_for_it() {
 fn sender_holding_a_credit(to: &Addr<u32>, msg: u32) -> Ring<u32> {
     let mut s = Ring::<u32>::new().unwrap();
     s.hold_submits = true;
+    s.ring_path_always = true;
     s.send(to, msg).unwrap();
     s.flush().unwrap();
     assert_eq!(to.queued(), 1);
