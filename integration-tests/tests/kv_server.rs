@@ -378,6 +378,55 @@ fn a_resp3_client_connects_with_hello_3_and_gets_resp3_nulls_and_maps() {
     assert!(text.ends_with("-NOPROTO unsupported protocol version\r\n"), "{text}");
 }
 
+/// Found by running redis-py's own test suite against the KV: `CLIENT ID`
+/// was a worker's connection number (three connections on three workers
+/// shared one id), `CONFIG GET` answered RESP3 clients a flat array
+/// instead of a map, and `COMMAND GETKEYS` answered an empty array.
+#[test]
+fn client_ids_are_unique_config_get_is_a_map_and_getkeys_names_the_keys() {
+    let (_system, srv) = serve(3);
+    // Connections are spread over the three workers.
+    let mut ids = std::collections::HashSet::new();
+    let mut cons: Vec<Connection> = (0..9).map(|_| client(&srv)).collect();
+    for con in cons.iter_mut() {
+        let id: i64 = cmd("CLIENT").arg("ID").query(con).unwrap();
+        assert!(ids.insert(id), "CLIENT ID {id} given twice");
+        let info: String = cmd("CLIENT").arg("INFO").query(con).unwrap();
+        assert!(info.starts_with(&format!("id={id} ")), "{info}");
+    }
+    let got = raw_exchange(
+        &srv,
+        b"HELLO 3\r\nCONFIG GET databases\r\n",
+        b"$9\r\ndatabases\r\n$1\r\n1\r\n",
+    );
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.ends_with("%1\r\n$9\r\ndatabases\r\n$1\r\n1\r\n"), "a RESP3 map: {text}");
+    let got = raw_exchange(&srv, b"CONFIG GET databases\r\n", b"$1\r\n1\r\n");
+    assert_eq!(got, b"*2\r\n$9\r\ndatabases\r\n$1\r\n1\r\n", "RESP2: the flat array");
+    let con = &mut cons[0];
+    let keys: Vec<String> = cmd("COMMAND")
+        .arg("GETKEYS")
+        .arg("MSET")
+        .arg("a")
+        .arg("b")
+        .arg("c")
+        .arg("d")
+        .query(con)
+        .unwrap();
+    assert_eq!(keys, ["a", "c"]);
+    let keys: Vec<String> =
+        cmd("COMMAND").arg("GETKEYS").arg("BLPOP").arg("x").arg("y").arg("0").query(con).unwrap();
+    assert_eq!(keys, ["x", "y"]);
+    let keys: Vec<String> =
+        cmd("COMMAND").arg("GETKEYS").arg("HSET").arg("h").arg("f").arg("v").query(con).unwrap();
+    assert_eq!(keys, ["h"]);
+    let e: RedisResult<Vec<String>> = cmd("COMMAND").arg("GETKEYS").arg("PING").query(con);
+    assert!(err_text(e).contains("no key arguments"));
+    let e: RedisResult<Vec<String>> =
+        cmd("COMMAND").arg("GETKEYS").arg("NOSUCH").arg("k").query(con);
+    assert!(err_text(e).contains("Invalid command specified"));
+}
+
 #[test]
 fn transactions_on_one_shard_run_whole_and_alone() {
     use ringmail_examples::kv::server::shard_of;

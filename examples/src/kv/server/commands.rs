@@ -4,8 +4,6 @@
 //! be queued, `CROSSSLOT`), and which shard owns a key (`shard_of`, hash
 //! tags).
 
-use ringmail::net::ConnId;
-
 use super::worker::Client;
 use crate::kv::resp::{Lower, Reply};
 
@@ -305,8 +303,24 @@ fn non_blocking(mut args: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
 
 /// The shards a command touches, among `n` (none for a keyless command).
 pub(super) fn shards_of(args: &[Vec<u8>], n: usize) -> Vec<usize> {
+    match keys_of(args) {
+        Keys::These(keys) => keys.into_iter().map(|k| shard_of(k, n)).collect(),
+        Keys::All => (0..n).collect(),
+    }
+}
+
+/// The keys of a command, as routing sees them.
+pub(super) enum Keys<'a> {
+    /// These keys (none for a keyless command).
+    These(Vec<&'a Vec<u8>>),
+    /// The whole keyspace (`KEYS`, `DBSIZE`, `FLUSHALL`...).
+    All,
+}
+
+/// The keys of command `args` (`args[0]` its name).
+pub(super) fn keys_of(args: &[Vec<u8>]) -> Keys<'_> {
     let cmd = args[0].to_ascii_lowercase();
-    let keys: Vec<&Vec<u8>> = match cmd.as_slice() {
+    Keys::These(match cmd.as_slice() {
         b"blpop-now" | b"brpop-now" | b"blpop" | b"brpop" => {
             args.get(1..args.len().saturating_sub(1)).unwrap_or_default().iter().collect()
         }
@@ -315,11 +329,44 @@ pub(super) fn shards_of(args: &[Vec<u8>], n: usize) -> Vec<usize> {
             args[1..].iter().take(2).collect()
         }
         b"mset" | b"msetnx" => args[1..].iter().step_by(2).collect(),
-        b"dbsize" | b"flushall" | b"flushdb" | b"keys" => return (0..n).collect(),
+        b"dbsize" | b"flushall" | b"flushdb" | b"keys" => return Keys::All,
         b"ping" | b"echo" => Vec::new(),
         _ => args.get(1).into_iter().collect(),
-    };
-    keys.into_iter().map(|k| shard_of(k, n)).collect()
+    })
+}
+
+/// `COMMAND GETKEYS cmd args...`: the keys of a command this server
+/// knows (Redis' errors for a keyless or unknown one).
+fn getkeys(cmd: &[Vec<u8>]) -> Reply {
+    let name = Lower::of(&cmd[0]);
+    let known = single_key(name.as_bytes())
+        || crate::kv::types::is_type_command(&String::from_utf8_lossy(name.as_bytes()))
+        || matches!(
+            name.as_bytes(),
+            b"blpop"
+                | b"brpop"
+                | b"del"
+                | b"unlink"
+                | b"exists"
+                | b"mget"
+                | b"rename"
+                | b"renamenx"
+                | b"rpoplpush"
+                | b"lmove"
+                | b"brpoplpush"
+                | b"blmove"
+                | b"mset"
+                | b"msetnx"
+                | b"ping"
+                | b"echo"
+        );
+    match keys_of(cmd) {
+        _ if !known => Reply::Error("ERR Invalid command specified".into()),
+        Keys::These(keys) if !keys.is_empty() => {
+            Reply::Array(keys.into_iter().map(|k| Reply::Bulk(k.clone())).collect())
+        }
+        _ => Reply::Error("ERR The command has no key arguments".into()),
+    }
 }
 
 /// The commands about the connection itself, answered by its worker: what
@@ -330,7 +377,6 @@ pub(super) fn shards_of(args: &[Vec<u8>], n: usize) -> Vec<usize> {
 /// first, and everything else before it gets Redis' `NOAUTH`.
 pub(super) fn connection_command(
     c: &mut Client,
-    conn: ConnId,
     args: &[Vec<u8>],
     pass: Option<&[u8]>,
 ) -> Option<Reply> {
@@ -393,7 +439,7 @@ pub(super) fn connection_command(
                 (bulk("server"), bulk("redis")),
                 (bulk("version"), bulk("7.2.0")),
                 (bulk("proto"), Reply::Int(if c.resp3 { 3 } else { 2 })),
-                (bulk("id"), Reply::Int(conn.0 as i64)),
+                (bulk("id"), Reply::Int(c.id as i64)),
                 (bulk("mode"), bulk("standalone")),
                 (bulk("role"), bulk("master")),
                 (bulk("modules"), Reply::Array(Vec::new())),
@@ -431,12 +477,12 @@ pub(super) fn connection_command(
                 Reply::Simple("OK")
             }
             Some(b"getname") => c.name.clone().map_or(Reply::Nil, Reply::Bulk),
-            Some(b"id") => Reply::Int(conn.0 as i64),
+            Some(b"id") => Reply::Int(c.id as i64),
             Some(b"setinfo") if args.len() == 4 => Reply::Simple("OK"),
             Some(b"info") | Some(b"list") => {
                 let name = c.name.as_deref().map(String::from_utf8_lossy).unwrap_or_default();
                 let resp = if c.resp3 { 3 } else { 2 };
-                let line = format!("id={} name={name} db=0 resp={resp}\n", conn.0);
+                let line = format!("id={} name={name} db=0 resp={resp}\n", c.id);
                 Reply::Bulk(line.into_bytes())
             }
             _ => Reply::Error(format!(
@@ -446,6 +492,7 @@ pub(super) fn connection_command(
         },
         b"command" => match arg(1).as_deref() {
             Some(b"count") => Reply::Int(0),
+            Some(b"getkeys") if args.len() >= 3 => getkeys(&args[2..]),
             // No per-command documentation: clients that probe get none.
             None | Some(b"docs") | Some(b"info") => Reply::Array(Vec::new()),
             _ => Reply::Array(Vec::new()),

@@ -147,14 +147,15 @@ impl ServerInfo {
         let aof = if self.fsync.is_some() { "yes" } else { "no" };
         let fsync = self.fsync.unwrap_or_default().name();
         let known = [("save", ""), ("appendonly", aof), ("appendfsync", fsync), ("databases", "1")];
-        Reply::Array(
+        // A map: RESP3 clients get `%`, RESP2 ones the flat array.
+        Reply::Map(
             known
                 .iter()
                 .filter(|(k, _)| {
                     crate::kv::engine::glob(&pattern.to_ascii_lowercase(), k.as_bytes())
                 })
-                .flat_map(|(k, v)| {
-                    [Reply::Bulk(k.as_bytes().to_vec()), Reply::Bulk(v.as_bytes().to_vec())]
+                .map(|(k, v)| {
+                    (Reply::Bulk(k.as_bytes().to_vec()), Reply::Bulk(v.as_bytes().to_vec()))
                 })
                 .collect(),
         )

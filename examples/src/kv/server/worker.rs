@@ -235,6 +235,15 @@ pub(super) struct Client {
     pub(super) in_tx: bool,
     /// Authenticated (always, when the server has no password).
     pub(super) authed: bool,
+    /// Its `CLIENT ID`: unique in the process (one counter for all
+    /// workers; a connection id is only unique within its worker).
+    pub(super) id: u64,
+}
+
+/// The next `CLIENT ID` (from 1, as Redis counts).
+pub(super) fn next_client_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 // ANCHOR: worker
@@ -334,7 +343,8 @@ impl FdHandler<NewConnection> for KvWorker {
         match self.conns.add(fd, ctx) {
             Ok(id) => {
                 let authed = self.info.requirepass.is_none();
-                self.clients.insert(id, Client { authed, ..Client::default() });
+                self.clients
+                    .insert(id, Client { authed, id: next_client_id(), ..Client::default() });
                 WorkerStats::bump(&self.stats.connections, 1);
                 WorkerStats::bump(&self.stats.connected, 1);
             }
@@ -513,7 +523,7 @@ impl KvWorker {
                         continue;
                     }
                     let pass = self.info.requirepass.as_deref();
-                    let mut p = match connection_command(c, conn, &args, pass) {
+                    let mut p = match connection_command(c, &args, pass) {
                         Some(reply) => Pending::ready(reply),
                         None => match transaction_step(c, args, self.shards.len()) {
                             Step::Answer(reply) => Pending::ready(reply),
