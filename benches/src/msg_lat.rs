@@ -78,7 +78,7 @@ fn ringmail(rate: u64, dur: Duration) -> Lat {
     ringmail_with(rate, dur, None)
 }
 
-/// As [`ringmail`], with the receiver busy-polling for up to `busy` before
+/// As [`ringmail()`], with the receiver busy-polling for up to `busy` before
 /// it sleeps (`RingConfig::busy_poll`): a receiver that is awake when a
 /// message is sent, as a loaded one is, so the sender needs no doorbell.
 fn ringmail_with(rate: u64, dur: Duration, busy: Option<Duration>) -> Lat {
