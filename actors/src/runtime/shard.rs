@@ -520,12 +520,16 @@ impl ShardLoop {
                 );
                 let _entered = span.enter();
                 outbox::enter(to);
-                let mut m = m;
-                let outcome = catch_unwind(AssertUnwindSafe(|| m.handle(slot.as_any())));
-                // Handled (or it panicked): what is left of it goes now, on
-                // this side of the span (a tracked remote message gives its
-                // window's credit back here).
-                drop(m);
+                let outcome = catch_unwind(AssertUnwindSafe(|| {
+                    let mut m = m;
+                    let handled = m.handle(slot.as_any());
+                    // What is left of it goes now, still under the catch: a
+                    // message's own drop may panic (a tick of a replaced
+                    // instance is dropped unhandled), and a tracked remote
+                    // message gives its window's credit back here.
+                    drop(m);
+                    handled
+                }));
                 if outbox::leave() {
                     self.parked_now.push((to, slot.cell().clone()));
                 }

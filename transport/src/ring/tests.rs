@@ -939,3 +939,62 @@ fn a_lane_to_a_closed_ring_kept_once_is_forgotten_at_a_later_flush() {
         s.wait(&mut evs, Some(Duration::from_millis(10))).unwrap();
     }
 }
+
+/// The ring path under a receiver that stalls before every reap: eight
+/// senders whose batches all take it (as to a sleeping receiver) into an
+/// 8-entry CQ (5 message credits). The credits keep every message
+/// completion out of the kernel's overflow list, and the parcels that find
+/// no credit go to the fallback queue; everything arrives once, in order.
+/// (`faults.rs` runs the same stream through the public API, where an
+/// awake receiver's parcels mostly skip the ring.)
+#[test]
+fn eight_ring_path_senders_never_overflow_an_8_entry_cq() {
+    const SENDERS: u64 = 8;
+    const PER: u64 = 4_000;
+    let cfg = RingConfig::default().cq_entries(8).mailbox_capacity(1 << 20);
+    let mut rx = Ring::<(u64, u64)>::with_config(cfg).unwrap();
+    assert_eq!(rx.credit_capacity(), 8 - 2 - 1);
+    let addr = rx.addr();
+    let senders: Vec<_> = (0..SENDERS)
+        .map(|s| {
+            let addr = addr.clone();
+            thread::spawn(move || {
+                let mut tx = Ring::<(u64, u64)>::new().unwrap();
+                tx.ring_path_always = true;
+                for i in 0..PER {
+                    tx.send(&addr, (s, i)).unwrap();
+                    if i % 64 == 63 {
+                        tx.flush().unwrap();
+                        thread::sleep(Duration::from_millis(1));
+                    }
+                }
+                tx.flush().unwrap();
+                // Keep the ring until the receiver has everything.
+                thread::sleep(Duration::from_millis(500));
+                tx.stats()
+            })
+        })
+        .collect();
+    let mut next = [0u64; SENDERS as usize];
+    let mut total = 0;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while total < SENDERS * PER {
+        assert!(Instant::now() < deadline, "stuck at {total}: {:?}", rx.stats());
+        thread::sleep(Duration::from_millis(1)); // not reaping meanwhile
+        let mut evs = Vec::new();
+        rx.wait(&mut evs, Some(Duration::from_millis(100))).unwrap();
+        for e in evs {
+            let Event::Message((s, i)) = e else { panic!("unexpected event") };
+            assert_eq!(i, next[s as usize], "sender {s}: duplicate or reordered");
+            next[s as usize] += 1;
+            total += 1;
+        }
+    }
+    let sent: Vec<_> = senders.into_iter().map(|h| h.join().unwrap()).collect();
+    let st = rx.stats();
+    assert!(st.ring_parcels_received >= 50, "the ring path, again and again: {st:?}");
+    assert!(st.fallback_parcels_received > 0, "the credits ran out: {st:?}");
+    assert_eq!(st.cq_overflows, 0, "message completions overflowed the CQ: {st:?}");
+    assert!(sent.iter().all(|s| s.cq_overflows == 0));
+    assert_eq!(addr.queued(), 0);
+}
