@@ -25,7 +25,7 @@
 //! (`outbox.rs`).
 
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 // The mailbox count (with its waiter bit) and the waker list are what the park
 // protocol's loom model covers (`cell_loom.rs`): under `--cfg loom` they are
@@ -56,6 +56,19 @@ pub(crate) struct ActorCell {
     queued: AtomicUsize,
     cap: usize,
     alive: AtomicBool,
+    /// Instances so far minus one: bumped by each restart in place, so
+    /// that timers of an instance that was replaced end with it.
+    generation: std::sync::atomic::AtomicU32,
+    /// Actors paused on this mailbox being full, and whether there are any.
+    wakers: ModelMutex<Vec<Waker>>,
+    /// What most actors never use while they run: made on first use (a
+    /// name, a group, a watcher, a link's trap, a pause, a stand-in) or at
+    /// the stop, so that an idle actor's cell stays a few words.
+    rare: OnceLock<Box<Rare>>,
+}
+
+/// The parts of a cell that most actors never use (see `ActorCell::rare`).
+struct Rare {
     reason: Mutex<Option<StopReason>>,
     /// Names this actor is registered under (removed when it stops).
     names: Mutex<Vec<String>>,
@@ -65,16 +78,11 @@ pub(crate) struct ActorCell {
     /// for a monitor: one per watcher); `None` once it has stopped (then
     /// `watch` calls at once).
     watchers: Mutex<Option<Vec<Keyed>>>,
-    /// Instances so far minus one: bumped by each restart in place, so
-    /// that timers of an instance that was replaced end with it.
-    generation: std::sync::atomic::AtomicU32,
-    /// Actors paused on this mailbox being full, and whether there are any.
-    wakers: ModelMutex<Vec<Waker>>,
     /// The actor this one is paused on, while it is.
     waiting_on: Mutex<Option<Weak<ActorCell>>>,
     /// For a stand-in: the actor of another node it stands for (its node's
     /// name and its id there). Set once, when made.
-    stand_in: std::sync::OnceLock<(String, u64)>,
+    stand_in: OnceLock<(String, u64)>,
     /// A stand-in its node stops (its remote actor stopped or its node is
     /// down), with the reason: a stop is then the stand-in's own, not one
     /// for the remote actor.
@@ -82,6 +90,21 @@ pub(crate) struct ActorCell {
     /// Set while the actor traps exits: a linked actor's failure is
     /// delivered to it by this, instead of stopping it.
     trap: Mutex<Option<Trap>>,
+}
+
+impl Rare {
+    fn new() -> Self {
+        Rare {
+            reason: Mutex::new(None),
+            names: Mutex::new(Vec::new()),
+            groups: Mutex::new(Vec::new()),
+            watchers: Mutex::new(Some(Vec::new())),
+            waiting_on: Mutex::new(None),
+            stand_in: OnceLock::new(),
+            released: Mutex::new(None),
+            trap: Mutex::new(None),
+        }
+    }
 }
 
 /// Delivers a trapped exit: (the linked actor's id, its node if remote,
@@ -109,52 +132,60 @@ impl ActorCell {
             queued: AtomicUsize::new(0),
             cap,
             alive: AtomicBool::new(true),
-            reason: Mutex::new(None),
-            names: Mutex::new(Vec::new()),
-            groups: Mutex::new(Vec::new()),
-            watchers: Mutex::new(Some(Vec::new())),
             generation: std::sync::atomic::AtomicU32::new(0),
             wakers: ModelMutex::new(Vec::new()),
-            waiting_on: Mutex::new(None),
-            stand_in: std::sync::OnceLock::new(),
-            released: Mutex::new(None),
-            trap: Mutex::new(None),
+            rare: OnceLock::new(),
         }
+    }
+
+    /// The rare parts, made on first use.
+    fn rare(&self) -> &Rare {
+        self.rare.get_or_init(|| Box::new(Rare::new()))
+    }
+
+    /// The rare parts if they were ever made (a read that finds none sees
+    /// their initial state).
+    fn rare_if_made(&self) -> Option<&Rare> {
+        self.rare.get().map(|r| &**r)
     }
 
     /// The node stops this stand-in, with `reason` (see `released`).
     pub(crate) fn release_stand_in(&self, reason: StopReason) {
-        lock(&self.released).get_or_insert(reason);
+        lock(&self.rare().released).get_or_insert(reason);
     }
 
     /// Why the node stops this stand-in, once it does.
     pub(crate) fn released(&self) -> Option<StopReason> {
-        lock(&self.released).clone()
+        self.rare_if_made().and_then(|r| lock(&r.released).clone())
     }
 
     /// Traps exits from now on (`Some`), or not (`None`).
     pub(crate) fn set_trap(&self, trap: Option<Trap>) {
-        *lock(&self.trap) = trap;
+        if trap.is_some() {
+            *lock(&self.rare().trap) = trap;
+        } else if let Some(r) = self.rare_if_made() {
+            *lock(&r.trap) = None;
+        }
     }
 
     /// How a trapped exit reaches the actor, while it traps exits and runs.
     pub(crate) fn trap(&self) -> Option<Trap> {
-        lock(&self.trap).clone().filter(|_| self.is_alive())
+        self.rare_if_made().and_then(|r| lock(&r.trap).clone()).filter(|_| self.is_alive())
     }
 
     /// Marks the cell as a stand-in for actor `id` of node `node`.
     pub(crate) fn set_stand_in(&self, node: &str, id: u64) {
-        let _ = self.stand_in.set((node.to_string(), id));
+        let _ = self.rare().stand_in.set((node.to_string(), id));
     }
 
     /// Whether the cell is a stand-in for an actor of another node.
     pub(crate) fn is_stand_in(&self) -> bool {
-        self.stand_in.get().is_some()
+        self.stands_for().is_some()
     }
 
     /// For a stand-in: the remote actor's node and its id there.
     pub(crate) fn stands_for(&self) -> Option<&(String, u64)> {
-        self.stand_in.get()
+        self.rare_if_made().and_then(|r| r.stand_in.get())
     }
 
     /// Registers `w` to run once this mailbox has drained to half its
@@ -195,12 +226,19 @@ impl ActorCell {
 
     /// Records that this actor is paused on `target` (`None`: it is not).
     pub(crate) fn set_waiting_on(&self, target: Option<&Arc<ActorCell>>) {
-        *lock(&self.waiting_on) = target.map(Arc::downgrade);
+        match target {
+            Some(t) => *lock(&self.rare().waiting_on) = Some(Arc::downgrade(t)),
+            None => {
+                if let Some(r) = self.rare_if_made() {
+                    *lock(&r.waiting_on) = None;
+                }
+            }
+        }
     }
 
     /// The actor this one is paused on, if it is.
     pub(crate) fn waiting_on(&self) -> Option<Arc<ActorCell>> {
-        lock(&self.waiting_on).as_ref().and_then(Weak::upgrade)
+        self.rare_if_made().and_then(|r| lock(&r.waiting_on).as_ref().and_then(Weak::upgrade))
     }
 
     /// Calls `w` with the stop reason once the actor stops (at once if it has).
@@ -212,13 +250,14 @@ impl ActorCell {
     /// with a key already registered is dropped (a monitor made again by a
     /// restarted watcher gives one `Down`, not two).
     pub(crate) fn watch_keyed(&self, key: Option<u64>, w: Watcher) {
-        let mut ws = lock(&self.watchers);
+        let rare = self.rare();
+        let mut ws = lock(&rare.watchers);
         match ws.as_mut() {
             Some(list) if key.is_some() && list.iter().any(|(k, _)| *k == key) => {}
             Some(list) => list.push((key, w)),
             None => {
                 drop(ws);
-                let reason = lock(&self.reason).clone();
+                let reason = lock(&rare.reason).clone();
                 w(&reason.unwrap_or(StopReason::Normal));
             }
         }
@@ -241,17 +280,17 @@ impl ActorCell {
     }
 
     pub(crate) fn add_name(&self, name: String) {
-        lock(&self.names).push(name);
+        lock(&self.rare().names).push(name);
     }
 
     pub(crate) fn take_names(&self) -> Vec<String> {
-        std::mem::take(&mut *lock(&self.names))
+        self.rare_if_made().map(|r| std::mem::take(&mut *lock(&r.names))).unwrap_or_default()
     }
 
     /// Notes that the actor is in group `key` (left when it stops); false
     /// if it was already.
     pub(crate) fn add_group(&self, key: &GroupKey) -> bool {
-        let mut g = lock(&self.groups);
+        let mut g = lock(&self.rare().groups);
         if g.contains(key) {
             return false;
         }
@@ -261,17 +300,19 @@ impl ActorCell {
 
     /// Whether the actor is in group `key` (as far as its cell knows).
     pub(crate) fn in_group(&self, key: &GroupKey) -> bool {
-        lock(&self.groups).contains(key)
+        self.rare_if_made().is_some_and(|r| lock(&r.groups).contains(key))
     }
 
     /// The actor left group `key`.
     pub(crate) fn remove_group(&self, key: &GroupKey) {
-        lock(&self.groups).retain(|k| k != key);
+        if let Some(r) = self.rare_if_made() {
+            lock(&r.groups).retain(|k| k != key);
+        }
     }
 
     /// The groups it is in (taken when it stops).
     pub(crate) fn take_groups(&self) -> Vec<GroupKey> {
-        std::mem::take(&mut *lock(&self.groups))
+        self.rare_if_made().map(|r| std::mem::take(&mut *lock(&r.groups))).unwrap_or_default()
     }
 
     /// Counts a message that bypasses the capacity check (timer messages:
@@ -313,7 +354,7 @@ impl ActorCell {
 
     /// Why the actor stopped, once it has.
     pub(crate) fn stop_reason(&self) -> Option<StopReason> {
-        lock(&self.reason).clone()
+        self.rare_if_made().and_then(|r| lock(&r.reason).clone())
     }
 
     pub(crate) fn is_alive(&self) -> bool {
@@ -322,14 +363,17 @@ impl ActorCell {
 
     /// Marks the actor stopped (first reason wins) and tells its watchers.
     pub(crate) fn set_stopped(&self, reason: StopReason) {
+        // Made now if it never was: a watch after the stop must find the
+        // watchers gone and the reason set.
+        let rare = self.rare();
         let reason = {
-            let mut r = lock(&self.reason);
+            let mut r = lock(&rare.reason);
             r.get_or_insert(reason).clone()
         };
         self.alive.store(false, Ordering::Release);
         // (The trap holds a reference to the actor: dropped with it.)
-        lock(&self.trap).take();
-        let watchers = lock(&self.watchers).take();
+        lock(&rare.trap).take();
+        let watchers = lock(&rare.watchers).take();
         for (_, w) in watchers.into_iter().flatten() {
             w(&reason);
         }
@@ -425,6 +469,27 @@ mod tests {
         let g = got.clone();
         cell.watch(Box::new(move |r| *lock(&g) = Some(r.clone())));
         assert_eq!(*lock(&got), Some(StopReason::Shutdown));
+    }
+
+    /// The spawn bench's memory per idle actor is mostly its cell: what a
+    /// running actor that nobody names, groups, watches or links touches
+    /// stays a few words, and the rest is made only when used.
+    #[test]
+    fn an_idle_actor_s_cell_is_small_and_its_rare_parts_are_made_on_use() {
+        assert!(std::mem::size_of::<ActorCell>() <= 96, "{}", std::mem::size_of::<ActorCell>());
+        let cell = ActorCell::new(10, 4);
+        assert!(cell.reserve());
+        cell.unreserve();
+        assert!(cell.is_alive() && cell.stop_reason().is_none() && cell.trap().is_none());
+        assert!(cell.take_names().is_empty() && !cell.is_stand_in() && cell.waiting_on().is_none());
+        cell.set_waiting_on(None);
+        cell.set_trap(None);
+        assert!(cell.rare.get().is_none(), "reads and clears make nothing");
+        cell.add_name("n".into());
+        assert!(cell.rare.get().is_some());
+        let other = ActorCell::new(11, 4);
+        other.set_stopped(StopReason::Normal);
+        assert_eq!(other.stop_reason(), Some(StopReason::Normal), "made at the stop");
     }
 
     #[test]
