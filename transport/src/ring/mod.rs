@@ -464,6 +464,30 @@ impl<T: Send + 'static> Ring<T> {
 
     /// Runs task work, reaps the CQ, drains the fallback queue, advances close.
     pub(super) fn poll_kernel(&mut self) -> Result<(), RingError> {
+        self.run_kernel_work()?;
+        // Handling can reap more (a doorbell's submit may hit EBUSY): loop
+        // until nothing reaped is left unhandled.
+        loop {
+            self.process_cqes();
+            if self.inbox.core.fallback_pending() || self.inbox.returns_pending() {
+                self.drain_fallback();
+                // A parcel that came without the kernel may answer what this
+                // ring did in the kernel (an fd hand-off whose linked close
+                // of our slot is still our task work): that work ran in the
+                // sender's ring before the parcel was queued, and queued ours
+                // before, so run it now, before the parcel is handed out.
+                self.run_kernel_work()?;
+            }
+            self.advance_close();
+            if self.cqes.is_empty() {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Runs the task work and flushes the overflowed completions the
+    /// kernel flags, in rounds while it flags more, and reaps the CQ.
+    fn run_kernel_work(&mut self) -> Result<(), RingError> {
         // The kernel runs a bounded number of task-work items per enter:
         // loop while it says more are pending.
         for _ in 0..64 {
@@ -487,42 +511,6 @@ impl<T: Send + 'static> Ring<T> {
             if !taskrun && !overflow {
                 break;
             }
-        }
-        // Handling can reap more (a doorbell's submit may hit EBUSY): loop
-        // until nothing reaped is left unhandled.
-        loop {
-            self.process_cqes();
-            if self.inbox.core.fallback_pending() || self.inbox.returns_pending() {
-                self.drain_fallback();
-                // A parcel that came without the kernel may answer what this
-                // ring did in the kernel (an fd hand-off whose linked close
-                // of our slot is still our task work): that work ran in the
-                // sender's ring before the parcel was queued, and queued ours
-                // before, so run it now, before the parcel is handed out.
-                self.run_task_work_if_flagged()?;
-            }
-            self.advance_close();
-            if self.cqes.is_empty() {
-                return Ok(());
-            }
-        }
-    }
-
-    /// Runs this ring's deferred task work if the kernel flags any, and
-    /// reaps what it completed.
-    fn run_task_work_if_flagged(&mut self) -> Result<(), RingError> {
-        for _ in 0..64 {
-            if !self.uring.submission().taskrun() {
-                break;
-            }
-            if let Err(e) = sys::enter_getevents(&self.uring) {
-                match errno(&e) {
-                    libc::EINTR | libc::EBUSY | libc::EAGAIN => {}
-                    libc::EBADR => return Err(RingError::CompletionsDropped),
-                    _ => return Err(RingError::Enter(e)),
-                }
-            }
-            self.reap_cq();
         }
         Ok(())
     }
