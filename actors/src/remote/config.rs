@@ -177,15 +177,28 @@ impl NodeConfig {
 /// against).
 pub const MIN_SECRET_BITS: u32 = 128;
 
+/// The least Shannon entropy per digit (in bits; 4 is a perfectly even
+/// spread) at which a string of hex digits counts as random, see
+/// [`secret_bits`].
+const HEX_SPREAD_BITS: f64 = 2.2;
+
 /// A conservative estimate of a secret's strength in bits, as if each byte
 /// were drawn at random from the character classes it uses (lower case,
 /// upper case, digits, other printable ASCII, anything else), but no more
 /// than the variety of distinct bytes it shows allows (log2 of their
 /// count); a secret made of a repeated part counts that part once. Hex
 /// digits spread as a generator spreads them count 4 bits each: 32 random
-/// hex digits rate 128, the 64 that [`new_secret`] makes 256; a dictionary word, a repeated word or a long run of a few
-/// characters far below [`MIN_SECRET_BITS`]. It is an estimate, not a
-/// proof: a secret from a random generator is the safe choice.
+/// hex digits (`openssl rand -hex 16`) rate 128, the 64 that
+/// [`new_secret`] makes 256; a dictionary word, a repeated word or a long
+/// run of a few characters far below [`MIN_SECRET_BITS`]. It is an
+/// estimate, not a proof: a secret from a random generator is the safe
+/// choice.
+///
+/// "Spread as a generator spreads them" is a Shannon entropy of at least
+/// [`HEX_SPREAD_BITS`] per digit. The bound sits far in the tail of what
+/// chance gives: 32 uniformly random hex digits fall below it about once in
+/// 10^12 draws (computed exactly over every way of sharing 32 digits among
+/// 16 values), while a bound of 3.0 refused one random secret in 10 000.
 pub fn secret_bits(secret: &[u8]) -> u32 {
     // The shortest period: "abcabcabc" counts as "abc".
     let n = secret.len();
@@ -211,7 +224,7 @@ pub fn secret_bits(secret: &[u8]) -> u32 {
             -p * p.log2()
         })
         .sum();
-    if part.iter().all(u8::is_ascii_hexdigit) && shannon >= 3.0 {
+    if part.iter().all(u8::is_ascii_hexdigit) && shannon >= HEX_SPREAD_BITS {
         return (period * 4) as u32;
     }
     // Otherwise a byte is worth at most what its class offers and what the
