@@ -106,7 +106,7 @@ fn a_cycle_of_tells_into_8_slot_mailboxes_completes_while_the_shard_answers() {
 
     let (took, p50, p99) = probe_until_both_done(&probe, &done_rx, TOTAL);
     println!("a million hops through 8-slot mailboxes in {took:?}; probe p50 {p50:?}, p99 {p99:?}");
-    assert!(p99 < probe_bound(), "a co-located probe answered slowly: p99 {p99:?}");
+    assert_probe_answered(p50, p99);
     assert_eq!(system.dead_letters(), 0, "delivered = sent: nothing was a dead letter");
     system.shutdown();
 }
@@ -114,11 +114,20 @@ fn a_cycle_of_tells_into_8_slot_mailboxes_completes_while_the_shard_answers() {
 /// Asks `probe` every 10 ms until both sides of a cycle report on `done`,
 /// checks that each sent and received `total` hops, and returns how long
 /// that took and the probe's p50 and p99.
-/// The co-located probe's p99 bound: 10 ms, 50 ms under the leak check's
-/// ASan (every allocation slower; in CI it once measured 13 ms there). A
-/// blocked shard would answer in seconds, not milliseconds, under either.
-fn probe_bound() -> Duration {
-    Duration::from_millis(if under_sanitizer() { 50 } else { 10 })
+/// Checks the co-located probe's answers: half within 2 ms and 99 in 100
+/// within 100 ms (10 ms and 250 ms under the leak check's ASan, where every
+/// allocation is slower). A shard that blocked, or ran the cycle without
+/// looking at its ring, would answer in seconds: the cycle takes 1-12 s.
+///
+/// The tail bound is loose on purpose. The two shards are busy for the whole
+/// cycle, so on 2 cores the probe's answer also waits for the scheduler:
+/// with three CPU-bound processes beside the test, p99 measured 1-7 ms
+/// (p50 unchanged, 80-110 µs), and on CI, where the tests of this binary run
+/// side by side, it once measured 42 ms against an earlier 10 ms bound.
+fn assert_probe_answered(p50: Duration, p99: Duration) {
+    let (median, tail) = if under_sanitizer() { (10, 250) } else { (2, 100) };
+    assert!(p50 < Duration::from_millis(median), "a co-located probe answered slowly: p50 {p50:?}");
+    assert!(p99 < Duration::from_millis(tail), "a co-located probe answered slowly: p99 {p99:?}");
 }
 
 fn probe_until_both_done(
@@ -456,9 +465,9 @@ fn the_cycle_with_async_handlers_awaiting_room_completes() {
     b.tell(AsyncPeer(a.clone())).unwrap();
     a.tell(Go).unwrap();
     b.tell(Go).unwrap();
-    let (took, _, p99) = probe_until_both_done(&probe, &done_rx, TOTAL);
-    println!("async cycle: {} hops in {took:?}; probe p99 {p99:?}", 2 * TOTAL);
-    assert!(p99 < probe_bound(), "a co-located probe answered slowly: p99 {p99:?}");
+    let (took, p50, p99) = probe_until_both_done(&probe, &done_rx, TOTAL);
+    println!("async cycle: {} hops in {took:?}; probe p50 {p50:?}, p99 {p99:?}", 2 * TOTAL);
+    assert_probe_answered(p50, p99);
     assert_eq!(system.dead_letters(), 0);
     system.shutdown();
 }
