@@ -195,10 +195,11 @@ const HEX_SPREAD_BITS: f64 = 2.2;
 /// choice.
 ///
 /// "Spread as a generator spreads them" is a Shannon entropy of at least
-/// [`HEX_SPREAD_BITS`] per digit. The bound sits far in the tail of what
-/// chance gives: 32 uniformly random hex digits fall below it about once in
-/// 10^12 draws (computed exactly over every way of sharing 32 digits among
-/// 16 values), while a bound of 3.0 refused one random secret in 10 000.
+/// 2.2 bits per digit (4 is a perfectly even spread). The bound sits far in
+/// the tail of what chance gives: 32 uniformly random hex digits fall below
+/// it about once in 10^12 draws (computed exactly over every way of sharing
+/// 32 digits among 16 values), while a bound of 3.0 refused one random
+/// secret in 10 000.
 pub fn secret_bits(secret: &[u8]) -> u32 {
     // The shortest period: "abcabcabc" counts as "abc".
     let n = secret.len();
