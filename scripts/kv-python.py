@@ -27,6 +27,17 @@ def main():
     print(f"redis-py {redis.__version__}, default settings; the server sees: {info.strip()}")
     r.client_setname("py-test")
     check(r.client_getname() == "py-test", "CLIENT SETNAME/GETNAME")
+    # Another connection (likely on another worker): listed, then killed.
+    other = redis.Redis(port=port, decode_responses=True, socket_timeout=20)
+    other.client_setname("py-other")
+    other_id = other.client_id()
+    names = {c["name"] for c in r.client_list()}
+    check({"py-test", "py-other"} <= names, f"CLIENT LIST shows every connection: {names}")
+    check(r.client_kill_filter(_id=other_id) == 1, "CLIENT KILL ID")
+    # redis-py reconnects on its own: the connection it then uses is new.
+    other.ping()
+    check(other.client_id() != other_id, "the killed connection was closed")
+    other.close()
     r.flushall()
 
     # strings, counters, expiry

@@ -428,6 +428,102 @@ fn client_ids_are_unique_config_get_is_a_map_and_getkeys_names_the_keys() {
 }
 
 #[test]
+fn command_count_and_list_name_what_is_served_and_every_one_is() {
+    let (_system, srv) = serve(3);
+    let mut con = client(&srv);
+    let count: usize = cmd("COMMAND").arg("COUNT").query(&mut con).unwrap();
+    let names: Vec<String> = cmd("COMMAND").arg("LIST").query(&mut con).unwrap();
+    assert_eq!(count, names.len());
+    let unique: std::collections::HashSet<&String> = names.iter().collect();
+    assert_eq!(unique.len(), names.len(), "each command once: {names:?}");
+    for served in ["get", "hset", "blpop", "multi", "exec", "subscribe", "client", "scan"] {
+        assert!(names.iter().any(|n| n == served), "{served} missing from {names:?}");
+    }
+    // Each, sent bare on a connection of its own, is known: at most a
+    // wrong arity or a missing subcommand, never "unknown command".
+    for name in &names {
+        let mut con = client(&srv);
+        let r: RedisResult<Value> = cmd(name).query(&mut con);
+        if let Err(e) = r {
+            assert!(!e.to_string().contains("unknown command"), "{name}: {e}");
+        }
+    }
+    let e: RedisResult<Value> = cmd("COMMAND").arg("NOSUCH").query(&mut con);
+    assert!(err_text(e).contains("unknown subcommand"));
+}
+
+#[test]
+fn client_list_shows_every_worker_s_connections_and_client_kill_closes_one() {
+    let (_system, srv) = serve(3);
+    // Six connections, spread over the three workers, each named.
+    let mut cons: Vec<Connection> = (0..6).map(|_| client(&srv)).collect();
+    let mut ids = Vec::new();
+    for (i, con) in cons.iter_mut().enumerate() {
+        let _: () = cmd("CLIENT").arg("SETNAME").arg(format!("c{i}")).query(con).unwrap();
+        ids.push(cmd("CLIENT").arg("ID").query::<u64>(con).unwrap());
+    }
+    let _: Value = cmd("HELLO").arg(3).query(&mut cons[5]).unwrap();
+    let list: String = cmd("CLIENT").arg("LIST").query(&mut cons[0]).unwrap();
+    for (i, id) in ids.iter().enumerate() {
+        let resp = if i == 5 { 3 } else { 2 };
+        let line = list
+            .lines()
+            .find(|l| l.starts_with(&format!("id={id} ")))
+            .unwrap_or_else(|| panic!("connection {id} missing from {list}"));
+        assert!(line.contains(&format!(" name=c{i} ")), "{line}");
+        assert!(line.ends_with(&format!(" resp={resp}")), "{line}");
+    }
+    let two: String =
+        cmd("CLIENT").arg("LIST").arg("ID").arg(ids[1]).arg(ids[4]).query(&mut cons[0]).unwrap();
+    assert_eq!(two.lines().count(), 2, "{two}");
+    let info: String = cmd("CLIENT").arg("INFO").query(&mut cons[3]).unwrap();
+    assert!(info.starts_with(&format!("id={} name=c3 ", ids[3])), "{info}");
+
+    // Killing another connection, wherever it is served.
+    for victim in [1, 2] {
+        let n: i64 =
+            cmd("CLIENT").arg("KILL").arg("ID").arg(ids[victim]).query(&mut cons[0]).unwrap();
+        assert_eq!(n, 1);
+    }
+    for victim in [1, 2] {
+        let r: RedisResult<String> = cmd("PING").query(&mut cons[victim]);
+        assert!(r.is_err(), "a killed connection still answers: {r:?}");
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let list: String = cmd("CLIENT").arg("LIST").query(&mut cons[0]).unwrap();
+        let gone = |v: usize| !list.contains(&format!("id={} ", ids[v]));
+        if gone(1) && gone(2) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "killed connections still listed: {list}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let pong: String = cmd("PING").query(&mut cons[3]).unwrap();
+    assert_eq!(pong, "PONG", "the others keep working");
+    // No such client, itself (skipped by default), and then itself.
+    let n: i64 = cmd("CLIENT").arg("KILL").arg("ID").arg(999_999).query(&mut cons[0]).unwrap();
+    assert_eq!(n, 0);
+    let n: i64 = cmd("CLIENT").arg("KILL").arg("ID").arg(ids[0]).query(&mut cons[0]).unwrap();
+    assert_eq!(n, 0, "SKIPME yes is the default");
+    let n: i64 = cmd("CLIENT")
+        .arg("KILL")
+        .arg("ID")
+        .arg(ids[0])
+        .arg("SKIPME")
+        .arg("no")
+        .query(&mut cons[0])
+        .unwrap();
+    assert_eq!(n, 1);
+    assert!(cmd("PING").query::<String>(&mut cons[0]).is_err(), "closed after its reply");
+    let e: RedisResult<i64> =
+        cmd("CLIENT").arg("KILL").arg("ADDR").arg("1.2.3.4:5").query(&mut cons[3]);
+    assert!(err_text(e).contains("not supported"));
+    let e: RedisResult<()> = cmd("CLIENT").arg("KILL").arg("1.2.3.4:5").query(&mut cons[3]);
+    assert!(err_text(e).contains("No such client"));
+}
+
+#[test]
 fn transactions_on_one_shard_run_whole_and_alone() {
     use ringmail_examples::kv::server::shard_of;
     let (_system, srv) = serve(2);

@@ -195,6 +195,7 @@ pub fn start_with(
         acceptor: std::sync::OnceLock::new(),
         system: system.metrics_source(),
         listening: Arc::default(),
+        clients: Default::default(),
     });
     let workers: Vec<ActorRef<KvWorker>> = rings
         .iter()
@@ -205,6 +206,7 @@ pub fn start_with(
             system.spawn_on(r, w)
         })
         .collect();
+    let _ = info.clients.workers.set(workers.clone()); // for CLIENT KILL
     let acceptor = Acceptor::new(listener, workers.clone());
     let stats = acceptor.stats();
     let _ = info.acceptor.set(stats.clone());

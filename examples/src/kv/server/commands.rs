@@ -4,6 +4,7 @@
 //! be queued, `CROSSSLOT`), and which shard owns a key (`shard_of`, hash
 //! tags).
 
+use super::info::ServerInfo;
 use super::worker::Client;
 use crate::kv::resp::{Lower, Reply};
 
@@ -105,6 +106,38 @@ pub(super) const QUEUEABLE: &[&[u8]] = &[
     b"rpoplpush",
     b"lmove",
 ];
+
+/// The commands this server serves that a transaction may not queue: the
+/// connection's own, the transaction commands, pub-sub and the ones that
+/// walk every shard (`SCAN`, `INFO`). With [`QUEUEABLE`], every command it
+/// serves: `COMMAND COUNT` and `COMMAND LIST` answer from the two.
+pub(super) const NOT_QUEUEABLE: &[&[u8]] = &[
+    b"multi",
+    b"exec",
+    b"discard",
+    b"watch",
+    b"unwatch",
+    b"hello",
+    b"auth",
+    b"client",
+    b"select",
+    b"quit",
+    b"reset",
+    b"command",
+    b"info",
+    b"config",
+    b"scan",
+    b"subscribe",
+    b"unsubscribe",
+    b"psubscribe",
+    b"punsubscribe",
+    b"publish",
+];
+
+/// Every command this server serves, lower case, each once.
+pub(super) fn served() -> impl Iterator<Item = &'static [u8]> {
+    QUEUEABLE.iter().chain(NOT_QUEUEABLE).copied()
+}
 
 /// The commands whose first argument is their one key (the others are
 /// arguments), sent to that key's shard. A `match`: no scan of a list per
@@ -371,15 +404,26 @@ fn getkeys(cmd: &[Vec<u8>]) -> Reply {
 
 /// The commands about the connection itself, answered by its worker: what
 /// clients send when they connect (`HELLO`, `CLIENT SETNAME/SETINFO`,
-/// `SELECT 0`) and a few they probe with. `None`: not one of them.
-/// `pass`: the server's `--requirepass`. Without one every connection is
-/// authenticated; with one, a connection must `AUTH` (or `HELLO ... AUTH`)
-/// first, and everything else before it gets Redis' `NOAUTH`.
+/// `SELECT 0`) and a few they probe with, and `CLIENT LIST`/`KILL` over
+/// every worker's connections (`info.clients`). `None`: not one of them.
+/// With no `--requirepass` every connection is authenticated; with one, a
+/// connection must `AUTH` (or `HELLO ... AUTH`) first, and everything else
+/// before it gets Redis' `NOAUTH`.
 pub(super) fn connection_command(
     c: &mut Client,
     args: &[Vec<u8>],
-    pass: Option<&[u8]>,
+    info: &ServerInfo,
 ) -> Option<Reply> {
+    let reply = connection_reply(c, args, info)?;
+    // What CLIENT LIST shows of it may have changed (a name, the protocol).
+    if matches!(Lower::of(&args[0]).as_bytes(), b"hello" | b"client" | b"reset") {
+        info.clients.update(c.id, c.name.as_deref(), c.resp3);
+    }
+    Some(reply)
+}
+
+fn connection_reply(c: &mut Client, args: &[Vec<u8>], info: &ServerInfo) -> Option<Reply> {
+    let pass = info.requirepass.as_deref();
     let cmd = Lower::of(&args[0]);
     let arg = |i: usize| args.get(i).map(|a| a.to_ascii_lowercase());
     let bulk = |s: &str| Reply::Bulk(s.as_bytes().to_vec());
@@ -479,26 +523,109 @@ pub(super) fn connection_command(
             Some(b"getname") => c.name.clone().map_or(Reply::Nil, Reply::Bulk),
             Some(b"id") => Reply::Int(c.id as i64),
             Some(b"setinfo") if args.len() == 4 => Reply::Simple("OK"),
-            Some(b"info") | Some(b"list") => {
-                let name = c.name.as_deref().map(String::from_utf8_lossy).unwrap_or_default();
-                let resp = if c.resp3 { 3 } else { 2 };
-                let line = format!("id={} name={name} db=0 resp={resp}\n", c.id);
-                Reply::Bulk(line.into_bytes())
+            Some(b"info") if args.len() == 2 => {
+                let now = std::time::Instant::now();
+                let rows = info.clients.select(Some(&[c.id]));
+                Reply::Bulk(rows.iter().map(|(id, r)| r.line(*id, now)).collect::<String>().into())
             }
+            Some(b"list") => client_list(&args[2..], info),
+            Some(b"kill") => client_kill(c, &args[2..], info),
             _ => Reply::Error(format!(
                 "ERR unknown subcommand '{}'. Try CLIENT HELP.",
                 String::from_utf8_lossy(args.get(1).map_or(&[][..], |a| a))
             )),
         },
         b"command" => match arg(1).as_deref() {
-            Some(b"count") => Reply::Int(0),
+            Some(b"count") if args.len() == 2 => Reply::Int(served().count() as i64),
+            Some(b"list") if args.len() == 2 => {
+                Reply::Array(served().map(|c| Reply::Bulk(c.to_vec())).collect())
+            }
             Some(b"getkeys") if args.len() >= 3 => getkeys(&args[2..]),
-            // No per-command documentation: clients that probe get none.
+            // No per-command documentation or key specs: clients that probe
+            // get none (and fall back to what they know, as they do for a
+            // command Redis does not describe).
             None | Some(b"docs") | Some(b"info") => Reply::Array(Vec::new()),
-            _ => Reply::Array(Vec::new()),
+            _ => Reply::Error(format!(
+                "ERR unknown subcommand or wrong number of arguments for '{}'. Try COMMAND HELP.",
+                String::from_utf8_lossy(args.get(1).map_or(&[][..], |a| a))
+            )),
         },
         _ => return None,
     })
+}
+
+/// `CLIENT LIST [ID id ...]`: a line per connection of every worker, by id.
+fn client_list(args: &[Vec<u8>], info: &ServerInfo) -> Reply {
+    let ids = match args {
+        [] => None,
+        [id, ids @ ..] if id.eq_ignore_ascii_case(b"id") && !ids.is_empty() => {
+            match ids.iter().map(|i| parse_id(i)).collect::<Option<Vec<u64>>>() {
+                Some(ids) => Some(ids),
+                None => return Reply::Error("ERR Invalid client ID".into()),
+            }
+        }
+        [t, _] if t.eq_ignore_ascii_case(b"type") => {
+            return Reply::Error("ERR CLIENT LIST TYPE is not supported by this server".into())
+        }
+        _ => return Reply::Error("ERR syntax error".into()),
+    };
+    let now = std::time::Instant::now();
+    let rows = info.clients.select(ids.as_deref());
+    Reply::Bulk(rows.iter().map(|(id, r)| r.line(*id, now)).collect::<String>().into())
+}
+
+/// `CLIENT KILL ID id [SKIPME yes|no] [USER default]`: tells the workers
+/// of the matching connections to close them and answers how many matched.
+/// The old form (`CLIENT KILL addr:port`) and the `ADDR`/`LADDR` filters
+/// need the peer's address, which this server does not see.
+fn client_kill(c: &mut Client, args: &[Vec<u8>], info: &ServerInfo) -> Reply {
+    if args.len() == 1 {
+        return Reply::Error("ERR No such client".into());
+    }
+    if args.is_empty() || args.len() % 2 == 1 {
+        return Reply::Error("ERR syntax error".into());
+    }
+    let (mut id, mut skipme, mut user_matches) = (None, true, true);
+    for pair in args.chunks(2) {
+        let value = &pair[1];
+        match Lower::of(&pair[0]).as_bytes() {
+            b"id" => match parse_id(value) {
+                Some(v) => id = Some(v),
+                None => return Reply::Error("ERR client-id should be greater than 0".into()),
+            },
+            b"skipme" if value.eq_ignore_ascii_case(b"yes") => skipme = true,
+            b"skipme" if value.eq_ignore_ascii_case(b"no") => skipme = false,
+            b"user" => user_matches &= value == b"default",
+            b"addr" | b"laddr" => {
+                return Reply::Error(
+                    "ERR CLIENT KILL by address is not supported by this server (it does not \
+                     see its clients' addresses): use CLIENT KILL ID"
+                        .into(),
+                )
+            }
+            _ => return Reply::Error("ERR syntax error".into()),
+        }
+    }
+    let Some(id) = id else {
+        return Reply::Error("ERR CLIENT KILL needs an ID filter on this server".into());
+    };
+    if !user_matches || (skipme && id == c.id) {
+        return Reply::Int(0);
+    }
+    let Some((_, row)) = info.clients.select(Some(&[id])).pop() else { return Reply::Int(0) };
+    if id == c.id {
+        // Itself: this reply is written, then the connection closes.
+        c.close_after = true;
+    } else if let Some(worker) = info.clients.workers.get().and_then(|w| w.get(row.worker)) {
+        // A stopped worker has closed its connections already.
+        let _ = worker.tell(super::worker::Kill { conn: row.conn, id });
+    }
+    Reply::Int(1)
+}
+
+/// A client id as `CLIENT LIST ID` and `CLIENT KILL ID` take it.
+fn parse_id(text: &[u8]) -> Option<u64> {
+    std::str::from_utf8(text).ok()?.parse().ok().filter(|&id| id > 0)
 }
 
 /// `AUTH username password` as Redis answers it: only the `default` user

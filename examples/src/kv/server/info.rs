@@ -45,6 +45,83 @@ pub struct ServerInfo {
     /// Connections subscribed to a channel or pattern, on every worker
     /// (kept by each worker's `Subscriptions`).
     pub(super) listening: Arc<std::sync::atomic::AtomicUsize>,
+    /// Every client connection of the server, by `CLIENT ID`: what
+    /// `CLIENT LIST` shows and where `CLIENT KILL` finds a connection.
+    pub(super) clients: ClientTable,
+}
+
+/// The server's client connections, on every worker (see
+/// [`ServerInfo::clients`]). Written when a connection opens or closes and
+/// by the commands that change what it shows (`HELLO`, `CLIENT SETNAME`,
+/// `RESET`), never per request: the lock is taken for a map insert or
+/// removal, by one worker at a time in practice (a connection's own).
+#[derive(Debug, Default)]
+pub(super) struct ClientTable {
+    rows: std::sync::Mutex<std::collections::BTreeMap<u64, ClientRow>>,
+    /// Each worker's reference (set once they exist): `CLIENT KILL` tells
+    /// the one that serves a connection to close it.
+    pub(super) workers: std::sync::OnceLock<Vec<ringmail::ActorRef<super::worker::KvWorker>>>,
+}
+
+/// One client connection as `CLIENT LIST` shows it.
+#[derive(Debug, Clone)]
+pub(super) struct ClientRow {
+    /// The worker that serves it (an index into the server's workers) and
+    /// its connection there.
+    pub(super) worker: usize,
+    pub(super) conn: ringmail::net::ConnId,
+    pub(super) name: Option<Vec<u8>>,
+    pub(super) resp3: bool,
+    pub(super) since: Instant,
+}
+
+impl ClientTable {
+    fn rows(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<u64, ClientRow>> {
+        // A panic while holding it leaves a map that is still whole.
+        self.rows.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(super) fn insert(&self, id: u64, row: ClientRow) {
+        self.rows().insert(id, row);
+    }
+
+    pub(super) fn remove(&self, id: u64) {
+        self.rows().remove(&id);
+    }
+
+    /// Sets what connection `id` shows of its own state.
+    pub(super) fn update(&self, id: u64, name: Option<&[u8]>, resp3: bool) {
+        if let Some(row) = self.rows().get_mut(&id) {
+            row.name = name.map(<[u8]>::to_vec);
+            row.resp3 = resp3;
+        }
+    }
+
+    /// The connections whose id is in `ids` (all with `None`), by id.
+    pub(super) fn select(&self, ids: Option<&[u64]>) -> Vec<(u64, ClientRow)> {
+        let rows = self.rows();
+        match ids {
+            None => rows.iter().map(|(id, r)| (*id, r.clone())).collect(),
+            Some(ids) => {
+                let mut ids = ids.to_vec();
+                ids.sort_unstable();
+                ids.dedup();
+                ids.into_iter().filter_map(|id| Some((id, rows.get(&id)?.clone()))).collect()
+            }
+        }
+    }
+}
+
+impl ClientRow {
+    /// Its `CLIENT LIST` line, with Redis' field names for what this server
+    /// knows of a connection (it does not see the peer's address: the
+    /// acceptor hands sockets over as ring-registered files).
+    pub(super) fn line(&self, id: u64, now: Instant) -> String {
+        let name = self.name.as_deref().map(String::from_utf8_lossy).unwrap_or_default();
+        let age = now.saturating_duration_since(self.since).as_secs();
+        let resp = if self.resp3 { 3 } else { 2 };
+        format!("id={id} name={name} age={age} flags=N db=0 user=default resp={resp}\n")
+    }
 }
 
 /// The `INFO` sections, in Redis' order; `default` and `all` name every one.

@@ -16,7 +16,7 @@ use super::commands::{
     allowed_before_auth, connection_command, is_watch, shard_of, shards_of, single_key,
     transaction_step, wrong_arity, Step,
 };
-use super::info::{ServerInfo, WorkerStats};
+use super::info::{ClientRow, ServerInfo, WorkerStats};
 use super::shard::{
     Batch, KeyShard, Req, ShardInfo, TxLock, TxLocked, TxRun, TxStep, Unblock, MAX_QUEUED,
 };
@@ -258,6 +258,9 @@ pub struct KvWorker {
     /// Requests gathered for each shard during one event.
     pub(super) outgoing: Vec<Vec<Req>>,
     pub(super) me: Option<ActorRef<KvWorker>>,
+    /// Its index among the server's workers (in `info.workers` and
+    /// `info.clients`).
+    pub(super) index: usize,
     pub(super) limits: Limits,
     /// This worker's counters (in `info.workers`).
     pub(super) stats: Arc<WorkerStats>,
@@ -343,8 +346,16 @@ impl FdHandler<NewConnection> for KvWorker {
         match self.conns.add(fd, ctx) {
             Ok(id) => {
                 let authed = self.info.requirepass.is_none();
-                self.clients
-                    .insert(id, Client { authed, id: next_client_id(), ..Client::default() });
+                let client = Client { authed, id: next_client_id(), ..Client::default() };
+                let row = ClientRow {
+                    worker: self.index,
+                    conn: id,
+                    name: None,
+                    resp3: false,
+                    since: Instant::now(),
+                };
+                self.info.clients.insert(client.id, row);
+                self.clients.insert(id, client);
                 WorkerStats::bump(&self.stats.connections, 1);
                 WorkerStats::bump(&self.stats.connected, 1);
             }
@@ -362,7 +373,11 @@ impl Handler<NetEvent> for KvWorker {
             }
             // Late replies for it are ignored.
             Some(Input::Closed(conn)) if self.clients.contains_key(&conn) => {
-                let closed_watch = self.clients.remove(&conn).map(|c| c.watch).unwrap_or_default();
+                let closed = self.clients.remove(&conn);
+                let closed_watch = closed.map_or_else(Vec::new, |c| {
+                    self.info.clients.remove(c.id);
+                    c.watch
+                });
                 WorkerStats::bump(&self.stats.connected, -1);
                 self.subs.drop_conn(conn);
                 let worker = self.me.as_ref().map_or(0, |m| m.id());
@@ -380,6 +395,31 @@ impl Handler<NetEvent> for KvWorker {
         }
         self.send_batches(ctx);
         self.conns.flush(ctx);
+    }
+}
+
+/// Tells a worker to close connection `conn` if it is still client `id`
+/// (`CLIENT KILL` from any worker; a connection id is reused once closed).
+pub(super) struct Kill {
+    pub(super) conn: ConnId,
+    pub(super) id: u64,
+}
+impl Message for Kill {
+    type Reply = ();
+}
+
+impl Handler<Kill> for KvWorker {
+    fn handle(&mut self, Kill { conn, id }: Kill, ctx: &mut Context<Self>) {
+        let Some(c) = self.clients.get_mut(&conn) else { return };
+        if c.id != id {
+            return;
+        }
+        // Replies still owed are not written (Redis closes a killed
+        // client at once); its close then runs as any other's.
+        c.first_seq += c.pending.len() as u64;
+        c.pending.clear();
+        c.close_after = true;
+        self.conns.close(conn, ctx);
     }
 }
 
@@ -434,6 +474,7 @@ impl KvWorker {
             scratch: Keyspace::default(),
             outgoing: (0..n).map(|_| Vec::new()).collect(),
             me: None,
+            index: me,
             limits: Limits::default(),
             stats: info.workers[me].clone(),
             subs: Subscriptions::shared(info.listening.clone()),
@@ -522,8 +563,7 @@ impl KvWorker {
                         c.pending.push_back(p);
                         continue;
                     }
-                    let pass = self.info.requirepass.as_deref();
-                    let mut p = match connection_command(c, &args, pass) {
+                    let mut p = match connection_command(c, &args, &self.info) {
                         Some(reply) => Pending::ready(reply),
                         None => match transaction_step(c, args, self.shards.len()) {
                             Step::Answer(reply) => Pending::ready(reply),
@@ -551,7 +591,8 @@ impl KvWorker {
                     }
                     p.resp3 = c.resp3;
                     c.pending.push_back(p);
-                    if quit {
+                    // QUIT, or a CLIENT KILL of itself: nothing after it runs.
+                    if quit || c.close_after {
                         c.close_after = true;
                         break;
                     }
