@@ -1,8 +1,10 @@
 //! `spawn`: 100 000 co-located actors spawned, each sent one message, and
 //! stopped. Figures: actors per second (spawn until every actor has handled
 //! its message) and resident memory per idle actor (RSS growth over the
-//! actors, divided by their number). Each system runs in a child process of
-//! its own, so one system's freed memory never hides another's.
+//! actors, divided by their number, read [`SETTLE`] after the last message
+//! was handled, so that every system is idle then, not finishing the pass
+//! that ran it). Each system runs in a child process of its own, so one
+//! system's freed memory never hides another's.
 //! Peers: actix (one arbiter: co-located on one thread), ractor and kameo
 //! (tokio, current-thread runtime; kameo with its default bounded mailbox).
 
@@ -11,6 +13,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::harness::{from_figures, rss_kib, Better, Comparison};
+
+/// How long after the last message was handled the RSS is read, for every
+/// system. Actix, ractor and kameo run their actors on the measuring
+/// thread, so they are idle when it reads; Ringmail's shard is a thread of
+/// its own, which may still be finishing its pass (and holding that pass's
+/// buffers) at that moment.
+const SETTLE: Duration = Duration::from_millis(50);
 
 fn wait_for(count: &AtomicU64, n: u64) {
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -53,6 +62,7 @@ mod rm {
         });
         wait_for(&count, n);
         let secs = t0.elapsed().as_secs_f64();
+        std::thread::sleep(SETTLE);
         let rss1 = rss_kib();
         ringmail::batched(|| refs.iter().for_each(|r| r.stop()));
         system.shutdown();
@@ -95,6 +105,7 @@ mod ax {
                 actix::clock::sleep(Duration::from_micros(100)).await;
             }
             let secs = t0.elapsed().as_secs_f64();
+            actix::clock::sleep(SETTLE).await;
             let rss1 = rss_kib();
             drop(addrs); // actors stop when their last address goes
             (n as f64 / secs, (rss1.saturating_sub(rss0) * 1024) as f64 / n as f64)
@@ -145,6 +156,7 @@ mod rc {
                 tokio::task::yield_now().await;
             }
             let secs = t0.elapsed().as_secs_f64();
+            tokio::time::sleep(SETTLE).await;
             let rss1 = rss_kib();
             for r in &refs {
                 r.stop(None);
@@ -193,6 +205,7 @@ mod km {
                 tokio::task::yield_now().await;
             }
             let secs = t0.elapsed().as_secs_f64();
+            tokio::time::sleep(SETTLE).await;
             let rss1 = rss_kib();
             for r in &refs {
                 r.kill();

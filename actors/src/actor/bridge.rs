@@ -119,8 +119,9 @@ pub(crate) struct Slot<A: Actor> {
     /// Its own reference; lent to a handler's [`Context`] while one runs
     /// (see [`Slot::lend`]), `None` only then.
     me: Option<ActorRef<A>>,
-    /// How a supervisor restarts it in place (`None`: nobody does).
-    pub(crate) restart: Option<Restart<A>>,
+    /// How a supervisor restarts it in place (`None`: nobody does). Boxed:
+    /// one word in the slot of every actor that has no supervisor (most).
+    pub(crate) restart: Option<Box<Restart<A>>>,
 }
 
 /// What restarting an actor in place takes: a maker of fresh instances and
@@ -241,7 +242,7 @@ pub(crate) fn spawn_restartable<A: Actor>(
 ) -> ActorRef<A> {
     let cell = Arc::new(ActorCell::new(ShardHandle::next_id(), shard.mailbox_capacity()));
     let me = ActorRef { cell: cell.clone(), shard: shard.clone(), _a: PhantomData };
-    let slot = Slot { actor: Some(actor), me: Some(me.clone()), restart };
+    let slot = Slot { actor: Some(actor), me: Some(me.clone()), restart: restart.map(Box::new) };
     shard.spawn_hosted(&cell, Box::new(slot));
     me
 }
@@ -448,5 +449,13 @@ mod tests {
         // The envelope stays one cache line: batches of them are moved
         // through the rings.
         assert!(std::mem::size_of::<Envelope>() <= 64, "{}", std::mem::size_of::<Envelope>());
+    }
+
+    /// What an actor without a supervisor costs on its shard besides its
+    /// own state: its reference and one word for the restart it never has
+    /// (a slot is allocated per actor; the spawn bench's memory row).
+    #[test]
+    fn an_unsupervised_actor_s_slot_is_four_words() {
+        assert!(std::mem::size_of::<Slot<Sink>>() <= 32, "{}", std::mem::size_of::<Slot<Sink>>());
     }
 }

@@ -156,6 +156,23 @@ impl ShardHandle {
     }
 }
 
+/// Entries a shard's per-pass buffers keep when it goes idle (see `run`).
+const IDLE_KEEP: usize = 1024;
+
+/// Gives back what `v` (empty) holds beyond [`IDLE_KEEP`] entries.
+fn trim<T>(v: &mut Vec<T>) {
+    if v.is_empty() && v.capacity() > IDLE_KEEP {
+        v.shrink_to(IDLE_KEEP);
+    }
+}
+
+/// [`trim`] for a queue.
+fn trim_deque<T>(v: &mut VecDeque<T>) {
+    if v.is_empty() && v.capacity() > IDLE_KEEP {
+        v.shrink_to(IDLE_KEEP);
+    }
+}
+
 fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
     if let Some(s) = p.downcast_ref::<&str>() {
         (*s).to_string()
@@ -305,6 +322,15 @@ impl ShardLoop {
                 if timeout.is_none() && quiet && t.io.no_timers() && t.ring.flush().is_ok() {
                     handle.idle.store(true, Ordering::Release);
                 }
+                // About to sleep: the pass's buffers give back what a burst
+                // grew them to (all are empty now). A busy shard never gets
+                // here, so it never pays for growing them again.
+                if timeout.is_none() {
+                    trim(&mut events);
+                    trim(&mut spare_done);
+                    trim_deque(&mut batch);
+                    trim_deque(&mut t.queue);
+                }
                 // Counters for metrics: before blocking (next to a syscall),
                 // when a reader asked, and every PUBLISH_EVERY passes. Never
                 // waits for the lock: a reader holding it means next time.
@@ -447,7 +473,13 @@ impl ShardLoop {
         }
         match env.body {
             Body::Spawn(mut slot) => {
-                self.handle.pending().remove(&to);
+                let mut pending = self.handle.pending();
+                pending.remove(&to);
+                // A burst of spawns grew it; none is waiting now.
+                if pending.is_empty() && pending.capacity() > IDLE_KEEP {
+                    pending.shrink_to(0);
+                }
+                drop(pending);
                 self.hosted_any = true;
                 outbox::enter(to);
                 let started = catch_unwind(AssertUnwindSafe(|| slot.started()));
@@ -787,5 +819,57 @@ fn complete(list: &mut Vec<Done>, out: &mut VecDeque<Envelope>) {
                 });
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use crate::{Actor, Context, Handler, Message, System};
+
+    struct Idle(Arc<AtomicU64>);
+    impl Actor for Idle {}
+    struct Poke;
+    impl Message for Poke {
+        type Reply = ();
+    }
+    impl Handler<Poke> for Idle {
+        fn handle(&mut self, _: Poke, _: &mut Context<Self>) {
+            self.0.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// The set of actors spawned and not yet installed grows with a burst
+    /// of spawns; once every one is installed it is given back, not kept at
+    /// the burst's size for the life of the shard.
+    #[test]
+    fn a_burst_of_spawns_leaves_no_pending_table_behind() {
+        const N: u64 = 20_000;
+        let system = System::new();
+        let shard = system.shard().unwrap();
+        let count = Arc::new(AtomicU64::new(0));
+        let refs: Vec<_> = crate::batched(|| {
+            (0..N)
+                .map(|_| {
+                    let r = system.spawn_on(&shard, Idle(count.clone()));
+                    r.tell(Poke).unwrap();
+                    r
+                })
+                .collect()
+        });
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while count.load(Relaxed) < N {
+            assert!(Instant::now() < deadline, "{} of {N} handled", count.load(Relaxed));
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let pending = shard.handle().pending();
+        assert!(pending.is_empty());
+        assert!(pending.capacity() <= super::IDLE_KEEP, "kept {}", pending.capacity());
+        drop(pending);
+        drop(refs);
+        system.shutdown();
     }
 }

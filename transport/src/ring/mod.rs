@@ -90,6 +90,12 @@ pub use config::RingConfig;
 pub use event::{dead_letters, Event, PushError, RingStats};
 use send::OutLane;
 
+/// Entries the receive queue keeps when its ring goes to sleep. A burst
+/// grows it to the size of its backlog; a ring that sleeps has none left,
+/// so it gives the rest back then. A busy ring never sleeps, so it never
+/// pays for growing it again.
+const IDLE_KEEP: usize = 1024;
+
 static NEXT_RING_ID: AtomicU64 = AtomicU64::new(1);
 /// Bumped whenever a mailbox finishes closing: senders then drop their lanes
 /// to closed rings at their next flush (a lane keeps its target's ring file
@@ -123,6 +129,8 @@ pub struct Ring<T: Send + 'static> {
     bells: Vec<Arc<Inbox<T>>>,
     lanes: HashMap<u64, Reorder<Box<Parcel<T>>>, FxBuildHasher>,
     in_order: Vec<Box<Parcel<T>>>,
+    /// Received and not yet taken by `wait`. A burst grows it to its
+    /// backlog; a ring about to sleep gives that back (see `IDLE_KEEP`).
     ready: VecDeque<(u64, Event<T>)>,
     scratch: VecDeque<Box<Parcel<T>>>,
     cqes: Vec<(u64, i32, u32)>,
@@ -397,6 +405,9 @@ impl<T: Send + 'static> Ring<T> {
             if self.parked > 0 || !self.bells.is_empty() || self.closing_in_progress() {
                 let tick = Duration::from_millis(1);
                 limit = Some(limit.map_or(tick, |t| t.min(tick)));
+            }
+            if self.ready.capacity() > IDLE_KEEP {
+                self.ready.shrink_to(IDLE_KEEP); // empty: nothing is moved
             }
             self.block(limit)?;
             self.flush()?;

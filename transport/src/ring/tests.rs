@@ -998,3 +998,24 @@ fn eight_ring_path_senders_never_overflow_an_8_entry_cq() {
     assert!(sent.iter().all(|s| s.cq_overflows == 0));
     assert_eq!(addr.queued(), 0);
 }
+
+#[test]
+fn a_ring_that_goes_to_sleep_gives_back_what_a_burst_grew_its_receive_queue_to() {
+    let mut r = Ring::<u64>::new().unwrap();
+    let a = r.addr();
+    for i in 0..20_000 {
+        r.send(&a, i).unwrap();
+    }
+    // One poll takes the whole burst through the receive queue.
+    let mut evs = Vec::new();
+    while evs.len() < 20_000 {
+        r.wait(&mut evs, Some(Duration::ZERO)).unwrap();
+    }
+    assert!(r.ready.capacity() >= 20_000, "the burst went through the queue");
+    // Nothing left: this wait sleeps (and times out), giving the rest back.
+    assert_eq!(r.wait(&mut evs, Some(Duration::from_millis(5))).unwrap(), 0);
+    assert!(r.ready.capacity() <= super::IDLE_KEEP, "kept {}", r.ready.capacity());
+    // And it still works.
+    r.send(&a, 7).unwrap();
+    assert_eq!(messages(drain_until(&mut r, 1)), vec![7]);
+}
