@@ -173,6 +173,33 @@ fn trim_deque<T>(v: &mut VecDeque<T>) {
     }
 }
 
+impl ShardLoop {
+    /// Whether actor `id` was spawned here and is not installed yet (a
+    /// message for it waits for it then, in `early`).
+    fn is_pending(&mut self, id: u64) -> bool {
+        self.flush_installed();
+        self.handle.pending().contains(&id)
+    }
+
+    /// Takes the actors installed since the last call out of the pending
+    /// set, under one lock.
+    fn flush_installed(&mut self) {
+        if self.installed.is_empty() {
+            return;
+        }
+        let mut pending = self.handle.pending();
+        for id in self.installed.drain(..) {
+            pending.remove(&id);
+        }
+        // A burst of spawns grew it; none is waiting now.
+        if pending.is_empty() && pending.capacity() > IDLE_KEEP {
+            pending.shrink_to(0);
+        }
+        drop(pending);
+        trim(&mut self.installed);
+    }
+}
+
 fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
     if let Some(s) = p.downcast_ref::<&str>() {
         (*s).to_string()
@@ -190,6 +217,11 @@ pub(crate) struct ShardLoop {
     /// (ids are process-unique counters, not attacker-chosen).
     actors: HashMap<u64, Box<dyn Hosted>, FxBuildHasher>,
     early: HashMap<u64, Vec<Envelope>>,
+    /// Actors installed since `handle.pending` was last written: taken out
+    /// of it once per pass, or before it is read (see `is_pending`), not
+    /// under its lock once per spawn (the spawning thread takes that lock
+    /// for every spawn, so a lock per install fought it for the line).
+    installed: Vec<u64>,
     /// Paused actors (an outbox not empty, or an async handler awaiting)
     /// and what they hold.
     paused: HashMap<u64, Paused, FxBuildHasher>,
@@ -273,6 +305,7 @@ impl ShardLoop {
             handle,
             actors: HashMap::default(),
             early: HashMap::new(),
+            installed: Vec::new(),
             paused: HashMap::default(),
             parked_now: Vec::new(),
             task_wakers: HashMap::default(),
@@ -300,6 +333,7 @@ impl ShardLoop {
                 self.resume(id, &mut batch);
             }
             let held = route::held_any();
+            self.flush_installed();
             // Under the borrow: only move things out. Handling happens after.
             let quiet = self.paused.is_empty() && !held;
             let handle = &self.handle;
@@ -473,13 +507,7 @@ impl ShardLoop {
         }
         match env.body {
             Body::Spawn(mut slot) => {
-                let mut pending = self.handle.pending();
-                pending.remove(&to);
-                // A burst of spawns grew it; none is waiting now.
-                if pending.is_empty() && pending.capacity() > IDLE_KEEP {
-                    pending.shrink_to(0);
-                }
-                drop(pending);
+                self.installed.push(to);
                 self.hosted_any = true;
                 outbox::enter(to);
                 let started = catch_unwind(AssertUnwindSafe(|| slot.started()));
@@ -519,7 +547,7 @@ impl ShardLoop {
             }
             Body::Msg(m) => {
                 let Some(slot) = self.actors.get_mut(&to) else {
-                    if self.handle.pending().contains(&to) {
+                    if self.is_pending(to) {
                         self.early.entry(to).or_default().push(Envelope { to, body: Body::Msg(m) });
                     } else {
                         super::dead_letter(); // stopped actor (any ask gets NoReply)
@@ -581,7 +609,7 @@ impl ShardLoop {
             }
             Body::FdMsg { key, msg, held } => {
                 let Some(slot) = self.actors.get_mut(&to) else {
-                    if self.handle.pending().contains(&to) {
+                    if self.is_pending(to) {
                         let env = Envelope { to, body: Body::FdMsg { key, msg, held } };
                         self.early.entry(to).or_default().push(env);
                     } else {
@@ -616,7 +644,7 @@ impl ShardLoop {
                     if let Some(reason) = slot.stop_request(reason) {
                         self.stop_actor(to, reason);
                     }
-                } else if self.handle.pending().contains(&to) {
+                } else if self.is_pending(to) {
                     self.early
                         .entry(to)
                         .or_default()
@@ -628,7 +656,7 @@ impl ShardLoop {
                     if !slot.exit(from, &reason) {
                         self.stop_actor(to, StopReason::Linked(from));
                     }
-                } else if self.handle.pending().contains(&to) {
+                } else if self.is_pending(to) {
                     // A stand-in not installed yet: after its Spawn.
                     let env = Envelope { to, body: Body::Exit { from, reason } };
                     self.early.entry(to).or_default().push(env);
@@ -842,6 +870,34 @@ mod tests {
         }
     }
 
+    /// A spawn, a stop and a tell that reach the shard in one pass: the
+    /// install is not yet written back to the pending set when the tell
+    /// arrives, and the tell must still be a dead letter (its actor has
+    /// stopped), not wait for a spawn that already happened.
+    #[test]
+    fn a_tell_behind_its_actor_s_spawn_and_stop_in_one_pass_is_a_dead_letter() {
+        const N: u64 = 100;
+        let system = System::new();
+        let shard = system.shard().unwrap();
+        let count = Arc::new(AtomicU64::new(0));
+        let before = system.dead_letters();
+        crate::batched(|| {
+            for _ in 0..N {
+                let r = system.spawn_on(&shard, Idle(count.clone()));
+                r.stop();
+                r.tell(Poke).expect("not known to have stopped yet");
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while system.dead_letters() - before < N {
+            let got = system.dead_letters() - before;
+            assert!(Instant::now() < deadline, "{got} of {N} tells counted as dead letters");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(count.load(Relaxed), 0, "no stopped actor handled a message");
+        system.shutdown();
+    }
+
     /// The set of actors spawned and not yet installed grows with a burst
     /// of spawns; once every one is installed it is given back, not kept at
     /// the burst's size for the life of the shard.
@@ -865,10 +921,13 @@ mod tests {
             assert!(Instant::now() < deadline, "{} of {N} handled", count.load(Relaxed));
             std::thread::sleep(Duration::from_millis(1));
         }
-        let pending = shard.handle().pending();
-        assert!(pending.is_empty());
-        assert!(pending.capacity() <= super::IDLE_KEEP, "kept {}", pending.capacity());
-        drop(pending);
+        // Installs are taken out of the set once per pass.
+        while !shard.handle().pending().is_empty() {
+            assert!(Instant::now() < deadline, "spawns still pending");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let kept = shard.handle().pending().capacity();
+        assert!(kept <= super::IDLE_KEEP, "kept {kept}");
         drop(refs);
         system.shutdown();
     }
