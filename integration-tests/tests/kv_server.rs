@@ -479,6 +479,42 @@ fn client_list_shows_every_worker_s_connections_and_client_kill_closes_one() {
     let info: String = cmd("CLIENT").arg("INFO").query(&mut cons[3]).unwrap();
     assert!(info.starts_with(&format!("id={} name=c3 ", ids[3])), "{info}");
 
+    // A subscribed connection is of type pubsub, the others normal.
+    let mut sub = TcpStream::connect(srv.addr).unwrap();
+    sub.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    sub.write_all(b"CLIENT ID\r\nSUBSCRIBE news\r\n").unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 256];
+    while !got.ends_with(b"$4\r\nnews\r\n:1\r\n") {
+        let n = sub.read(&mut buf).unwrap();
+        assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&got).into_owned();
+    let sub_id: u64 = text[1..text.find('\r').unwrap()].parse().unwrap();
+    let list_of = |con: &mut Connection, kind: &str| -> String {
+        cmd("CLIENT").arg("LIST").arg("TYPE").arg(kind).query(con).unwrap()
+    };
+    let pubsub = list_of(&mut cons[0], "pubsub");
+    assert_eq!(pubsub.lines().count(), 1, "{pubsub}");
+    assert!(pubsub.starts_with(&format!("id={sub_id} ")) && pubsub.contains(" flags=P "));
+    let normal = list_of(&mut cons[0], "normal");
+    assert!(!normal.contains(&format!("id={sub_id} ")), "{normal}");
+    assert!(normal.contains(&format!("id={} ", ids[0])), "{normal}");
+    assert_eq!(list_of(&mut cons[0], "replica"), "");
+    let e: RedisResult<String> = cmd("CLIENT").arg("LIST").arg("TYPE").arg("x").query(&mut cons[0]);
+    assert!(err_text(e).contains("Unknown client type"));
+    sub.write_all(b"UNSUBSCRIBE\r\nPING\r\n").unwrap();
+    got.clear();
+    while !got.ends_with(b"PONG\r\n") {
+        let n = sub.read(&mut buf).unwrap();
+        assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+    let normal = list_of(&mut cons[0], "normal");
+    assert!(normal.contains(&format!("id={sub_id} ")), "unsubscribed: normal again: {normal}");
+    drop(sub);
+
     // Killing another connection, wherever it is served.
     for victim in [1, 2] {
         let n: i64 =

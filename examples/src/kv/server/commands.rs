@@ -554,8 +554,24 @@ fn connection_reply(c: &mut Client, args: &[Vec<u8>], info: &ServerInfo) -> Opti
     })
 }
 
-/// `CLIENT LIST [ID id ...]`: a line per connection of every worker, by id.
+/// `CLIENT LIST [TYPE type] [ID id ...]`: a line per connection of every
+/// worker, by id. Every connection is a `normal` one or, while subscribed,
+/// a `pubsub` one; there are no `master` or `replica` connections.
 fn client_list(args: &[Vec<u8>], info: &ServerInfo) -> Reply {
+    let (pubsub, args) = match args {
+        [t, kind, rest @ ..] if t.eq_ignore_ascii_case(b"type") => {
+            match Lower::of(kind).as_bytes() {
+                b"normal" => (Some(false), rest),
+                b"pubsub" => (Some(true), rest),
+                b"master" | b"replica" | b"slave" => return Reply::Bulk(Vec::new()),
+                _ => {
+                    let kind = String::from_utf8_lossy(kind);
+                    return Reply::Error(format!("ERR Unknown client type '{kind}'"));
+                }
+            }
+        }
+        _ => (None, args),
+    };
     let ids = match args {
         [] => None,
         [id, ids @ ..] if id.eq_ignore_ascii_case(b"id") && !ids.is_empty() => {
@@ -564,14 +580,13 @@ fn client_list(args: &[Vec<u8>], info: &ServerInfo) -> Reply {
                 None => return Reply::Error("ERR Invalid client ID".into()),
             }
         }
-        [t, _] if t.eq_ignore_ascii_case(b"type") => {
-            return Reply::Error("ERR CLIENT LIST TYPE is not supported by this server".into())
-        }
         _ => return Reply::Error("ERR syntax error".into()),
     };
     let now = std::time::Instant::now();
     let rows = info.clients.select(ids.as_deref());
-    Reply::Bulk(rows.iter().map(|(id, r)| r.line(*id, now)).collect::<String>().into())
+    let wanted = |r: &super::info::ClientRow| pubsub.is_none_or(|p| p == (r.subscriptions > 0));
+    let lines = rows.iter().filter(|(_, r)| wanted(r)).map(|(id, r)| r.line(*id, now));
+    Reply::Bulk(lines.collect::<String>().into())
 }
 
 /// `CLIENT KILL ID id [SKIPME yes|no] [USER default]`: tells the workers

@@ -73,6 +73,9 @@ pub(super) struct ClientRow {
     pub(super) name: Option<Vec<u8>>,
     pub(super) resp3: bool,
     pub(super) since: Instant,
+    /// Channels and patterns it is subscribed to (`CLIENT LIST TYPE
+    /// pubsub` lists it while there are any).
+    pub(super) subscriptions: usize,
 }
 
 impl ClientTable {
@@ -94,6 +97,13 @@ impl ClientTable {
         if let Some(row) = self.rows().get_mut(&id) {
             row.name = name.map(<[u8]>::to_vec);
             row.resp3 = resp3;
+        }
+    }
+
+    /// Sets how many channels and patterns connection `id` listens to.
+    pub(super) fn set_subscriptions(&self, id: u64, n: usize) {
+        if let Some(row) = self.rows().get_mut(&id) {
+            row.subscriptions = n;
         }
     }
 
@@ -120,7 +130,9 @@ impl ClientRow {
         let name = self.name.as_deref().map(String::from_utf8_lossy).unwrap_or_default();
         let age = now.saturating_duration_since(self.since).as_secs();
         let resp = if self.resp3 { 3 } else { 2 };
-        format!("id={id} name={name} age={age} flags=N db=0 user=default resp={resp}\n")
+        // Redis' flags: P a pub-sub subscriber, N nothing special.
+        let flags = if self.subscriptions > 0 { "P" } else { "N" };
+        format!("id={id} name={name} age={age} flags={flags} db=0 user=default resp={resp}\n")
     }
 }
 

@@ -353,6 +353,7 @@ impl FdHandler<NewConnection> for KvWorker {
                     name: None,
                     resp3: false,
                     since: Instant::now(),
+                    subscriptions: 0,
                 };
                 self.info.clients.insert(client.id, row);
                 self.clients.insert(id, client);

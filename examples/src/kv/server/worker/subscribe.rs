@@ -22,6 +22,7 @@ impl KvWorker {
         };
         if cmd.as_bytes() == b"reset" {
             self.subs.drop_conn(conn); // and on to the connection's own reset
+            self.info.clients.set_subscriptions(c.id, 0);
             return None;
         }
         if c.multi.is_some() {
@@ -29,13 +30,15 @@ impl KvWorker {
         }
         if let Some(kind) = kind {
             let names = &args[1..];
-            return Some(Reply::Seq(match cmd.as_bytes() {
+            let replies = match cmd.as_bytes() {
                 b"subscribe" | b"psubscribe" if names.is_empty() => {
                     return Some(wrong_arity(cmd.as_str()))
                 }
                 b"subscribe" | b"psubscribe" => self.subs.subscribe(conn, kind, names),
                 _ => self.subs.unsubscribe(conn, kind, names),
-            }));
+            };
+            self.info.clients.set_subscriptions(c.id, self.subs.count(conn));
+            return Some(Reply::Seq(replies));
         }
         if c.resp3 || self.subs.count(conn) == 0 {
             return None;
