@@ -559,6 +559,53 @@ fn client_list_shows_every_worker_s_connections_and_client_kill_closes_one() {
     assert!(err_text(e).contains("No such client"));
 }
 
+/// The client one kills is usually one that is stuck: here one that asked
+/// for 16 MiB (under the 64 MiB output limit, far over what the socket
+/// buffers hold) and does not read. `CLIENT KILL` closes it all the same:
+/// its connection ends and its row goes.
+#[test]
+fn client_kill_closes_a_client_that_does_not_read() {
+    let (_system, srv) = serve(2);
+    let mut admin = client(&srv);
+    let _: () = cmd("SET").arg("big").arg(vec![b'v'; 1 << 20]).query(&mut admin).unwrap();
+    let mut stuck = TcpStream::connect(srv.addr).unwrap();
+    stuck.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    stuck.write_all(b"CLIENT ID\r\n").unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 64];
+    while !got.ends_with(b"\r\n") {
+        let n = stuck.read(&mut buf).unwrap();
+        assert!(n > 0, "closed before its id");
+        got.extend_from_slice(&buf[..n]);
+    }
+    let id: u64 = std::str::from_utf8(&got[1..got.len() - 2]).unwrap().parse().unwrap();
+    stuck.write_all(&b"GET big\r\n".repeat(16)).unwrap();
+    std::thread::sleep(Duration::from_millis(300)); // its replies fill the socket
+    let n: i64 = cmd("CLIENT").arg("KILL").arg("ID").arg(id).query(&mut admin).unwrap();
+    assert_eq!(n, 1);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let list: String = cmd("CLIENT").arg("LIST").query(&mut admin).unwrap();
+        if !list.contains(&format!("id={id} ")) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "a killed client is still listed: {list}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // It reads what was already sent, then the end: not all it asked for.
+    let mut total = 0usize;
+    let mut sink = vec![0u8; 1 << 20];
+    loop {
+        match stuck.read(&mut sink) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => total += n,
+        }
+    }
+    assert!(total < 16 << 20, "it got all its replies although it was killed ({total} bytes)");
+    let pong: String = cmd("PING").query(&mut admin).unwrap();
+    assert_eq!(pong, "PONG");
+}
+
 #[test]
 fn transactions_on_one_shard_run_whole_and_alone() {
     use ringmail_examples::kv::server::shard_of;

@@ -1,23 +1,26 @@
 //! `Connections` protects a worker from a client that never reads: past
 //! the output limit the connection is closed, and other connections are
-//! served as before.
+//! served as before; `abort` closes such a client on demand.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use ringmail::net::{Acceptor, Connections, Input, NetEvent, NewConnection};
+use ringmail::net::{Acceptor, ConnId, Connections, Input, NetEvent, NewConnection};
 use ringmail::transport::{FixedFd, RingConfig};
 use ringmail::{Actor, Context, FdHandler, Handler, Message, System, SystemConfig};
 
 /// Answers every received byte with 256 KiB.
 struct Firehose {
     conns: Connections,
+    /// Every connection it was handed (closing ones too).
+    served: Vec<ConnId>,
 }
 impl Actor for Firehose {}
 impl FdHandler<NewConnection> for Firehose {
     fn handle_fd(&mut self, _: NewConnection, fd: FixedFd, ctx: &mut Context<Self>) {
-        self.conns.add(fd, ctx).unwrap();
+        let id = self.conns.add(fd, ctx).unwrap();
+        self.served.push(id);
     }
 }
 impl Handler<NetEvent> for Firehose {
@@ -40,11 +43,81 @@ impl Handler<Open> for Firehose {
     }
 }
 
+/// Closes every connection: gracefully (once its output is sent) or at
+/// once.
+struct CloseAll {
+    abort: bool,
+}
+impl Message for CloseAll {
+    type Reply = ();
+}
+impl Handler<CloseAll> for Firehose {
+    fn handle(&mut self, CloseAll { abort }: CloseAll, ctx: &mut Context<Self>) {
+        for &c in &self.served {
+            if abort {
+                self.conns.abort(c, ctx);
+            } else {
+                self.conns.close(c, ctx);
+            }
+        }
+    }
+}
+
+/// A graceful close waits for the output to be sent, which a client that
+/// does not read never lets happen; `abort` closes it all the same (what
+/// the KV's `CLIENT KILL` needs), and the client sees its end.
+#[test]
+fn abort_closes_a_connection_whose_send_is_stuck_where_close_waits() {
+    let ring = RingConfig::default().cq_entries(4096).io_reserve(2048);
+    let system = System::with_config(SystemConfig::default().ring(ring));
+    // A limit far above what it asks for: only `abort` ends it.
+    let w = system
+        .spawn(Firehose { conns: Connections::with_output_limit(256 << 20), served: Vec::new() })
+        .unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let _acceptor = system.spawn(Acceptor::new(listener, vec![w.clone()])).unwrap();
+    // Asks for 64 x 256 KiB = 16 MiB, more than loopback's socket buffers
+    // hold, and does not read.
+    let mut stuck = TcpStream::connect(addr).unwrap();
+    stuck.write_all(&[0u8; 64]).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while w.ask(Open, Duration::from_secs(5)).unwrap() != 1 {
+        assert!(Instant::now() < deadline, "the connection was never served");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(200)); // its send fills the socket
+    w.ask(CloseAll { abort: false }, Duration::from_secs(5)).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(w.ask(Open, Duration::from_secs(5)).unwrap(), 1, "closed with its output unsent");
+
+    w.ask(CloseAll { abort: true }, Duration::from_secs(5)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while w.ask(Open, Duration::from_secs(5)).unwrap() != 0 {
+        assert!(Instant::now() < deadline, "an aborted connection was never closed");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // The client reads what was in flight, then the end.
+    stuck.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut sink = vec![0u8; 1 << 20];
+    let mut total = 0usize;
+    loop {
+        match stuck.read(&mut sink) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => total += n,
+        }
+    }
+    assert!(total < 16 << 20, "it got everything although it was aborted ({total} bytes)");
+    system.shutdown();
+}
+
 #[test]
 fn a_client_that_never_reads_is_disconnected_at_the_output_limit() {
     let ring = RingConfig::default().cq_entries(4096).io_reserve(2048);
     let system = System::with_config(SystemConfig::default().ring(ring));
-    let w = system.spawn(Firehose { conns: Connections::with_output_limit(4 << 20) }).unwrap();
+    let w = system
+        .spawn(Firehose { conns: Connections::with_output_limit(4 << 20), served: Vec::new() })
+        .unwrap();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let _acceptor = system.spawn(Acceptor::new(listener, vec![w.clone()])).unwrap();

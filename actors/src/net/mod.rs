@@ -798,6 +798,20 @@ impl Connections {
         self.flush(ctx);
     }
 
+    /// Closes `conn` at once: the output not yet sent is dropped and the
+    /// socket is shut down even while a send is stuck on a peer that does
+    /// not read (as the output limit does). [`Input::Closed`] follows, as
+    /// for [`close`](Self::close).
+    pub fn abort<A: Handler<NetEvent>>(&mut self, conn: ConnId, ctx: &Context<A>) {
+        if let Some(c) = self.conns.get_mut(&conn.0) {
+            c.closing = true;
+            c.abort = true;
+            c.out.clear();
+            self.dirty.push(conn.0);
+        }
+        self.flush(ctx);
+    }
+
     /// Moves a closing connection towards the end: shuts its socket down
     /// once its output is sent (at once when aborting), which ends the
     /// receive; drops it once the receive ended, no send is in flight and

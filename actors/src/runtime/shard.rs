@@ -440,6 +440,7 @@ impl ShardLoop {
             {
                 // What stopping produced for co-located targets is still queued.
                 let _ = thread::with(|t| batch.append(&mut t.queue));
+                self.flush_installed();
                 break 'run;
             }
         }

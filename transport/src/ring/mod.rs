@@ -90,10 +90,10 @@ pub use config::RingConfig;
 pub use event::{dead_letters, Event, PushError, RingStats};
 use send::OutLane;
 
-/// Entries the receive queue keeps when its ring goes to sleep. A burst
-/// grows it to the size of its backlog; a ring that sleeps has none left,
-/// so it gives the rest back then. A busy ring never sleeps, so it never
-/// pays for growing it again.
+/// Entries the receive queue keeps when its ring blocks in a wait (with or
+/// without a timeout). A burst grows it to the size of its backlog; a ring
+/// that blocks has none left, so it gives the rest back then. A ring kept
+/// busy never blocks, so it never pays for growing it again.
 const IDLE_KEEP: usize = 1024;
 
 static NEXT_RING_ID: AtomicU64 = AtomicU64::new(1);

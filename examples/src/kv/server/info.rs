@@ -51,10 +51,11 @@ pub struct ServerInfo {
 }
 
 /// The server's client connections, on every worker (see
-/// [`ServerInfo::clients`]). Written when a connection opens or closes and
-/// by the commands that change what it shows (`HELLO`, `CLIENT SETNAME`,
-/// `RESET`), never per request: the lock is taken for a map insert or
-/// removal, by one worker at a time in practice (a connection's own).
+/// [`ServerInfo::clients`]). Written when a connection opens or closes,
+/// when a worker stops, and by the commands that change what it shows
+/// (`HELLO`, `CLIENT`, `RESET`, the subscribe commands); never by the data
+/// commands. The lock is held for one map operation, or for the copy of
+/// the rows `CLIENT LIST` shows, and never across a send.
 #[derive(Debug, Default)]
 pub(super) struct ClientTable {
     rows: std::sync::Mutex<std::collections::BTreeMap<u64, ClientRow>>,
@@ -90,6 +91,11 @@ impl ClientTable {
 
     pub(super) fn remove(&self, id: u64) {
         self.rows().remove(&id);
+    }
+
+    /// Removes every row of worker `worker` (it stopped).
+    pub(super) fn remove_worker(&self, worker: usize) {
+        self.rows().retain(|_, r| r.worker != worker);
     }
 
     /// Sets what connection `id` shows of its own state.

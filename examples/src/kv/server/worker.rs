@@ -310,6 +310,13 @@ impl Actor for KvWorker {
         group.join(ctx.myself());
         self.group = Some(group);
     }
+
+    /// A worker that stops (a panic, or the server stopping) takes its
+    /// connections with it: their `CLIENT LIST` rows go too, so no other
+    /// worker lists or kills a connection that is gone.
+    fn stopped(&mut self, _ctx: &mut Context<Self>) {
+        self.info.clients.remove_worker(self.index);
+    }
 }
 
 /// A publication from some worker (maybe this one): delivered to this
@@ -400,7 +407,8 @@ impl Handler<NetEvent> for KvWorker {
 }
 
 /// Tells a worker to close connection `conn` if it is still client `id`
-/// (`CLIENT KILL` from any worker; a connection id is reused once closed).
+/// (`CLIENT KILL` from any worker, which read the table before this
+/// arrives: the connection may have closed meanwhile).
 pub(super) struct Kill {
     pub(super) conn: ConnId,
     pub(super) id: u64,
@@ -415,12 +423,16 @@ impl Handler<Kill> for KvWorker {
         if c.id != id {
             return;
         }
-        // Replies still owed are not written (Redis closes a killed
-        // client at once); its close then runs as any other's.
+        // Redis closes a killed client at once: replies still owed are
+        // not written, output not yet sent is dropped (a client that does
+        // not read is the usual one to kill), and its blocked requests
+        // are dropped now, not at the close, so nothing is popped for it
+        // meanwhile. The rest of its close runs as any other's.
         c.first_seq += c.pending.len() as u64;
         c.pending.clear();
         c.close_after = true;
-        self.conns.close(conn, ctx);
+        self.unblock(conn);
+        self.conns.abort(conn, ctx);
     }
 }
 
@@ -625,15 +637,22 @@ impl KvWorker {
             c.pending.clear();
             // Its blocked requests are dropped now, not at the close:
             // nothing is popped for it meanwhile.
-            let worker = self.me.as_ref().map_or(0, |m| m.id());
-            for s in self.blocking.remove(&conn).unwrap_or_default() {
-                let _ = self.shards[s].tell(Unblock { worker, conn });
-            }
+            self.unblock(conn);
             let e = "ERR query buffer limit reached (input while a command waits)";
             c.pending.push_back(Pending::ready(Reply::Error(e.into())));
             c.close_after = true;
         }
         self.clients.insert(conn, c);
+    }
+
+    /// Drops `conn`'s blocked requests (`BLPOP` and kin) on every shard
+    /// that holds one.
+    fn unblock(&mut self, conn: ConnId) {
+        let worker = self.me.as_ref().map_or(0, |m| m.id());
+        for s in self.blocking.remove(&conn).unwrap_or_default() {
+            // A stopped shard has no waiter left to drop.
+            let _ = self.shards[s].tell(Unblock { worker, conn });
+        }
     }
 
     /// Decides where a request runs; returns its pending reply.
