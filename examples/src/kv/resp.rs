@@ -10,6 +10,8 @@
 
 use std::fmt;
 
+use smallvec::SmallVec;
+
 /// Limits applied while parsing, before any allocation.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
@@ -70,11 +72,46 @@ fn line(buf: &[u8], max: usize) -> Result<Option<(&[u8], usize)>, ProtocolError>
     }
 }
 
+/// A header's decimal number: an optional `-` and digits, as Redis reads
+/// it (no `+`, no spaces), read byte by byte (no UTF-8 check, no `str`
+/// parse: it runs twice or more per request).
 fn number(digits: &[u8], what: &str) -> Result<i64, ProtocolError> {
-    std::str::from_utf8(digits)
-        .ok()
-        .and_then(|s| s.parse::<i64>().ok())
-        .ok_or_else(|| ProtocolError(format!("invalid {what} length")))
+    let bad = || ProtocolError(format!("invalid {what} length"));
+    let (neg, digits) = match digits {
+        [b'-', rest @ ..] => (true, rest),
+        _ => (false, digits),
+    };
+    if digits.is_empty() {
+        return Err(bad());
+    }
+    let mut v: i64 = 0;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return Err(bad());
+        }
+        v = v.checked_mul(10).and_then(|v| v.checked_add(i64::from(d - b'0'))).ok_or_else(bad)?;
+    }
+    Ok(if neg { -v } else { v })
+}
+
+/// Appends `n` in decimal (no allocation: replies carry one or more per
+/// request).
+pub(crate) fn push_decimal(out: &mut Vec<u8>, n: i64) {
+    let mut buf = [0u8; 20];
+    let mut at = buf.len();
+    let mut m = n.unsigned_abs();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (m % 10) as u8;
+        m /= 10;
+        if m == 0 {
+            break;
+        }
+    }
+    if n < 0 {
+        out.push(b'-');
+    }
+    out.extend_from_slice(&buf[at..]);
 }
 
 /// Parses one request from the start of `buf`.
@@ -95,7 +132,7 @@ pub fn parse(buf: &[u8], limits: &Limits) -> Result<Parsed, ProtocolError> {
     }
     // First find every argument without copying: a large request that
     // arrives in many small reads is re-scanned, never re-copied.
-    let mut spans = Vec::with_capacity((n as usize).min(64));
+    let mut spans: SmallVec<[std::ops::Range<usize>; 8]> = SmallVec::new();
     for _ in 0..n {
         let rest = &buf[at..];
         if rest.is_empty() {
@@ -122,7 +159,9 @@ pub fn parse(buf: &[u8], limits: &Limits) -> Result<Parsed, ProtocolError> {
         spans.push(start..start + len);
         at += used + len + 2;
     }
-    Ok(Parsed::Request(spans.into_iter().map(|r| buf[r].to_vec()).collect(), at))
+    let mut args = Vec::with_capacity(spans.len());
+    args.extend(spans.into_iter().map(|r| buf[r].to_vec()));
+    Ok(Parsed::Request(args, at))
 }
 
 /// How many bytes of `more` complete the request that `head` starts and
@@ -231,11 +270,11 @@ impl Reply {
             }
             Reply::Int(i) => {
                 out.push(b':');
-                out.extend_from_slice(i.to_string().as_bytes());
+                push_decimal(out, *i);
             }
             Reply::Bulk(b) => {
                 out.push(b'$');
-                out.extend_from_slice(b.len().to_string().as_bytes());
+                push_decimal(out, b.len() as i64);
                 out.extend_from_slice(b"\r\n");
                 out.extend_from_slice(b);
             }
@@ -249,7 +288,7 @@ impl Reply {
                     Reply::Push(_) if resp3 => b'>',
                     _ => b'*',
                 });
-                out.extend_from_slice(items.len().to_string().as_bytes());
+                push_decimal(out, items.len() as i64);
                 out.extend_from_slice(b"\r\n");
                 for it in items {
                     it.encode_as(out, resp3); // each element is terminated
@@ -265,7 +304,7 @@ impl Reply {
             Reply::Map(pairs) => {
                 let (mark, n) = if resp3 { (b'%', pairs.len()) } else { (b'*', 2 * pairs.len()) };
                 out.push(mark);
-                out.extend_from_slice(n.to_string().as_bytes());
+                push_decimal(out, n as i64);
                 out.extend_from_slice(b"\r\n");
                 for (k, v) in pairs {
                     k.encode_as(out, resp3);
@@ -335,6 +374,26 @@ pub fn encode_request(args: &[&[u8]], out: &mut Vec<u8>) {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn decimals_are_written_as_to_string_writes_them() {
+        for n in [0, 1, -1, 9, 10, -10, 12345, i64::MAX, i64::MIN, i64::MIN + 1] {
+            let mut out = b"x".to_vec();
+            push_decimal(&mut out, n);
+            assert_eq!(&out[1..], n.to_string().as_bytes(), "{n}");
+        }
+    }
+
+    #[test]
+    fn header_numbers_are_digits_with_an_optional_minus_and_nothing_else() {
+        assert_eq!(number(b"0", "bulk").unwrap(), 0);
+        assert_eq!(number(b"-1", "bulk").unwrap(), -1);
+        assert_eq!(number(b"9223372036854775807", "bulk").unwrap(), i64::MAX);
+        for bad in [&b""[..], b"-", b"+3", b" 3", b"3 ", b"1x", b"9223372036854775808", b"--1"] {
+            let e = number(bad, "bulk").unwrap_err();
+            assert_eq!(e.0, "invalid bulk length", "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
 
     #[test]
     fn completing_finds_the_bytes_that_complete_a_split_request() {

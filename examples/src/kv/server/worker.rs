@@ -4,7 +4,9 @@
 //! request order.
 
 // ANCHOR: uses
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use rustc_hash::FxHashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -252,7 +254,7 @@ pub(super) fn next_client_id() -> u64 {
 pub struct KvWorker {
     pub(super) shards: Vec<ActorRef<KeyShard>>,
     pub(super) conns: Connections,
-    pub(super) clients: HashMap<ConnId, Client>,
+    pub(super) clients: FxHashMap<ConnId, Client>,
     /// Answers keyless commands (PING, ECHO, CONFIG, errors): never holds data.
     pub(super) scratch: Keyspace,
     /// Requests gathered for each shard during one event.
@@ -271,9 +273,9 @@ pub struct KvWorker {
     pub(super) group: Option<ringmail::Group<Publish>>,
     /// Per connection, the shards it sent a blocking pop to: told when it
     /// closes, so that nothing is popped for it afterwards.
-    pub(super) blocking: HashMap<ConnId, Vec<usize>>,
+    pub(super) blocking: FxHashMap<ConnId, Vec<usize>>,
     /// Transactions across shards under way, by id (see [`TxLock`]).
-    pub(super) txs: HashMap<u64, CrossTx>,
+    pub(super) txs: FxHashMap<u64, CrossTx>,
     pub(super) next_tx: u64,
     /// Shard holds to ask for once this turn's batches have gone (so that
     /// the requests before a transaction reach its shards first).
@@ -483,7 +485,7 @@ impl KvWorker {
         KvWorker {
             shards,
             conns: Connections::new(),
-            clients: HashMap::new(),
+            clients: FxHashMap::default(),
             scratch: Keyspace::default(),
             outgoing: (0..n).map(|_| Vec::new()).collect(),
             me: None,
@@ -493,8 +495,8 @@ impl KvWorker {
             subs: Subscriptions::shared(info.listening.clone()),
             info,
             group: None,
-            blocking: HashMap::new(),
-            txs: HashMap::new(),
+            blocking: FxHashMap::default(),
+            txs: FxHashMap::default(),
             next_tx: 1,
             tx_out: Vec::new(),
             moving: false,
