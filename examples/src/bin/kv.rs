@@ -19,7 +19,7 @@ use ringmail_examples::kv::aof::Fsync;
 use ringmail_examples::kv::server::{KvConfig, Persistence};
 use ringmail_examples::{kv, server};
 
-/// A Ringmail key-value server speaking RESP2 (redis-cli and Redis clients work).
+/// A Ringmail key-value server speaking RESP2 and RESP3 (redis-cli and Redis clients work).
 #[derive(Parser, Debug)]
 #[command(name = "kv", version, after_help = "Stops cleanly on Ctrl-C or SIGTERM.")]
 struct Args {
