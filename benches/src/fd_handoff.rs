@@ -3,16 +3,19 @@
 //! `IORING_MSG_SEND_FD` into the receiver's table); the peer passes the
 //! `OwnedFd` through a crossbeam channel. Sockets are created before the
 //! clock starts; the process's open-fd count is checked after every run.
-//! A hand-off that finds the receiver's table full comes back
-//! (`ReturnReason::NoFreeSlot`) and is sent again after a 50 µs pause,
-//! counted and printed; the crossbeam sender blocks on its full channel.
+//! A hand-off that finds the receiver's table full is refused
+//! (`SendError::NoFreeSlot`) and the sender waits on its ring for 50 µs before
+//! trying again, as crossbeam's sender blocks on its full channel; one
+//! whose slot another sender took meanwhile comes back
+//! (`ReturnReason::NoFreeSlot`) and is sent again. Both are counted and
+//! printed.
 
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ringmail::transport::{Event, ReturnReason, Ring, RingConfig};
+use ringmail::transport::{Event, ReturnReason, Ring, RingConfig, SendError};
 
 use crate::harness::{compare, open_fds, Better, Comparison, System};
 
@@ -66,7 +69,7 @@ pub fn ringmail(n: usize) -> f64 {
     // had a moment, as a sender would; the crossbeam sender blocks on its
     // full channel instead. Anything else coming back fails the run.
     let mut retry: Vec<(u32, ringmail::transport::FixedFd)> = Vec::new();
-    let mut resent = 0usize;
+    let (mut resent, mut full) = (0usize, 0usize);
     let mut failed: Vec<String> = Vec::new();
     let mut sort = |evs: &mut Vec<Event<u32>>, retry: &mut Vec<_>| {
         for e in evs.drain(..) {
@@ -79,6 +82,21 @@ pub fn ringmail(n: usize) -> f64 {
             }
         }
     };
+    let resend = |ring: &mut Ring<u32>, retry: &mut Vec<(u32, ringmail::transport::FixedFd)>| {
+        if retry.is_empty() {
+            return 0;
+        }
+        thread::sleep(Duration::from_micros(50)); // the receiver's turn
+        let n = retry.len();
+        for (msg, fd) in std::mem::take(retry) {
+            match ring.send_fd(&addr, fd, msg) {
+                Ok(()) => {}
+                Err(SendError::NoFreeSlot((msg, fd))) => retry.push((msg, fd)),
+                Err(e) => panic!("send_fd again: {e}"),
+            }
+        }
+        n
+    };
     let t = Instant::now();
     for (i, s) in socks.into_iter().enumerate() {
         let mut s = s;
@@ -90,11 +108,26 @@ pub fn ringmail(n: usize) -> f64 {
                     s = back;
                     ring.wait(&mut evs, Some(Duration::from_micros(100))).unwrap();
                     sort(&mut evs, &mut retry);
+                    // Those hold slots of this ring's table too.
+                    resent += resend(&mut ring, &mut retry);
                 }
             }
         };
-        if let Err(e) = ring.send_fd(&addr, fixed, i as u32) {
-            panic!("send_fd: {e}");
+        let mut item = (fixed, i as u32);
+        loop {
+            match ring.send_fd(&addr, item.0, item.1) {
+                Ok(()) => break,
+                // Every slot of the receiver's table for incoming files is
+                // taken: let it close some (crossbeam's sender blocks here).
+                Err(SendError::NoFreeSlot((msg, fd))) => {
+                    item = (fd, msg);
+                    full += 1;
+                    ring.wait(&mut evs, Some(Duration::from_micros(50))).unwrap();
+                    sort(&mut evs, &mut retry);
+                    resent += resend(&mut ring, &mut retry);
+                }
+                Err(e) => panic!("send_fd: {e}"),
+            }
         }
     }
     // Parked hand-offs leave only while the sender keeps flushing.
@@ -102,13 +135,7 @@ pub fn ringmail(n: usize) -> f64 {
         ring.wait(&mut evs, Some(Duration::from_millis(1))).unwrap();
         sort(&mut evs, &mut retry);
         if !retry.is_empty() {
-            thread::sleep(Duration::from_micros(50)); // the receiver's turn
-            for (msg, fd) in retry.drain(..) {
-                resent += 1;
-                if let Err(e) = ring.send_fd(&addr, fd, msg) {
-                    panic!("send_fd again: {e}");
-                }
-            }
+            resent += resend(&mut ring, &mut retry);
         } else if ring.fds_in_flight() == 0 {
             break;
         }
@@ -122,8 +149,11 @@ pub fn ringmail(n: usize) -> f64 {
         failed.len(),
         &failed[..failed.len().min(3)]
     );
-    if resent > 0 {
-        println!("  [fd hand-off] ringmail: {resent} hand-offs sent again (the receiver's table was full)");
+    if resent + full > 0 {
+        println!(
+            "  [fd hand-off] ringmail: the receiver's table was full at {full} sends (waited), \
+             {resent} hand-offs came back and were sent again"
+        );
     }
     drop(ring);
     drop(addr);

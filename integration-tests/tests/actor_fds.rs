@@ -27,7 +27,8 @@ struct Open {
     to: ActorRef<Keeper>,
 }
 impl Message for Open {
-    /// How many `tell_fd`s were refused (their fds came back and were dropped).
+    /// How many `tell_fd`s were refused (a stopped receiver, or a full
+    /// table: their fds came back and were dropped).
     type Reply = usize;
 }
 impl Handler<Open> for Opener {
@@ -37,7 +38,7 @@ impl Handler<Open> for Opener {
             let fd = ctx.register_fd(w).expect("a free slot");
             let i = m.first + i as u64;
             if let Err(e) = m.to.tell_fd(Tag(i), fd) {
-                assert!(matches!(e, TellError::Stopped(_)), "{e:?}");
+                assert!(matches!(e, TellError::Stopped(_) | TellError::Full(_)), "{e:?}");
                 let (_tag, fd): (Tag, FixedFd) = e.into_inner();
                 drop(fd); // ours again: dropping it closes the file
                 refused += 1;
@@ -349,13 +350,16 @@ fn a_full_mailbox_pauses_the_fd_sender_not_its_shard_and_loses_no_fd() {
     system.shutdown();
 }
 
-/// fd messages that the transport hands back because the receiving shard's
-/// table has no free slot (its actor keeps every fd) are dead letters with
-/// their fds closed, and give back the mailbox slots they held: the target
-/// (8-slot mailbox) keeps answering after 24 refusals. Before, each refusal
-/// kept one slot for good: after 8 the target's mailbox was full forever.
+/// fd messages to a shard whose table has no free slot for incoming files
+/// (its actor keeps every fd) are refused at the `tell_fd`, inside the
+/// sender's handler too: the fd comes back to the sender (here it closes
+/// it), nothing is parked or counted as a dead letter, and the mailbox slots
+/// they reserved are given back: the target (8-slot mailbox) keeps
+/// answering after 24 refusals. (Before, such a hand-off was accepted, came
+/// back from the kernel a moment later and was counted as a dead letter;
+/// earlier still, each kept one mailbox slot for good.)
 #[test]
-fn fd_messages_refused_by_a_full_table_give_their_mailbox_slots_back() {
+fn fd_messages_to_a_full_table_are_refused_at_the_send_and_give_their_mailbox_slots_back() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     // 32 table slots: 16 for registering, 16 for incoming hand-offs.
     let ring = ringmail::transport::RingConfig::default().fixed_files(32);
@@ -365,30 +369,33 @@ fn fd_messages_refused_by_a_full_table_give_their_mailbox_slots_back() {
     let opener = system.spawn_on(&sa, Opener);
     let dead0 = system.dead_letters();
     let mut reads = Vec::new();
+    let mut refused = 0;
     for round in 0..5u64 {
         let (r, w): (Vec<OwnedFd>, Vec<OwnedFd>) = (0..8).map(|_| pipe()).unzip();
         reads.extend(r);
-        let refused = opener
+        refused += opener
             .ask(Open { first: round * 8, writers: w, to: keeper.clone() }, T)
             .unwrap_or_else(|_| panic!("round {round}: the opener did not finish"));
-        assert_eq!(refused, 0, "none refused at the send: the kernel refuses later");
         // Let this round settle before the next (each hand-off lands or
-        // comes back), so the keeper's 16 slots fill with rounds 0 and 1.
+        // is refused), so the keeper's 16 slots fill with rounds 0 and 1.
         let deadline = Instant::now() + T;
         loop {
             // (The opener's plain messages are tried and may be refused:
             // only the fds are counted.)
             let seen_now = keeper.ask(Seen, T).expect("the keeper answers");
             let seen = seen_now.iter().filter(|s| s.starts_with("fd")).count() as u64;
-            let dead = system.dead_letters() - dead0;
-            if seen + dead == (round + 1) * 8 {
+            if seen + refused as u64 == (round + 1) * 8 {
                 break;
             }
-            assert!(Instant::now() < deadline, "round {round}: seen {seen_now:?}, dead {dead}");
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: seen {seen_now:?}, refused {refused}"
+            );
             std::thread::sleep(Duration::from_millis(5));
         }
     }
-    assert_eq!(system.dead_letters() - dead0, 24, "the 24 fds that found no slot");
+    assert_eq!(refused, 24, "the 24 fds that found no slot");
+    assert_eq!(system.dead_letters() - dead0, 0, "refused at the send: none lost on the way");
     let seen = keeper.ask(Seen, T).expect("the keeper answers");
     let fds = seen.iter().filter(|s| s.starts_with("fd")).count();
     assert_eq!(fds, 16, "the keeper got what its table holds");

@@ -106,13 +106,17 @@ pub enum SendError<T> {
     Full(T),
     /// The target ring is closing or closed; it will never take the message.
     Closed(T),
+    /// An fd hand-off ([`crate::Ring::send_fd`]): every slot of the target's
+    /// table for incoming files is taken (its owner keeps the files it got).
+    /// Try again after it closed some, or hand the file elsewhere.
+    NoFreeSlot(T),
 }
 
 impl<T> SendError<T> {
     /// The message that was not sent.
     pub fn into_inner(self) -> T {
         match self {
-            SendError::Full(m) | SendError::Closed(m) => m,
+            SendError::Full(m) | SendError::Closed(m) | SendError::NoFreeSlot(m) => m,
         }
     }
 
@@ -127,6 +131,7 @@ impl<T> fmt::Debug for SendError<T> {
         match self {
             SendError::Full(_) => f.write_str("Full(..)"),
             SendError::Closed(_) => f.write_str("Closed(..)"),
+            SendError::NoFreeSlot(_) => f.write_str("NoFreeSlot(..)"),
         }
     }
 }
@@ -136,6 +141,9 @@ impl<T> fmt::Display for SendError<T> {
         match self {
             SendError::Full(_) => f.write_str("the target mailbox is full"),
             SendError::Closed(_) => f.write_str("the target ring is closed"),
+            SendError::NoFreeSlot(_) => {
+                f.write_str("the target ring's fixed-file table has no free slot for the file")
+            }
         }
     }
 }

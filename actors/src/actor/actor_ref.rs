@@ -451,14 +451,22 @@ impl<A: Actor> ActorRef<A> {
     /// [`try_tell_fd`](ActorRef::try_tell_fd): a full mailbox hands both
     /// back at once.
     ///
+    /// A target shard whose table has no free slot for incoming files (its
+    /// actors keep the files they got) refuses at the call: both come back
+    /// at once as [`TellError::Full`], inside a handler too (never parked:
+    /// a slot frees when an actor there drops a file, which nothing would
+    /// tell the parked message). The caller keeps the fd, and may wait or
+    /// hand it to another actor.
+    ///
     /// Ownership: on `Err` both come back at once. A parked fd stays in
     /// this shard's table until it leaves; if its target stops first, or
     /// the shard shuts down, it is closed and the message counted as a dead
     /// letter. If the kernel refuses later (the actor's shard closed, or
-    /// its table stayed full), the fd comes back to this thread's ring,
-    /// which closes it and counts the message as a dead letter: the file is
-    /// never left open without an owner. Only a thread that runs a shard
-    /// can receive (`FdHandler` actors live on shards).
+    /// its last free slots went to other senders meanwhile), the fd comes
+    /// back to this thread's ring, which closes it and counts the message
+    /// as a dead letter: the file is never left open without an owner.
+    /// Only a thread that runs a shard can receive (`FdHandler` actors live
+    /// on shards).
     pub fn tell_fd<M>(&self, msg: M, fd: FixedFd) -> Result<(), TellError<(M, FixedFd)>>
     where
         A: FdHandler<M>,
@@ -481,6 +489,7 @@ impl<A: Actor> ActorRef<A> {
                     match why {
                         // The shard's ring is full (not the mailbox): park it.
                         SendFail::Full => (env, fd),
+                        SendFail::NoFreeSlot => return Err(TellError::Full(take_back(env, fd))),
                         SendFail::Closed => {
                             dead_letter_in(Some(&self.shard.stats));
                             return Err(TellError::Stopped(take_back(env, fd)));
@@ -512,8 +521,9 @@ impl<A: Actor> ActorRef<A> {
     /// as [`tell_fd`](ActorRef::tell_fd) does, but never parks: a full
     /// mailbox (or, inside a handler, a message parked before for this
     /// actor, which a direct send would overtake) hands both back at once
-    /// as [`TellError::Full`]. For a sender with somewhere else to go, such
-    /// as an acceptor choosing among workers.
+    /// as [`TellError::Full`], as does a target shard whose table has no
+    /// free slot for incoming files. For a sender with somewhere else to
+    /// go, such as an acceptor choosing among workers.
     pub fn try_tell_fd<M>(&self, msg: M, fd: FixedFd) -> Result<(), TellError<(M, FixedFd)>>
     where
         A: FdHandler<M>,
@@ -535,7 +545,7 @@ impl<A: Actor> ActorRef<A> {
                 self.cell.unreserve();
                 let item = (Self::fd_msg_of::<M>(env), fd);
                 Err(match why {
-                    SendFail::Full => TellError::Full(item),
+                    SendFail::Full | SendFail::NoFreeSlot => TellError::Full(item),
                     SendFail::Closed => {
                         dead_letter_in(Some(&self.shard.stats));
                         TellError::Stopped(item)
@@ -638,7 +648,7 @@ impl<A: Actor> ActorRef<A> {
         route::send_to_shard(self.shard.id, &self.shard.addr, env).map_err(|(env, why)| {
             self.cell.unreserve();
             let fail = match why {
-                SendFail::Full => TellFail::Full,
+                SendFail::Full | SendFail::NoFreeSlot => TellFail::Full,
                 SendFail::Closed => {
                     dead_letter_in(Some(&self.shard.stats));
                     TellFail::Stopped

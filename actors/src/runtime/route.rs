@@ -95,6 +95,7 @@ fn send_fd_now(
             let (mut e, fd, why) = match e {
                 SendError::Full((e, fd)) => (e, fd, SendFail::Full),
                 SendError::Closed((e, fd)) => (e, fd, SendFail::Closed),
+                SendError::NoFreeSlot((e, fd)) => (e, fd, SendFail::NoFreeSlot),
                 other => {
                     let (e, fd) = other.into_inner();
                     (e, fd, SendFail::Closed)

@@ -34,6 +34,10 @@ use crate::error::StopReason;
 pub(crate) enum SendFail {
     Full,
     Closed,
+    /// An fd hand-off: the target shard's table has no free slot for
+    /// incoming files (its actors keep what they got). Handed back, never
+    /// parked: nothing would wake a retry when a slot frees.
+    NoFreeSlot,
     NoRing,
     /// An fd of another ring than this thread's.
     WrongRing,

@@ -182,6 +182,12 @@ impl<T> Inbox<T> {
         crate::sys::retire_fd(self.ring_fd.as_fd())
     }
 
+    /// True while this ring's kernel allocation range has a slot no
+    /// hand-off has taken (a snapshot: another sender may take it next).
+    pub(crate) fn has_fd_slot(&self) -> bool {
+        self.fd_slots.load(std::sync::atomic::Ordering::Acquire) > 0
+    }
+
     /// Takes one free slot of this ring's kernel allocation range.
     pub(crate) fn take_fd_slot(&self) -> bool {
         use std::sync::atomic::Ordering;

@@ -87,11 +87,16 @@ impl<T: Send + 'static> Ring<T> {
     /// The receiver gets [`Event::Fd`] in order with the other messages from
     /// this ring. The hand-off may wait on this ring for a CQ credit of the
     /// receiver (its ring loop gives them back) or for this ring's in-flight
-    /// bound, but never for the receiver to free a slot of its table: with
-    /// none free, the fd and message come back as [`Event::Returned`] with
-    /// [`ReturnReason::NoFreeSlot`] and later messages are not held behind
-    /// it. They also come back if the kernel refuses or the receiver is gone. On `Err`, both are handed back at once
-    /// (`SendError::Closed` also when `fd` belongs to another ring).
+    /// bound, but never for the receiver to free a slot of its table.
+    /// When every slot of the receiver's table for incoming files is taken
+    /// at the call, it is refused at once with [`SendError::NoFreeSlot`], so
+    /// that the caller can wait or go elsewhere. When the
+    /// last ones are taken after the call (by other senders, or while it
+    /// waited here for a credit), the fd and message come back as
+    /// [`Event::Returned`] with [`ReturnReason::NoFreeSlot`], and later
+    /// messages are not held behind it. They also come back if the kernel
+    /// refuses or the receiver is gone. On `Err`, both are handed back at
+    /// once (`SendError::Closed` also when `fd` belongs to another ring).
     pub fn send_fd(
         &mut self,
         to: &Addr<T>,
@@ -106,6 +111,13 @@ impl<T: Send + 'static> Ring<T> {
                 Refused::Full => SendError::Full((msg, fd)),
                 Refused::Closed => SendError::Closed((msg, fd)),
             });
+        }
+        if !to.inbox.has_fd_slot() {
+            // Accepted, it would come back a moment later (`NoFreeSlot`):
+            // a sender faster than the receiver closes files would spin on
+            // those returns. Refused now, it is told to wait.
+            to.inbox.core.unreserve(1);
+            return Err(SendError::NoFreeSlot((msg, fd)));
         }
         let id = to.inbox.id;
         self.lane(to);

@@ -190,22 +190,30 @@ fn fd_moves_between_rings_and_closes_with_its_owner() {
 }
 
 #[test]
-fn an_fd_handoff_to_a_full_table_comes_back_and_the_lane_goes_on() {
+fn an_fd_handoff_to_a_full_table_is_refused_and_the_lane_goes_on() {
     // The receiver has two slots for incoming fds and keeps both files. The
-    // sender's third hand-off must not hold its lane: it comes back to the
-    // sender at once with `NoFreeSlot` (the fd with it, still open), the 100
-    // messages sent behind it arrive in order without the receiver freeing
-    // anything, and an unrelated sender finds room in the 103-message mailbox.
+    // sender's third hand-off must not hold its lane: it is refused at the
+    // call (`NoFreeSlot`, the fd with it, still open), the 100 messages sent
+    // behind it arrive in order without the receiver freeing anything, and
+    // an unrelated sender finds room in the 103-message mailbox.
     let cfg = RingConfig::default().fixed_files(4).mailbox_capacity(103);
     let mut rx = Ring::<u32>::with_config(cfg).unwrap();
     let a = rx.addr();
     let mut tx = Ring::<u32>::new().unwrap();
     let mut reads = Vec::new();
+    let mut back = Vec::new();
     for i in 0..3 {
         let (r, w) = pipe();
         reads.push(r);
         let fd = tx.register_fd(w).map_err(|(e, _)| e).unwrap();
-        tx.send_fd(&a, fd, i).unwrap();
+        match tx.send_fd(&a, fd, i) {
+            Ok(()) if i < 2 => {}
+            Err(SendError::NoFreeSlot((m, fd))) if i == 2 => {
+                assert!(tx.owns(&fd), "the fd stays in the sender's table");
+                back.push((m, fd));
+            }
+            r => panic!("hand-off {i}: {r:?}"),
+        }
     }
     for i in 100..200 {
         tx.send(&a, i).unwrap();
@@ -213,20 +221,13 @@ fn an_fd_handoff_to_a_full_table_comes_back_and_the_lane_goes_on() {
     tx.flush().unwrap();
     let mut kept = Vec::new();
     let mut got = Vec::new();
-    let mut back = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(5);
-    while got.len() < 102 || back.is_empty() {
+    while got.len() < 102 {
         assert!(Instant::now() < deadline, "stuck: received {got:?}, handed back {back:?}");
         let mut evs = Vec::new();
         tx.wait(&mut evs, Some(Duration::from_millis(2))).unwrap();
-        for e in evs.drain(..) {
-            match e {
-                Event::Returned { msg, fd: Some(fd), reason: ReturnReason::NoFreeSlot } => {
-                    assert!(tx.owns(&fd), "the fd comes back into the sender's table");
-                    back.push((msg, fd));
-                }
-                _ => panic!("only the third hand-off comes back"),
-            }
+        if let Some(e) = evs.pop() {
+            panic!("nothing comes back to the sender: {e:?}");
         }
         rx.wait(&mut evs, Some(Duration::from_millis(2))).unwrap();
         for e in evs {
@@ -264,6 +265,69 @@ fn an_fd_handoff_to_a_full_table_comes_back_and_the_lane_goes_on() {
         assert!(Instant::now() < deadline, "the handed-back fd was never closed");
         tx.wait(&mut Vec::new(), Some(Duration::from_millis(2))).unwrap();
     }
+    drop(kept);
+}
+
+/// A hand-off accepted while the receiver had a free slot, which then
+/// waited on the sender (its in-flight bound) while another sender took
+/// the last slots, comes back with `NoFreeSlot`: nothing waits for the
+/// receiver's table.
+#[test]
+fn a_parked_fd_handoff_whose_slot_went_to_another_sender_comes_back() {
+    // Six slots for incoming fds; the sender lets four be in flight.
+    let mut rx = Ring::<u32>::with_config(RingConfig::default().fixed_files(12)).unwrap();
+    let a = rx.addr();
+    let mut tx = Ring::<u32>::with_config(RingConfig::default().cq_entries(32)).unwrap();
+    let mut other = Ring::<u32>::new().unwrap();
+    let mut reads = Vec::new();
+    let mut hand = |ring: &mut Ring<u32>, i: u32| {
+        let (r, w) = pipe();
+        reads.push(r);
+        let fd = ring.register_fd(w).map_err(|(e, _)| e).unwrap();
+        ring.send_fd(&a, fd, i)
+    };
+    for i in 0..5 {
+        hand(&mut tx, i).unwrap();
+    }
+    assert!(tx.fds_in_flight() == 5, "the fifth waits on the sender");
+    hand(&mut other, 100).unwrap();
+    hand(&mut other, 101).unwrap();
+    other.flush().unwrap();
+    assert!(matches!(hand(&mut other, 102), Err(SendError::NoFreeSlot(_))), "no slot left");
+    let mut kept = Vec::new();
+    let mut got = Vec::new();
+    let mut back = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while got.len() < 6 || back.is_empty() {
+        assert!(Instant::now() < deadline, "stuck: received {got:?}, handed back {back:?}");
+        let mut evs = Vec::new();
+        tx.wait(&mut evs, Some(Duration::from_millis(2))).unwrap();
+        other.wait(&mut evs, Some(Duration::from_millis(1))).unwrap();
+        for e in evs.drain(..) {
+            match e {
+                Event::Returned { msg, fd: Some(fd), reason: ReturnReason::NoFreeSlot } => {
+                    assert!(tx.owns(&fd), "the fd comes back into the sender's table");
+                    back.push((msg, fd));
+                }
+                e => panic!("only the fifth hand-off comes back: {e:?}"),
+            }
+        }
+        rx.wait(&mut evs, Some(Duration::from_millis(2))).unwrap();
+        for e in evs {
+            match e {
+                Event::Fd { msg, fd } => {
+                    got.push(msg);
+                    kept.push(fd); // never freed while the test runs
+                }
+                e => panic!("unexpected event on the receiver: {e:?}"),
+            }
+        }
+    }
+    got.sort_unstable();
+    assert_eq!(got, [0, 1, 2, 3, 100, 101]);
+    assert_eq!(back.iter().map(|(m, _)| *m).collect::<Vec<_>>(), [4]);
+    assert_eq!(tx.fds_in_flight(), 0);
+    drop(back);
     drop(kept);
 }
 
