@@ -461,10 +461,10 @@ impl<A: Actor> ActorRef<A> {
     /// Ownership: on `Err` both come back at once. A parked fd stays in
     /// this shard's table until it leaves; if its target stops first, or
     /// the shard shuts down, it is closed and the message counted as a dead
-    /// letter. If the kernel refuses later (the actor's shard closed, or
-    /// its last free slots went to other senders meanwhile), the fd comes
-    /// back to this thread's ring, which closes it and counts the message
-    /// as a dead letter: the file is never left open without an owner.
+    /// letter. If the kernel refuses later (the actor's shard closed), the
+    /// fd comes back to this thread's ring, which closes it and counts the
+    /// message as a dead letter: the file is never left open without an
+    /// owner.
     /// Only a thread that runs a shard can receive (`FdHandler` actors live
     /// on shards).
     pub fn tell_fd<M>(&self, msg: M, fd: FixedFd) -> Result<(), TellError<(M, FixedFd)>>

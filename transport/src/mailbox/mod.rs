@@ -27,10 +27,11 @@
 //! An fd hand-off is a parcel that always takes the ring path: it needs a CQ
 //! credit and one free slot of the receiver's kernel allocation range (so the
 //! kernel never answers `ENFILE`). Lacking a credit, it parks on the sender
-//! until a later flush (the receiver's loop gives credits back by itself);
-//! lacking a slot, it is handed back at once with `NoFreeSlot`, since only
-//! the receiver's owner frees slots and the lane's later parcels must not
-//! wait for that.
+//! until a later flush (the receiver's loop gives credits back by itself).
+//! It takes its slot when it is sent and holds it while parked; lacking
+//! one, `send_fd` refuses it (`SendError::NoFreeSlot`), since only the
+//! receiver's owner frees slots and the lane's later parcels must not wait
+//! for that.
 //!
 //! The receiver hands every parcel to the sender's `reorder::Reorder`, which
 //! releases parcels strictly by sequence number. fd hand-offs are parcels too
@@ -180,12 +181,6 @@ impl<T> Inbox<T> {
     /// nobody reads. A `MSG_RING` issued before stays on its way.
     pub(crate) fn retire(&self) -> std::io::Result<()> {
         crate::sys::retire_fd(self.ring_fd.as_fd())
-    }
-
-    /// True while this ring's kernel allocation range has a slot no
-    /// hand-off has taken (a snapshot: another sender may take it next).
-    pub(crate) fn has_fd_slot(&self) -> bool {
-        self.fd_slots.load(std::sync::atomic::Ordering::Acquire) > 0
     }
 
     /// Takes one free slot of this ring's kernel allocation range.

@@ -191,6 +191,7 @@ impl<T: Send + 'static> Drop for Ring<T> {
             for p in lane.parked.drain(..) {
                 let n = p.body.messages();
                 lane.target.core.unreserve(n);
+                lane.target.return_fd_slot(); // every parked parcel is an fd's
                 dead_letter(n);
                 voids.push((lane.target.clone(), p.seq));
             }

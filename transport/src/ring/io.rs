@@ -140,9 +140,11 @@ impl<T: Send + 'static> Ring<T> {
     /// outstanding, as for [`push_io`](Ring::push_io).
     ///
     /// An accepted connection occupies a slot that fd hand-offs *to* this
-    /// ring also use; while the range is full they are handed back to their
-    /// senders with [`ReturnReason::NoFreeSlot`] rather than lost. Rings
-    /// that accept should not also receive fds (give the acceptor its own).
+    /// ring also use; while the range is full they are refused at the send
+    /// ([`crate::SendError::NoFreeSlot`]), or, when an accept took the slot
+    /// an accepted hand-off held, handed back to their senders with
+    /// [`ReturnReason::NoFreeSlot`], never lost. Rings that accept should
+    /// not also receive fds (give the acceptor its own).
     pub fn accept_multi(&mut self, listener: BorrowedFd<'_>, token: u64) -> Result<(), PushError> {
         assert!(token < TOKEN_LIMIT, "accept_multi token must be below 2^60");
         let e = io_uring::opcode::AcceptMulti::new(types::Fd(listener.as_raw_fd()))

@@ -235,10 +235,12 @@ impl<T: Send + 'static> Ring<T> {
         };
         target.core.return_credits(1);
         let is_fd = matches!(parcel.body, Body::Fd { .. });
-        if is_fd && err != libc::EOVERFLOW {
+        let retried = matches!(err, libc::ENOMEM | libc::EAGAIN | libc::EBUSY | libc::EINTR);
+        if is_fd && err != libc::EOVERFLOW && !retried {
             target.return_fd_slot(); // the hand-off did not use the slot it took
         }
         match err {
+            // A parked hand-off keeps its table slot (see `route_fd`).
             libc::ENOMEM | libc::EAGAIN | libc::EBUSY | libc::EINTR => {
                 if is_fd {
                     self.park(parcel);

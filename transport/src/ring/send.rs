@@ -16,9 +16,10 @@
 //! * fd hand-offs never use the fallback queue: they wait parked, in lane
 //!   order, for a CQ credit of the target and for room under this ring's
 //!   bound of `io_reserve / 2` (at least one) in flight; both come back
-//!   without anything from the receiver's owner. A hand-off that finds no
-//!   free slot in the target's table does not wait: it comes back with
-//!   `NoFreeSlot`, and the lane's later parcels go on;
+//!   without anything from the receiver's owner. A hand-off takes its slot
+//!   of the target's table at the send and holds it while parked; one that
+//!   finds none free is refused there (`SendError::NoFreeSlot`), before it
+//!   takes a lane number, so nothing waits for the receiver's owner;
 //! * a parcel address is taken back from the kernel's user data here only
 //!   when no SQE carrying it was pushed;
 //! * a refused parcel releases its reservation and its messages come back to
@@ -87,16 +88,15 @@ impl<T: Send + 'static> Ring<T> {
     /// The receiver gets [`Event::Fd`] in order with the other messages from
     /// this ring. The hand-off may wait on this ring for a CQ credit of the
     /// receiver (its ring loop gives them back) or for this ring's in-flight
-    /// bound, but never for the receiver to free a slot of its table.
-    /// When every slot of the receiver's table for incoming files is taken
-    /// at the call, it is refused at once with [`SendError::NoFreeSlot`], so
-    /// that the caller can wait or go elsewhere. When the
-    /// last ones are taken after the call (by other senders, or while it
-    /// waited here for a credit), the fd and message come back as
-    /// [`Event::Returned`] with [`ReturnReason::NoFreeSlot`], and later
-    /// messages are not held behind it. They also come back if the kernel
-    /// refuses or the receiver is gone. On `Err`, both are handed back at
-    /// once (`SendError::Closed` also when `fd` belongs to another ring).
+    /// bound, but never for the receiver to free a slot of its table: it
+    /// takes its slot at the call and holds it while it waits, and when
+    /// every slot of the receiver's table for incoming files is taken then,
+    /// it is refused at once with [`SendError::NoFreeSlot`], so that the
+    /// caller can wait or go elsewhere. An accepted hand-off comes back as
+    /// [`Event::Returned`] only if the kernel refuses it or the receiver is
+    /// gone, and later messages are not held behind it. On `Err`, both are
+    /// handed back at once (`SendError::Closed` also when `fd` belongs to
+    /// another ring).
     pub fn send_fd(
         &mut self,
         to: &Addr<T>,
@@ -112,10 +112,12 @@ impl<T: Send + 'static> Ring<T> {
                 Refused::Closed => SendError::Closed((msg, fd)),
             });
         }
-        if !to.inbox.has_fd_slot() {
-            // Accepted, it would come back a moment later (`NoFreeSlot`):
-            // a sender faster than the receiver closes files would spin on
-            // those returns. Refused now, it is told to wait.
+        // The hand-off takes its slot of the receiver's table now and holds
+        // it while it waits here (credit, in-flight bound), until the kernel
+        // uses it or the hand-off fails: accepted, it never comes back for
+        // want of a slot, and a sender faster than the receiver closes
+        // files is told to wait here, not by returns that it would resend.
+        if !to.inbox.take_fd_slot() {
             to.inbox.core.unreserve(1);
             return Err(SendError::NoFreeSlot((msg, fd)));
         }
@@ -332,34 +334,26 @@ impl<T: Send + 'static> Ring<T> {
     fn route_fd(&mut self, target: &Arc<Inbox<T>>, parcel: Box<Parcel<T>>) {
         let at_limit = self.fd_inflight >= self.fd_inflight_max();
         let lane = self.out.get_mut(&parcel.to).expect("lane exists");
+        // It holds its slot of the receiver's table (taken in `send_fd`)
+        // wherever it waits; only a CQ credit or the in-flight bound can
+        // make it wait, and both come back without the receiver's owner.
         if !lane.parked.is_empty() || at_limit {
             lane.parked.push_back(parcel);
             self.parked += 1;
             return;
         }
         if target.core.is_closing() {
+            target.return_fd_slot();
             return self.refuse(target, *parcel, ReturnReason::ReceiverClosed);
-        }
-        // A free slot in the receiver's table, then a CQ credit. Without a
-        // slot it comes back at once: the receiver's table frees only when
-        // its owner drops files, which may be never, and the lane's later
-        // parcels must not wait behind it (they would hold the receiver's
-        // capacity in its reorder step).
-        if !target.take_fd_slot() {
-            return self.refuse(target, *parcel, ReturnReason::NoFreeSlot);
         }
         match target.core.take_credit() {
             Credit::Granted => {
                 if let Err(parcel) = self.push_fd(target, parcel) {
                     target.core.return_credits(1);
-                    target.return_fd_slot();
                     self.park(parcel);
                 }
             }
-            Credit::Exhausted => {
-                target.return_fd_slot();
-                self.park(parcel)
-            }
+            Credit::Exhausted => self.park(parcel),
             Credit::Closing => {
                 target.return_fd_slot();
                 self.refuse(target, *parcel, ReturnReason::ReceiverClosed)
@@ -422,26 +416,21 @@ impl<T: Send + 'static> Ring<T> {
                 let Some(parcel) = lane.parked.pop_front() else { break };
                 self.parked -= 1;
                 if target.core.is_closing() {
+                    target.return_fd_slot();
                     self.refuse(&target, *parcel, ReturnReason::ReceiverClosed);
                     continue;
                 }
-                if !target.take_fd_slot() {
-                    // As in `route_fd`: a full table hands it back.
-                    self.refuse(&target, *parcel, ReturnReason::NoFreeSlot);
-                    continue;
-                }
+                // It holds its table slot (see `route_fd`).
                 match target.core.take_credit() {
                     Credit::Granted => {
                         if let Err(p) = self.push_fd(&target, parcel) {
                             target.core.return_credits(1);
-                            target.return_fd_slot();
                             self.out.get_mut(&id).expect("lane").parked.push_front(p);
                             self.parked += 1;
                             break;
                         }
                     }
                     Credit::Exhausted => {
-                        target.return_fd_slot();
                         self.out.get_mut(&id).expect("lane").parked.push_front(parcel);
                         self.parked += 1;
                         break;
