@@ -5,10 +5,10 @@
 //! clock starts; the process's open-fd count is checked after every run.
 //! A hand-off that finds the receiver's table full is refused
 //! (`SendError::NoFreeSlot`) and the sender waits on its ring for 50 µs before
-//! trying again, as crossbeam's sender blocks on its full channel; one
-//! whose slot another sender took meanwhile comes back
-//! (`ReturnReason::NoFreeSlot`) and is sent again. Both are counted and
-//! printed.
+//! trying again, as crossbeam's sender blocks on its full channel. An
+//! accepted hand-off holds its slot, so none should come back; one that
+//! does (`ReturnReason::NoFreeSlot`, a kernel `ENFILE`) is sent again. Both
+//! are counted and printed.
 
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::mpsc;

@@ -452,19 +452,20 @@ impl<A: Actor> ActorRef<A> {
     /// back at once.
     ///
     /// A target shard whose table has no free slot for incoming files (its
-    /// actors keep the files they got) refuses at the call: both come back
-    /// at once as [`TellError::Full`], inside a handler too (never parked:
-    /// a slot frees when an actor there drops a file, which nothing would
-    /// tell the parked message). The caller keeps the fd, and may wait or
-    /// hand it to another actor.
+    /// actors keep the files they got) refuses a send that goes out at the
+    /// call: both come back at once as [`TellError::Full`], inside a
+    /// handler too (not parked for it: a slot frees when an actor there
+    /// drops a file, which nothing would tell a parked message). The caller
+    /// keeps the fd, and may wait or hand it to another actor.
     ///
-    /// Ownership: on `Err` both come back at once. A parked fd stays in
-    /// this shard's table until it leaves; if its target stops first, or
-    /// the shard shuts down, it is closed and the message counted as a dead
-    /// letter. If the kernel refuses later (the actor's shard closed), the
-    /// fd comes back to this thread's ring, which closes it and counts the
-    /// message as a dead letter: the file is never left open without an
-    /// owner.
+    /// Ownership: on `Err` both come back at once. A parked fd (parked for
+    /// a full mailbox or ring, as above) stays in this shard's table until
+    /// it leaves; if its target stops first, the shard shuts down, or the
+    /// target's table is full when it leaves, it is closed and the message
+    /// counted as a dead letter. If the kernel refuses later (the actor's
+    /// shard closed, or an accept there took the slot), the fd comes back
+    /// to this thread's ring, which closes it and counts the message as a
+    /// dead letter: the file is never left open without an owner.
     /// Only a thread that runs a shard can receive (`FdHandler` actors live
     /// on shards).
     pub fn tell_fd<M>(&self, msg: M, fd: FixedFd) -> Result<(), TellError<(M, FixedFd)>>
