@@ -25,6 +25,29 @@ fn client(srv: &KvServer) -> Connection {
     con
 }
 
+/// Reads from `s` into `got` until it ends with `suffix`; fails if the
+/// server closes first.
+fn read_until(s: &mut TcpStream, got: &mut Vec<u8>, suffix: &[u8]) {
+    let mut buf = [0u8; 4096];
+    while !got.ends_with(suffix) {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(got));
+        got.extend_from_slice(&buf[..n]);
+    }
+}
+
+/// Reads `s` until the server ends it (EOF or reset); the bytes it read.
+fn read_to_end_counting(s: &mut TcpStream) -> usize {
+    let mut sink = vec![0u8; 1 << 20];
+    let mut total = 0;
+    loop {
+        match s.read(&mut sink) {
+            Ok(0) | Err(_) => return total,
+            Ok(n) => total += n,
+        }
+    }
+}
+
 /// Waits until the server holds no client connection and none of its
 /// sockets is left half-closed (CLOSE_WAIT) on its port: every socket the
 /// test opened was closed on both sides.
@@ -329,12 +352,7 @@ fn raw_exchange(srv: &KvServer, req: &[u8], last: &[u8]) -> Vec<u8> {
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     s.write_all(req).unwrap();
     let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    while !got.ends_with(last) {
-        let n = s.read(&mut buf).unwrap();
-        assert!(n > 0, "closed early after {:?}", String::from_utf8_lossy(&got));
-        got.extend_from_slice(&buf[..n]);
-    }
+    read_until(&mut s, &mut got, last);
     got
 }
 
@@ -484,12 +502,7 @@ fn client_list_shows_every_worker_s_connections_and_client_kill_closes_one() {
     sub.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     sub.write_all(b"CLIENT ID\r\nSUBSCRIBE news\r\n").unwrap();
     let mut got = Vec::new();
-    let mut buf = [0u8; 256];
-    while !got.ends_with(b"$4\r\nnews\r\n:1\r\n") {
-        let n = sub.read(&mut buf).unwrap();
-        assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&got));
-        got.extend_from_slice(&buf[..n]);
-    }
+    read_until(&mut sub, &mut got, b"$4\r\nnews\r\n:1\r\n");
     let text = String::from_utf8_lossy(&got).into_owned();
     let sub_id: u64 = text[1..text.find('\r').unwrap()].parse().unwrap();
     let list_of = |con: &mut Connection, kind: &str| -> String {
@@ -506,11 +519,7 @@ fn client_list_shows_every_worker_s_connections_and_client_kill_closes_one() {
     assert!(err_text(e).contains("Unknown client type"));
     sub.write_all(b"UNSUBSCRIBE\r\nPING\r\n").unwrap();
     got.clear();
-    while !got.ends_with(b"PONG\r\n") {
-        let n = sub.read(&mut buf).unwrap();
-        assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&got));
-        got.extend_from_slice(&buf[..n]);
-    }
+    read_until(&mut sub, &mut got, b"PONG\r\n");
     let normal = list_of(&mut cons[0], "normal");
     assert!(normal.contains(&format!("id={sub_id} ")), "unsubscribed: normal again: {normal}");
     drop(sub);
@@ -572,12 +581,7 @@ fn client_kill_closes_a_client_that_does_not_read() {
     stuck.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     stuck.write_all(b"CLIENT ID\r\n").unwrap();
     let mut got = Vec::new();
-    let mut buf = [0u8; 64];
-    while !got.ends_with(b"\r\n") {
-        let n = stuck.read(&mut buf).unwrap();
-        assert!(n > 0, "closed before its id");
-        got.extend_from_slice(&buf[..n]);
-    }
+    read_until(&mut stuck, &mut got, b"\r\n");
     let id: u64 = std::str::from_utf8(&got[1..got.len() - 2]).unwrap().parse().unwrap();
     stuck.write_all(&b"GET big\r\n".repeat(16)).unwrap();
     std::thread::sleep(Duration::from_millis(300)); // its replies fill the socket
@@ -593,14 +597,7 @@ fn client_kill_closes_a_client_that_does_not_read() {
         std::thread::sleep(Duration::from_millis(10));
     }
     // It reads what was already sent, then the end: not all it asked for.
-    let mut total = 0usize;
-    let mut sink = vec![0u8; 1 << 20];
-    loop {
-        match stuck.read(&mut sink) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => total += n,
-        }
-    }
+    let total = read_to_end_counting(&mut stuck);
     assert!(total < 16 << 20, "it got all its replies although it was killed ({total} bytes)");
     let pong: String = cmd("PING").query(&mut admin).unwrap();
     assert_eq!(pong, "PONG");
@@ -1067,23 +1064,14 @@ fn subscribed_connections_speak_redis_subscribed_mode_in_resp2_and_pushes_in_res
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     s.write_all(b"*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n*2\r\n$9\r\nSUBSCRIBE\r\n$2\r\nch\r\n*2\r\n$3\r\nGET\r\n$1\r\nk\r\n").unwrap();
     let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    while !got.ends_with(b"_\r\n") {
-        let n = s.read(&mut buf).unwrap();
-        assert!(n > 0);
-        got.extend_from_slice(&buf[..n]);
-    }
+    read_until(&mut s, &mut got, b"_\r\n");
     let text = String::from_utf8_lossy(&got);
     assert!(text.contains(">3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n"), "{text}");
     let mut c = client(&srv);
     assert_eq!(c.publish::<_, _, i64>("ch", "hello").unwrap(), 1);
     let want = b">3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$5\r\nhello\r\n";
     let mut got = Vec::new();
-    while !got.ends_with(want) {
-        let n = s.read(&mut buf).unwrap();
-        assert!(n > 0);
-        got.extend_from_slice(&buf[..n]);
-    }
+    read_until(&mut s, &mut got, want);
     system.shutdown();
 }
 

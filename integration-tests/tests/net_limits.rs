@@ -43,6 +43,18 @@ impl Handler<Open> for Firehose {
     }
 }
 
+/// Reads `s` until the server ends it (EOF or reset); the bytes it read.
+fn read_to_end_counting(s: &mut TcpStream) -> usize {
+    let mut sink = vec![0u8; 1 << 20];
+    let mut total = 0;
+    loop {
+        match s.read(&mut sink) {
+            Ok(0) | Err(_) => return total,
+            Ok(n) => total += n,
+        }
+    }
+}
+
 /// Closes every connection: gracefully (once its output is sent) or at
 /// once.
 struct CloseAll {
@@ -99,14 +111,7 @@ fn abort_closes_a_connection_whose_send_is_stuck_where_close_waits() {
     }
     // The client reads what was in flight, then the end.
     stuck.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    let mut sink = vec![0u8; 1 << 20];
-    let mut total = 0usize;
-    loop {
-        match stuck.read(&mut sink) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => total += n,
-        }
-    }
+    let total = read_to_end_counting(&mut stuck);
     assert!(total < 16 << 20, "it got everything although it was aborted ({total} bytes)");
     system.shutdown();
 }
@@ -136,14 +141,7 @@ fn a_client_that_never_reads_is_disconnected_at_the_output_limit() {
     }
     // Its connection is gone: reading ends (EOF or reset) after what was sent.
     greedy.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    let mut sink = vec![0u8; 1 << 20];
-    let mut total = 0usize;
-    loop {
-        match greedy.read(&mut sink) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => total += n,
-        }
-    }
+    let total = read_to_end_counting(&mut greedy);
     assert!(total < 16 << 20, "it did not get everything it asked for ({total} bytes)");
     // The polite one is served as before.
     polite.write_all(&[1]).unwrap();
