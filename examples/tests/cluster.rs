@@ -189,6 +189,71 @@ fn a_wrong_secret_is_rejected() {
     system.shutdown();
 }
 
+#[test]
+fn the_demo_runs_with_node_keys() {
+    let _serial = one_at_a_time();
+    let out = Command::new(env!("CARGO_BIN_EXE_cluster")).arg("--node-keys").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    for want in [
+        "each with a node key trusting the other two",
+        "n1: connected to n2, n3",
+        "1000 round trips",
+        "all 3 nodes exited cleanly",
+    ] {
+        assert!(text.contains(want), "missing {want:?} in:\n{text}");
+    }
+}
+
+/// A worker process with a node key trusts one key for "tester": a node
+/// with that key joins and asks; a node with the secret and another key,
+/// under the same name, and one with no key, are refused.
+#[test]
+fn a_worker_with_a_node_key_takes_only_the_key_it_trusts() {
+    use ringmail::remote::NodeKey;
+    let _serial = one_at_a_time();
+    let (kw, kt, kx) =
+        (NodeKey::generate().unwrap(), NodeKey::generate().unwrap(), NodeKey::generate().unwrap());
+    let addr = free_addr();
+    let key_arg = kw.to_hex();
+    let trust_arg = format!("tester={}", kt.public());
+    let _w = worker_with("w5", addr, SECRET, &[], &["--node-key", &key_arg, "--trust", &trust_arg]);
+    let start = |key: Option<&NodeKey>| {
+        let system = System::new();
+        let mut cfg = NodeConfig::new("tester", "127.0.0.1:0".parse().unwrap(), SECRET)
+            .seeds([addr])
+            .redial(Duration::from_millis(20), Duration::from_millis(200));
+        if let Some(k) = key {
+            cfg = cfg.node_key(k.clone()).trust("w5", kw.public());
+        }
+        let node = Node::start(&system, cfg).unwrap();
+        cluster::register_all(&node).expect("distinct wire names");
+        (system, node)
+    };
+    for wrong in [Some(&kx), None] {
+        let (system, node) = start(wrong);
+        let deadline = Instant::now() + T;
+        while node.stats().handshakes_failed < 2 {
+            assert!(Instant::now() < deadline, "not refused: {:?}", node.stats());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(
+            node.peers().is_empty(),
+            "joined with {:?}: {:?}",
+            wrong.map(|k| k.public()),
+            node.peers()
+        );
+        node.shutdown();
+        system.shutdown();
+    }
+    let (system, node) = start(Some(&kt));
+    assert!(node.wait_for_peers(1, T), "the trusted key joins: {:?}", node.stats());
+    let pong = lookup::<Pong>(&node, "w5", "pong");
+    assert_eq!(pong.ask(Ping(7), T).unwrap(), 7, "remote ask");
+    node.shutdown();
+    system.shutdown();
+}
+
 /// Sends `bytes` on a fresh connection to `addr`; true if the node closes it.
 fn closed_after(addr: SocketAddr, bytes: &[u8], within: Duration) -> bool {
     let mut s = TcpStream::connect(addr).unwrap();

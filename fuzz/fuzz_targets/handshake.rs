@@ -16,23 +16,43 @@
 //!   seals the other opens, both ways (so a check that always fails is
 //!   noticed).
 //!
+//! * Node keys: with keys on both sides, a real handshake completes (the
+//!   positive control), no fuzzed frame is answered by a keyed responder,
+//!   and the real `Hello` and `Welcome` with input bits flipped are
+//!   accepted exactly when those bits are all zero.
+//!
 //! Ephemeral keys are fresh random values (as in production), so no input
 //! can replay a handshake.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use ringmail_wire::frame::{decode, Frame, PROTOCOL_VERSION};
-use ringmail_wire::handshake::{Identity, Initiator, Peer, Responder, Session};
+use std::sync::{Arc, OnceLock};
+
+use ringmail_wire::handshake::{Identity, Initiator, NodeKey, NodeKeys, Peer, Responder, Session};
 
 const SECRET: &[u8] = b"the real secret, 32 bytes long!!";
 /// Frames of one input given to each side (each needs a fresh handshake).
 const MAX_FRAMES: usize = 16;
 
 fn initiator_id() -> Identity {
-    Identity { name: "fuzz-i".into(), incarnation: 1, secret: SECRET.to_vec() }
+    Identity::new("fuzz-i", 1, SECRET)
 }
 
 fn responder_id() -> Identity {
-    Identity { name: "fuzz-r".into(), incarnation: 2, secret: SECRET.to_vec() }
+    Identity::new("fuzz-r", 2, SECRET)
+}
+
+/// The two sides' node keys, each trusting the other (made once).
+fn keys() -> &'static (Arc<NodeKeys>, Arc<NodeKeys>) {
+    static KEYS: OnceLock<(Arc<NodeKeys>, Arc<NodeKeys>)> = OnceLock::new();
+    KEYS.get_or_init(|| {
+        let (ki, kr) = (NodeKey::generate().unwrap(), NodeKey::generate().unwrap());
+        let mut i = NodeKeys::new(ki.clone());
+        i.trust("fuzz-r", kr.public());
+        let mut r = NodeKeys::new(kr);
+        r.trust("fuzz-i", ki.public());
+        (Arc::new(i), Arc::new(r))
+    })
 }
 
 /// Input bytes, taken in order, zero once the input runs out.
@@ -81,15 +101,7 @@ fn assert_pair(a: Session, b: Session) {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let mut frames = Vec::new();
-    let mut at = 0;
-    while let Ok(Some((f, used))) = decode(&data[at..], 4096) {
-        frames.push(f);
-        at += used;
-        if frames.len() == MAX_FRAMES {
-            break;
-        }
-    }
+    let frames = decode_all(data);
     let mut input = Bytes(data);
     let forged = input.short();
 
@@ -130,9 +142,9 @@ fuzz_target!(|data: &[u8]| {
     let clean = delta.iter().all(|&d| d == 0);
     assert_eq!(got.is_ok(), clean, "Confirm off by {delta:02x?}: {got:?}");
 
-    let Frame::Hello { version, noise } = hello else { panic!("{hello:?} is no Hello") };
+    let Frame::Hello { version, keyed, noise } = hello else { panic!("{hello:?} is no Hello") };
     let delta = input.vec(noise.len());
-    let got = Responder::on_hello(responder_id(), Frame::Hello { version, noise: xor(&noise, &delta) });
+    let got = Responder::on_hello(responder_id(), Frame::Hello { version, keyed, noise: xor(&noise, &delta) });
     let clean = delta.iter().all(|&d| d == 0);
     assert_eq!(got.is_ok(), clean, "Hello off by {delta:02x?}: {got:?}");
 
@@ -151,4 +163,45 @@ fuzz_target!(|data: &[u8]| {
             panic!("{f:?} verified as {peer:?} without the secret");
         }
     }
+
+    // Node keys: positive control, fuzzed frames, near misses.
+    let (ki, kr) = keys();
+    let keyed_i = || initiator_id().with_keys(ki.clone());
+    let keyed_r = || responder_id().with_keys(kr.clone());
+    let (i, hello) = Initiator::start(keyed_i()).expect("start");
+    let (r, welcome) = Responder::on_hello(keyed_r(), hello.clone()).expect("a keyed Hello");
+    let (confirm, _, si) = i.on_welcome(welcome.clone()).expect("a keyed Welcome");
+    let (_, sr) = r.on_confirm(confirm).expect("a keyed Confirm");
+    assert_pair(si, sr);
+    for f in decode_all(data) {
+        if let Ok((_, w)) = Responder::on_hello(keyed_r(), f.clone()) {
+            panic!("{f:?} answered with {w:?} without the secret");
+        }
+    }
+    let Frame::Hello { version, keyed, noise } = hello else { panic!("{hello:?} is no Hello") };
+    let delta = input.vec(noise.len());
+    let got = Responder::on_hello(keyed_r(), Frame::Hello { version, keyed, noise: xor(&noise, &delta) });
+    let clean = delta.iter().all(|&d| d == 0);
+    assert_eq!(got.is_ok(), clean, "keyed Hello off by {delta:02x?}: {got:?}");
+    let (i, hello) = Initiator::start(keyed_i()).expect("start");
+    let (_r, welcome) = Responder::on_hello(keyed_r(), hello).expect("a keyed Hello");
+    let Frame::Welcome { noise } = welcome else { panic!("{welcome:?} is no Welcome") };
+    let delta = input.vec(noise.len());
+    let got = i.on_welcome(Frame::Welcome { noise: xor(&noise, &delta) });
+    let clean = delta.iter().all(|&d| d == 0);
+    assert_eq!(got.is_ok(), clean, "keyed Welcome off by {delta:02x?}");
 });
+
+/// Every frame at the start of `data`, up to [`MAX_FRAMES`].
+fn decode_all(data: &[u8]) -> Vec<Frame> {
+    let mut frames = Vec::new();
+    let mut at = 0;
+    while let Ok(Some((f, used))) = decode(&data[at..], 4096) {
+        frames.push(f);
+        at += used;
+        if frames.len() == MAX_FRAMES {
+            break;
+        }
+    }
+    frames
+}

@@ -1,12 +1,16 @@
 //! A peer with the wrong secret: every handshake fails with a counted
 //! error, its connection is closed at once on both sides, and the dialler
 //! tries again with backoff (a peer whose secret is fixed later joins).
+//! With node keys: nodes that trust each other's keys join and talk; a
+//! node that has the secret but not a trusted key, or no key at all, does
+//! not.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use ringmail::remote::{Node, NodeConfig};
-use ringmail::System;
+use ringmail::remote::{Node, NodeConfig, NodeKey};
+use ringmail::{Actor, Context, Handler, Message, System};
+use serde::{Deserialize, Serialize};
 
 /// The cluster secret of these tests (strong enough: see `remote::secret_bits`).
 const SECRET: &str = "cb3433c425b35a296be3b07da99b1580539a02b9508a6ff9f320a031f13840c6";
@@ -107,5 +111,117 @@ fn a_node_with_a_guessable_secret_refuses_to_start_and_a_made_one_is_accepted() 
     assert!(secret_bits(b"Tr0ub4dor & the 7 green Herons of 1987!") >= MIN_SECRET_BITS);
     let node = Node::start(&system, NodeConfig::new("strong", loopback(), made)).unwrap();
     node.shutdown();
+    system.shutdown();
+}
+
+/// Answers who it is.
+struct Named(&'static str);
+impl Actor for Named {}
+#[derive(Serialize, Deserialize)]
+struct Who;
+impl Message for Who {
+    type Reply = String;
+}
+impl Handler<Who> for Named {
+    fn handle(&mut self, _: Who, _: &mut Context<Self>) -> String {
+        self.0.to_string()
+    }
+}
+
+/// Waits until `what` holds, or fails with `msg`.
+fn wait_for(what: impl Fn() -> bool, msg: impl Fn() -> String) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !what() {
+        assert!(Instant::now() < deadline, "{}", msg());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn nodes_with_trusted_keys_join_and_a_node_with_the_secret_but_no_trusted_key_does_not() {
+    let system = System::new();
+    let (ka, kb, kc) =
+        (NodeKey::generate().unwrap(), NodeKey::generate().unwrap(), NodeKey::generate().unwrap());
+    let fast = |cfg: NodeConfig| cfg.redial(Duration::from_millis(20), Duration::from_millis(100));
+    let a = Node::start(
+        &system,
+        fast(NodeConfig::new("a", loopback(), SECRET)).node_key(ka.clone()).trust("b", kb.public()),
+    )
+    .unwrap();
+    a.register::<Named, Who>();
+    let named = system.spawn(Named("a")).unwrap();
+    a.export("named", &named);
+    let b = Node::start(
+        &system,
+        fast(NodeConfig::new("b", loopback(), SECRET))
+            .seeds([a.local_addr()])
+            .node_key(kb.clone())
+            .trust("a", ka.public()),
+    )
+    .unwrap();
+    b.register::<Named, Who>();
+    wait_for(
+        || b.peers().iter().any(|(p, _)| p == "a"),
+        || format!("b never joined a: {:?}", b.stats()),
+    );
+    let remote = b.lookup::<Named>("a", "named", Duration::from_secs(10)).unwrap();
+    assert_eq!(remote.ask(Who, Duration::from_secs(10)).unwrap(), "a");
+
+    // c has the secret and a key of its own, and claims b's name: a trusts
+    // another key for "b" and refuses it.
+    let impostor = Node::start(
+        &system,
+        fast(NodeConfig::new("b", loopback(), SECRET))
+            .seeds([a.local_addr()])
+            .node_key(kc.clone())
+            .trust("a", ka.public()),
+    )
+    .unwrap();
+    // d has the secret and no key: refused for that, whoever dials.
+    let keyless = Node::start(
+        &system,
+        fast(NodeConfig::new("d", loopback(), SECRET)).seeds([a.local_addr()]),
+    )
+    .unwrap();
+    let failed_before = a.stats().handshakes_failed;
+    wait_for(
+        || {
+            impostor.stats().handshakes_failed >= 3
+                && keyless.stats().handshakes_failed >= 3
+                && a.stats().handshakes_failed >= failed_before + 6
+        },
+        || {
+            format!(
+                "not refused: a {:?}, impostor {:?}, keyless {:?}",
+                a.stats(),
+                impostor.stats(),
+                keyless.stats()
+            )
+        },
+    );
+    assert!(impostor.peers().is_empty(), "the impostor joined: {:?}", impostor.peers());
+    assert!(keyless.peers().is_empty(), "the keyless node joined: {:?}", keyless.peers());
+    let peers: Vec<String> = a.peers().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(peers, ["b"], "a's only peer is the real b");
+    // The real b still answers through the link it has.
+    assert_eq!(remote.ask(Who, Duration::from_secs(10)).unwrap(), "a");
+    for n in [keyless, impostor, b, a] {
+        n.shutdown();
+    }
+    system.shutdown();
+}
+
+#[test]
+fn trusting_keys_without_a_key_of_its_own_refuses_to_start() {
+    use ringmail::remote::NodeError;
+    let system = System::new();
+    let k = NodeKey::generate().unwrap();
+    match Node::start(&system, NodeConfig::new("x", loopback(), SECRET).trust("y", k.public())) {
+        Err(e @ NodeError::TrustWithoutKey) => {
+            assert!(e.to_string().contains("no key of its own"), "{e}");
+        }
+        Err(e) => panic!("refused for another reason: {e}"),
+        Ok(_) => panic!("started with trusted keys and no key"),
+    }
     system.shutdown();
 }

@@ -289,7 +289,7 @@ impl RawPeer {
         use std::io::{Read, Write};
         let mut sock = std::net::TcpStream::connect(to).unwrap();
         sock.set_read_timeout(Some(T)).unwrap();
-        let me = Identity { name: "raw".into(), incarnation: 1, secret: SECRET.into() };
+        let me = Identity::new("raw", 1, SECRET);
         let (init, hello) = Initiator::start(me).unwrap();
         let mut out = Vec::new();
         frame::encode(&hello, &mut out, 1024).unwrap();

@@ -1,9 +1,11 @@
 //! A node's settings ([`NodeConfig`]) and the strength asked of a cluster
 //! secret ([`secret_bits`], [`new_secret`]).
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use super::wire::handshake::{NodeKey, NodeKeys, PublicKey};
 use super::{node, swim, window, wire, NodeError};
 
 /// Settings of a [`Node`](super::Node).
@@ -44,6 +46,12 @@ pub struct NodeConfig {
     /// The credit window per connection and target actor, in bytes
     /// (default 1 MiB; see [`NodeConfig::window`]).
     pub window: u64,
+    /// This node's static key, if the cluster uses node keys (see
+    /// [`NodeConfig::node_key`]).
+    pub node_key: Option<NodeKey>,
+    /// The public keys this node trusts, by node name (see
+    /// [`NodeConfig::trust`]).
+    pub trusted: BTreeMap<String, PublicKey>,
 }
 
 impl std::fmt::Debug for NodeConfig {
@@ -75,6 +83,44 @@ impl NodeConfig {
             redial: (Duration::from_millis(50), Duration::from_secs(2)),
             zero_copy_above: None,
             window: window::DEFAULT_WINDOW,
+            node_key: None,
+            trusted: BTreeMap::new(),
+        }
+    }
+
+    /// Gives this node a static key: node identity on top of the cluster
+    /// secret. A node with a key accepts a peer only if the peer proves the
+    /// key this node [trusts](NodeConfig::trust) for the name it gives, and
+    /// every node of the cluster must then have one (a node with a key and
+    /// one without refuse each other with a clear error). The secret is
+    /// still required: it keeps anyone without it from starting a
+    /// handshake at all. Make a key with [`NodeKey::generate`]; give its
+    /// [`public`](NodeKey::public) half to the other nodes.
+    pub fn node_key(mut self, key: NodeKey) -> Self {
+        self.node_key = Some(key);
+        self
+    }
+
+    /// Trusts `key` as the node named `name` (needs [`NodeConfig::node_key`]).
+    /// A node that trusts no key for a name refuses a peer of that name.
+    pub fn trust(mut self, name: impl Into<String>, key: PublicKey) -> Self {
+        self.trusted.insert(name.into(), key);
+        self
+    }
+
+    /// The node keys the handshake uses, if any; an error if keys are
+    /// trusted without a key of this node's own.
+    pub(crate) fn node_keys(&self) -> Result<Option<NodeKeys>, NodeError> {
+        match &self.node_key {
+            None if self.trusted.is_empty() => Ok(None),
+            None => Err(NodeError::TrustWithoutKey),
+            Some(key) => {
+                let mut keys = NodeKeys::new(key.clone());
+                for (name, k) in &self.trusted {
+                    keys.trust(name.clone(), *k);
+                }
+                Ok(Some(keys))
+            }
         }
     }
 

@@ -140,6 +140,8 @@ mod codec;
 pub use codec::RegisterError;
 mod config;
 pub use config::{new_secret, secret_bits, NodeConfig, MIN_SECRET_BITS};
+/// Node keys (see [`NodeConfig::node_key`]).
+pub use ringmail_wire::handshake::{NodeKey, PublicKey};
 mod dial;
 mod groups;
 mod link;
@@ -203,6 +205,9 @@ pub enum NodeError {
         /// The estimate.
         bits: u32,
     },
+    /// Keys are trusted ([`NodeConfig::trust`]) but this node has no key
+    /// of its own ([`NodeConfig::node_key`]).
+    TrustWithoutKey,
 }
 
 impl std::fmt::Display for NodeError {
@@ -222,6 +227,10 @@ impl std::fmt::Display for NodeError {
                 "the cluster secret is too weak to resist guessing: about {bits} bits, at least \
                  {MIN_SECRET_BITS} needed (64 random hex digits, as `ringmail::remote::new_secret` \
                  makes, have 256)"
+            ),
+            NodeError::TrustWithoutKey => f.write_str(
+                "node keys are trusted but this node has no key of its own (set \
+                 `NodeConfig::node_key`, or trust none)",
             ),
         }
     }
@@ -306,6 +315,7 @@ impl Node {
         if bits < MIN_SECRET_BITS {
             return Err(NodeError::WeakSecret { bits });
         }
+        let keys = cfg.node_keys()?.map(Arc::new);
         // A node restarted on the same address may find it still bound for
         // a moment: the kernel releases a dead process's io_uring (and the
         // listening socket its pending accept holds) asynchronously. Retry
@@ -358,6 +368,7 @@ impl Node {
         }
         let shared = Arc::new(NodeShared {
             cfg,
+            keys,
             incarnation,
             started_ms,
             listen,

@@ -310,10 +310,14 @@ impl NodeActor {
     }
 
     fn identity(&self) -> Identity {
-        Identity {
-            name: self.shared.cfg.name.clone(),
-            incarnation: self.shared.incarnation,
-            secret: self.shared.cfg.secret.clone(),
+        let me = Identity::new(
+            self.shared.cfg.name.clone(),
+            self.shared.incarnation,
+            self.shared.cfg.secret.clone(),
+        );
+        match &self.shared.keys {
+            Some(keys) => me.with_keys(keys.clone()),
+            None => me,
         }
     }
 

@@ -21,6 +21,8 @@ use super::{codec, groups, stand_in, Counters, MemberInfo, NodeConfig, NodeEvent
 /// What the node's handle and its actor share.
 pub(crate) struct NodeShared {
     pub(crate) cfg: NodeConfig,
+    /// This node's key and the keys it trusts (from `cfg`), if any.
+    pub(crate) keys: Option<Arc<super::wire::handshake::NodeKeys>>,
     pub(crate) incarnation: u64,
     /// When this process's node started (ms since the Unix epoch; the high
     /// bits of `incarnation`).

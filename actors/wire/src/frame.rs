@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use super::WireError;
 
 /// The protocol version this build speaks.
-pub const PROTOCOL_VERSION: u16 = 5;
+pub const PROTOCOL_VERSION: u16 = 6;
 
 /// Default largest frame (16 MiB).
 pub const DEFAULT_MAX_FRAME: usize = 16 << 20;
@@ -21,13 +21,18 @@ pub enum Frame {
         /// The initiator's protocol version (in the clear, so a mismatch is
         /// reported as one; bound into the handshake all the same).
         version: u16,
-        /// `psk, e` and the initiator's encrypted introduction.
+        /// Whether the initiator uses node keys (in the clear, so a
+        /// mismatch is reported as one; bound into the handshake too).
+        keyed: bool,
+        /// `psk, e` (with node keys: `psk, e, s`) and the initiator's
+        /// encrypted introduction.
         #[serde(with = "serde_bytes")]
         noise: Vec<u8>,
     },
     /// Handshake, responder -> initiator: the second Noise message.
     Welcome {
-        /// `e, ee` and the responder's encrypted introduction.
+        /// `e, ee` (with node keys: `e, ee, se, s, es`) and the responder's
+        /// encrypted introduction.
         #[serde(with = "serde_bytes")]
         noise: Vec<u8>,
     },

@@ -20,7 +20,9 @@
 //! encrypted), and `Confirm` is the initiator's first sealed segment,
 //! proving it holds the session key. Until `Confirm` opens, no actor
 //! message is accepted. A handshake whose peer claims our own name and
-//! incarnation (a reflected Hello) is refused. See [`handshake`].
+//! incarnation (a reflected Hello) is refused. Clusters that want node
+//! identity add static node keys (`IXpsk0`, see
+//! [Node keys](handshake#node-keys)). See [`handshake`].
 //!
 //! # After the handshake
 //!
@@ -74,6 +76,23 @@ pub enum WireError {
     /// The OS could not provide randomness (for an incarnation, a request
     /// id or an ephemeral key).
     Random(String),
+    /// With node keys: the peer introduced itself as `name` and proved a
+    /// static key that is not the one trusted for that name (`known`: a
+    /// key is trusted for it, just another one).
+    UntrustedPeer {
+        /// The name the peer gave.
+        name: String,
+        /// Whether any key is trusted for that name.
+        known: bool,
+    },
+    /// One side uses node keys and the other does not (`ours`: whether
+    /// this node does).
+    KeysMismatch {
+        /// Whether this node uses node keys.
+        ours: bool,
+    },
+    /// A key that does not parse.
+    BadKey(String),
 }
 
 impl fmt::Display for WireError {
@@ -92,6 +111,21 @@ impl fmt::Display for WireError {
             WireError::Noise(e) => write!(f, "handshake failed: {e}"),
             WireError::Unexpected(what) => write!(f, "unexpected frame: {what}"),
             WireError::Random(e) => write!(f, "no randomness from the OS: {e}"),
+            WireError::UntrustedPeer { name, known: true } => {
+                write!(f, "node {name:?} proved a static key other than the one trusted for it")
+            }
+            WireError::UntrustedPeer { name, known: false } => {
+                write!(f, "node {name:?} is not among the trusted node keys")
+            }
+            WireError::KeysMismatch { ours: true } => f.write_str(
+                "the peer uses no node key, and this node requires one (configure the same \
+                 node-key mode on every node)",
+            ),
+            WireError::KeysMismatch { ours: false } => f.write_str(
+                "the peer uses node keys, and this node has none (configure the same \
+                 node-key mode on every node)",
+            ),
+            WireError::BadKey(e) => write!(f, "bad key: {e}"),
         }
     }
 }

@@ -8,13 +8,22 @@
 //! cargo run --release -p ringmail-examples --bin cluster
 //! RINGMAIL_SECRET=... cluster --name n2 --listen 10.0.0.2:7100 --join 10.0.0.1:7100 --role worker
 //! ```
+//!
+//! With node keys (node identity on top of the secret): make a key per
+//! node with `cluster --gen-key`, print its public half with
+//! `RINGMAIL_NODE_KEY=... cluster --public-key`, and start each node with
+//! its own key and the public keys of the others:
+//!
+//! ```text
+//! RINGMAIL_SECRET=... RINGMAIL_NODE_KEY=... cluster --name n2 --trust n1=<hex>,n3=<hex> ...
+//! ```
 
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use ringmail::remote::{Node, NodeConfig};
+use ringmail::remote::{Node, NodeConfig, NodeKey, PublicKey};
 use ringmail::System;
 use ringmail_examples::cluster::{self, Line, Ping, Pong, Quit, Totals, WordCounter};
 
@@ -53,6 +62,23 @@ struct Args {
     /// Print a new random cluster secret and exit.
     #[arg(long, exclusive = true)]
     gen_secret: bool,
+    /// This node's static key (64 hex digits, from --gen-key): node identity on
+    /// top of the secret. Every node of the cluster then needs one.
+    #[arg(long, env = "RINGMAIL_NODE_KEY", hide_env_values = true, value_parser = node_key)]
+    node_key: Option<NodeKey>,
+    /// Trust the node NAME with public key HEX (from --public-key), comma-separated
+    /// NAME=HEX pairs; needs --node-key.
+    #[arg(long, value_delimiter = ',', value_parser = trusted)]
+    trust: Vec<(String, PublicKey)>,
+    /// Print a new random node key and exit.
+    #[arg(long, exclusive = true)]
+    gen_key: bool,
+    /// Print the public half of --node-key (or RINGMAIL_NODE_KEY) and exit.
+    #[arg(long)]
+    public_key: bool,
+    /// The 3-node demo: give each node a key, trusting the other two.
+    #[arg(long)]
+    node_keys: bool,
 }
 
 /// What a node does.
@@ -82,6 +108,16 @@ fn strong(s: &str) -> Result<String, String> {
     Ok(s.to_string())
 }
 
+fn node_key(s: &str) -> Result<NodeKey, String> {
+    s.parse().map_err(|e| format!("{e} (make a key with `cluster --gen-key`)"))
+}
+
+fn trusted(s: &str) -> Result<(String, PublicKey), String> {
+    let (name, key) = s.split_once('=').ok_or("expected NAME=HEX")?;
+    let key = key.parse().map_err(|e| format!("{name}: {e}"))?;
+    Ok((name.to_string(), key))
+}
+
 const TEXT: &str = "the ring passes the message and the message passes the ring \
     every actor owns a ring and every ring owns its queue \
     nothing is lost nothing is silent every fd has one owner";
@@ -98,16 +134,37 @@ fn main() {
         }
         return;
     }
+    if args.gen_key {
+        match NodeKey::generate() {
+            Ok(k) => println!("{}", k.to_hex()),
+            Err(e) => {
+                eprintln!("cluster: {e}");
+                std::process::exit(1);
+            }
+        }
+        return;
+    }
+    if args.public_key {
+        let Some(key) = &args.node_key else {
+            eprintln!("cluster: --public-key needs --node-key (or RINGMAIL_NODE_KEY)");
+            std::process::exit(2);
+        };
+        println!("{}", key.public());
+        return;
+    }
     ringmail_examples::server::init_logging();
     match args.name.clone() {
         Some(name) => run_node(&name, args),
-        None => orchestrate(args.secret),
+        None => orchestrate(args.secret, args.node_keys),
     }
 }
 
 /// Starts the three nodes as child processes and waits for them.
-fn orchestrate(secret: Option<String>) {
+fn orchestrate(secret: Option<String>, with_keys: bool) {
     let secret = secret.unwrap_or_else(|| ringmail::remote::new_secret().expect("randomness"));
+    let names = ["n1", "n2", "n3"];
+    let keys: Vec<NodeKey> =
+        names.iter().map(|_| NodeKey::generate().expect("randomness")).collect();
     let exe = std::env::current_exe().expect("own path");
     let mut ports = Vec::new();
     while ports.len() < 3 {
@@ -118,18 +175,27 @@ fn orchestrate(secret: Option<String>) {
     }
     let addr = |i: usize| format!("127.0.0.1:{}", ports[i]);
     let spawn = |name: &str, i: usize, join: String, role: &str| {
-        Command::new(&exe)
-            .args(["--name", name, "--listen", &addr(i), "--join", &join, "--role", role])
+        let mut cmd = Command::new(&exe);
+        cmd.args(["--name", name, "--listen", &addr(i), "--join", &join, "--role", role])
             .env("RINGMAIL_SECRET", &secret)
-            .stdout(Stdio::inherit())
-            .spawn()
-            .expect("start a node")
+            .env_remove("RINGMAIL_NODE_KEY")
+            .stdout(Stdio::inherit());
+        if with_keys {
+            // Its own key, and the other two nodes' public keys.
+            let trust: Vec<String> = (0..names.len())
+                .filter(|&k| k != i)
+                .map(|k| format!("{}={}", names[k], keys[k].public()))
+                .collect();
+            cmd.env("RINGMAIL_NODE_KEY", keys[i].to_hex()).args(["--trust", &trust.join(",")]);
+        }
+        cmd.spawn().expect("start a node")
     };
     println!(
-        "cluster: starting n1 (driver), n2 and n3 (workers) on {}, {}, {}",
+        "cluster: starting n1 (driver), n2 and n3 (workers) on {}, {}, {}{}",
         addr(0),
         addr(1),
-        addr(2)
+        addr(2),
+        if with_keys { ", each with a node key trusting the other two" } else { "" }
     );
     let mut n2 = spawn("n2", 1, addr(0), "worker");
     let mut n3 = spawn("n3", 2, addr(0), "worker");
@@ -174,6 +240,17 @@ fn run_node(name: &str, args: Args) {
     if let Some(a) = args.advertise {
         cfg = cfg.advertise(a);
     }
+    // ANCHOR: node_keys
+    // With node keys: this node's own key, and the public key it trusts
+    // for each peer's name (all parsed from hex: `NodeKey` and `PublicKey`
+    // implement `FromStr`).
+    if let Some(key) = args.node_key {
+        cfg = cfg.node_key(key);
+    }
+    for (peer, key) in args.trust {
+        cfg = cfg.trust(peer, key);
+    }
+    // ANCHOR_END: node_keys
     let node = Node::start(&system, cfg).unwrap_or_else(|e| {
         eprintln!("{name}: cannot start: {e}");
         std::process::exit(1)

@@ -6,7 +6,7 @@ use super::*;
 const MAX: usize = ringmail_wire::frame::DEFAULT_MAX_FRAME;
 
 fn id(name: &str, secret: &[u8]) -> Identity {
-    Identity { name: name.into(), incarnation: 7, secret: secret.to_vec() }
+    Identity::new(name, 7, secret)
 }
 
 fn link(id: u64, dialled: bool) -> Link {
