@@ -15,6 +15,7 @@
 use std::any::{Any, TypeId};
 
 use dashmap::DashMap;
+use rustc_hash::FxBuildHasher;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -59,11 +60,14 @@ pub(crate) type ReplyEncoder = fn(Box<dyn Any + Send>) -> Option<Vec<u8>>;
 
 #[derive(Default)]
 pub(crate) struct Codecs {
-    by_msg: DashMap<TypeId, MsgCodec>,
+    /// Looked up per message sent (FxHash: the keys are types of this
+    /// program).
+    by_msg: DashMap<TypeId, MsgCodec, FxBuildHasher>,
     /// Wire number -> the message type registered under it, and its name.
     by_number: DashMap<u64, (TypeId, String)>,
-    /// (actor type, wire number) -> decoder and reply encoder.
-    decoders: DashMap<(TypeId, u64), (Decoder, ReplyEncoder)>,
+    /// (actor type, wire number) -> decoder and reply encoder; looked up
+    /// per message received.
+    decoders: DashMap<(TypeId, u64), (Decoder, ReplyEncoder), FxBuildHasher>,
 }
 
 fn encode<M: Serialize + 'static>(

@@ -45,7 +45,6 @@
 //!   credit when the link is lost was never sent (a dead letter, see
 //!   [`Held`]).
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
@@ -175,7 +174,7 @@ pub(crate) struct Link {
     /// Capacity slots of stand-ins whose messages are queued on this link,
     /// released once the link's unsent bytes are under the node's high
     /// water mark.
-    owed: HashMap<u64, (Arc<ActorCell>, usize)>,
+    owed: rustc_hash::FxHashMap<u64, (Arc<ActorCell>, usize)>, // per message
     /// Messages to the peer's actors, by credit window: what waits for
     /// credit (`remote::window`).
     pub(crate) out: SendWindows<Held>,
@@ -278,7 +277,7 @@ impl Link {
             received: 0,
             acked_out: 0,
             owed_replies: 0,
-            owed: HashMap::new(),
+            owed: Default::default(),
             out: SendWindows::new(window),
             inw: RecvWindows::new(window, wake),
         }

@@ -376,7 +376,7 @@ impl Node {
             members: Mutex::new(Vec::new()),
             codecs: codec::Codecs::default(),
             exports: DashMap::new(),
-            exports_by_id: DashMap::new(),
+            exports_by_id: DashMap::default(),
             peers: Mutex::new(HashMap::new()),
             subscribers: Mutex::new(Vec::new()),
             counters: Arc::default(),

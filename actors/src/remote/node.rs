@@ -50,6 +50,11 @@
 //!   deliver: a full transport queue makes it retry (`stalled`).
 
 use std::collections::{HashMap, HashSet, VecDeque};
+
+// The tables looked up once or more per message (links, connections,
+// peers by name, stalled deliveries) hash with FxHash, not SipHash: their
+// keys are this node's own ids and authenticated peers' names.
+use rustc_hash::FxHashMap;
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::Ordering;
@@ -216,10 +221,10 @@ pub(crate) struct NodeActor {
     shared: Arc<NodeShared>,
     listener: TcpListener,
     conns: Connections,
-    links: HashMap<u64, Link>,
-    by_conn: HashMap<crate::net::ConnId, u64>,
+    links: FxHashMap<u64, Link>,
+    by_conn: FxHashMap<crate::net::ConnId, u64>,
     /// Authenticated peers: name -> link.
-    up: HashMap<String, u64>,
+    up: FxHashMap<String, u64>,
     /// The newest incarnation seen of each peer name (authenticated, or
     /// announced by membership): an older one is quarantined, never taken
     /// back (see `established`).
@@ -246,7 +251,7 @@ pub(crate) struct NodeActor {
     swim: Swim,
     /// Messages from peers that a full transport mailbox handed back, per
     /// target actor, in order (bounded by the credit windows).
-    stalled: HashMap<u64, Stalled>,
+    stalled: FxHashMap<u64, Stalled>,
     /// A `RetryStalled` is on its way.
     retry_armed: bool,
     /// Groups across nodes: what peers said, what was sent.
@@ -283,9 +288,9 @@ impl NodeActor {
             // capacity slots); the limit only catches a peer that stops
             // reading while replies and control frames pile up.
             conns: Connections::with_output_limit(1 << 30).zero_copy_above(zero_copy_above),
-            links: HashMap::new(),
-            by_conn: HashMap::new(),
-            up: HashMap::new(),
+            links: FxHashMap::default(),
+            by_conn: FxHashMap::default(),
+            up: FxHashMap::default(),
             newest: HashMap::new(),
             warned_quarantine: HashSet::new(),
             proxies: Proxies::default(),
@@ -298,7 +303,7 @@ impl NodeActor {
             flush_queued: false,
             me: None,
             swim,
-            stalled: HashMap::new(),
+            stalled: FxHashMap::default(),
             retry_armed: false,
             groups: super::groups::Table::default(),
             forget_later: Vec::new(),

@@ -39,7 +39,7 @@ pub(crate) type LookupTx = mpsc::Sender<Result<Found, LookupError>>;
 /// The asks and lookups waiting for a peer's answer (see the module docs).
 pub(crate) struct Pending {
     /// Request id -> (link, where the reply goes, how it decodes).
-    asks: HashMap<u64, (u64, ReplyTo, MsgCodec)>,
+    asks: rustc_hash::FxHashMap<u64, (u64, ReplyTo, MsgCodec)>, // per ask and reply
     /// Request id -> (link, where the answer goes).
     lookups: HashMap<u64, (u64, LookupTx)>,
     next_req: u64,
@@ -47,7 +47,7 @@ pub(crate) struct Pending {
 
 impl Pending {
     pub(crate) fn new() -> Pending {
-        Pending { asks: HashMap::new(), lookups: HashMap::new(), next_req: 1 }
+        Pending { asks: Default::default(), lookups: HashMap::new(), next_req: 1 }
     }
 
     fn next_req(&mut self) -> u64 {

@@ -34,7 +34,8 @@ pub(crate) struct NodeShared {
     pub(crate) members: Mutex<Vec<MemberInfo>>,
     pub(crate) codecs: codec::Codecs,
     pub(crate) exports: DashMap<String, Arc<Export>>,
-    pub(crate) exports_by_id: DashMap<u64, Arc<Export>>,
+    /// Looked up per message received (FxHash: ids this node gave).
+    pub(crate) exports_by_id: DashMap<u64, Arc<Export>, rustc_hash::FxBuildHasher>,
     pub(crate) peers: Mutex<HashMap<String, u64>>,
     pub(crate) subscribers: Mutex<Vec<mpsc::Sender<NodeEvent>>>,
     pub(crate) counters: Arc<Counters>,

@@ -21,7 +21,6 @@
 //!   once the link's backlog drains), or by `Outbound`'s `Drop` if the
 //!   node's actor never handled it.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::actor::{Actor, ActorRef, Handler, Message};
@@ -159,7 +158,7 @@ pub(crate) type Taken = ((u64, RemoteId), Arc<ActorCell>);
 
 /// The node's stand-ins: stand-in id -> what it stands in for.
 #[derive(Default)]
-pub(crate) struct Proxies(HashMap<u64, ProxyEntry>);
+pub(crate) struct Proxies(rustc_hash::FxHashMap<u64, ProxyEntry>); // looked up per message
 
 impl Proxies {
     pub(crate) fn insert(&mut self, proxy: u64, entry: ProxyEntry) {

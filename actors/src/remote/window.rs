@@ -43,7 +43,11 @@
 //! is sans I/O: the node's actor moves the frames.
 
 use std::any::{Any, TypeId};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+// Looked up once per message: FxHash (keys are actor ids of this node or
+// of an authenticated peer).
+use rustc_hash::FxHashMap;
 use std::sync::Arc;
 
 // The drain's counters and flags are what its loom models check (below):
@@ -153,13 +157,13 @@ impl<T> SendWindow<T> {
 #[derive(Debug)]
 pub(crate) struct SendWindows<T> {
     window: u64,
-    by_target: HashMap<u64, SendWindow<T>>,
+    by_target: FxHashMap<u64, SendWindow<T>>,
     held: usize,
 }
 
 impl<T> SendWindows<T> {
     pub(crate) fn new(window: u64) -> Self {
-        SendWindows { window: window.max(1), by_target: HashMap::new(), held: 0 }
+        SendWindows { window: window.max(1), by_target: FxHashMap::default(), held: 0 }
     }
 
     /// See [`SendWindow::offer`].
@@ -292,7 +296,7 @@ pub(crate) struct RecvWindow {
 /// A link's receiving windows, by target actor id.
 pub(crate) struct RecvWindows {
     window: u64,
-    by_target: HashMap<u64, RecvWindow>,
+    by_target: FxHashMap<u64, RecvWindow>,
     wake: Arc<dyn Fn() + Send + Sync>,
 }
 
@@ -309,7 +313,7 @@ impl RecvWindows {
     /// Windows of `window` bytes; `wake` is called (from any thread) when
     /// credit is owed to the peer.
     pub(crate) fn new(window: u64, wake: Arc<dyn Fn() + Send + Sync>) -> Self {
-        RecvWindows { window: window.max(1), by_target: HashMap::new(), wake }
+        RecvWindows { window: window.max(1), by_target: FxHashMap::default(), wake }
     }
 
     /// A message worth `cost` for `to` arrived: its [`Drain`] if it is
