@@ -335,6 +335,22 @@ impl Link {
         true
     }
 
+    /// Takes bytes that arrived, as [`Link::receive`] does, keeping the
+    /// buffer itself as the input when everything before it was parsed
+    /// (the common case: a receive that ends on a segment boundary), so
+    /// its bytes are decrypted where they arrived instead of copied first.
+    pub(crate) fn receive_owned(&mut self, bytes: bytes::Bytes, now: Instant) -> bool {
+        if self.inpos == self.inbuf.len() && !self.is_closed() && !self.lent {
+            self.last_rx = now;
+            // No copy when `bytes` is the only owner of its buffer (a
+            // receive's own); a shared one is copied, as `receive` would.
+            self.inbuf = Vec::from(bytes);
+            self.inpos = 0;
+            return true;
+        }
+        self.receive(&bytes, now)
+    }
+
     /// Lends the input buffer out, so an opened segment
     /// ([`Unit::Segment`]) is read where it was decrypted while the node
     /// acts on its frames; give it back with [`Link::return_input`].

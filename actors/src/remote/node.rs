@@ -522,7 +522,7 @@ impl Handler<NetEvent> for NodeActor {
         match self.conns.handle(ev, ctx) {
             Some(Input::Data(conn, bytes)) => {
                 if let Some(&link) = self.by_conn.get(&conn) {
-                    self.received(link, &bytes, ctx);
+                    self.received(link, bytes, ctx);
                 }
             }
             Some(Input::Closed(conn)) => {

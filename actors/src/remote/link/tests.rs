@@ -306,3 +306,49 @@ fn closing_seals_what_was_pending_and_is_final() {
     b.lost();
     assert!(b.is_closed() && !b.receive(b"x", Instant::now()));
 }
+
+/// Every frame opened after `bytes` arrive as an owned buffer.
+fn frames_of_owned(to: &mut Link, bytes: &[u8]) -> Result<Vec<Frame>, String> {
+    assert!(to.receive_owned(bytes::Bytes::copy_from_slice(bytes), Instant::now()));
+    frames_of(to, &[])
+}
+
+#[test]
+fn input_taken_as_owned_buffers_opens_the_same_frames_however_it_is_cut() {
+    let (mut a, mut b) = pair();
+    let mut stream = Vec::new();
+    let mut want = Vec::new();
+    for k in 0..6 {
+        let f = tell(100 + k * 3000);
+        a.queue(&f, MAX).unwrap();
+        want.push(f);
+        stream.extend(a.take_segment().unwrap());
+    }
+    // Cut at every kind of place: on segment boundaries (the buffer is
+    // kept), inside a length prefix, inside a payload; owned and borrowed
+    // buffers in turn.
+    let mut got = Vec::new();
+    let cuts = [1, 7, 300, 5000, 2, 9000, stream.len()];
+    let mut at = 0;
+    for (i, &n) in cuts.iter().enumerate() {
+        let end = (at + n).min(stream.len());
+        let piece = &stream[at..end];
+        got.extend(if i % 2 == 0 {
+            frames_of_owned(&mut b, piece).unwrap()
+        } else {
+            frames_of(&mut b, piece).unwrap()
+        });
+        at = end;
+    }
+    assert_eq!(at, stream.len());
+    assert_eq!(got, want);
+    // Whole segments, each as its own owned buffer.
+    for k in 0..3 {
+        a.queue(&tell(k), MAX).unwrap();
+        let seg = a.take_segment().unwrap();
+        assert_eq!(frames_of_owned(&mut b, &seg).unwrap(), vec![tell(k)]);
+    }
+    // A closed link takes nothing.
+    let _ = b.close();
+    assert!(!b.receive_owned(bytes::Bytes::from_static(b"x"), Instant::now()));
+}

@@ -37,9 +37,9 @@ use crate::runtime::envelope::ReplyTo;
 
 impl NodeActor {
     /// Handles received bytes of a link.
-    pub(super) fn received(&mut self, link: u64, bytes: &[u8], ctx: &Context<Self>) {
+    pub(super) fn received(&mut self, link: u64, bytes: bytes::Bytes, ctx: &Context<Self>) {
         let Some(l) = self.links.get_mut(&link) else { return };
-        if !l.receive(bytes, Instant::now()) {
+        if !l.receive_owned(bytes, Instant::now()) {
             return;
         }
         let result = loop {
