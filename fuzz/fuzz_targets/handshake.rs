@@ -142,9 +142,9 @@ fuzz_target!(|data: &[u8]| {
     let clean = delta.iter().all(|&d| d == 0);
     assert_eq!(got.is_ok(), clean, "Confirm off by {delta:02x?}: {got:?}");
 
-    let Frame::Hello { version, keyed, noise } = hello else { panic!("{hello:?} is no Hello") };
+    let Frame::Hello { version, noise } = hello else { panic!("{hello:?} is no Hello") };
     let delta = input.vec(noise.len());
-    let got = Responder::on_hello(responder_id(), Frame::Hello { version, keyed, noise: xor(&noise, &delta) });
+    let got = Responder::on_hello(responder_id(), Frame::Hello { version, noise: xor(&noise, &delta) });
     let clean = delta.iter().all(|&d| d == 0);
     assert_eq!(got.is_ok(), clean, "Hello off by {delta:02x?}: {got:?}");
 
@@ -178,9 +178,9 @@ fuzz_target!(|data: &[u8]| {
             panic!("{f:?} answered with {w:?} without the secret");
         }
     }
-    let Frame::Hello { version, keyed, noise } = hello else { panic!("{hello:?} is no Hello") };
+    let Frame::Hello { version, noise } = hello else { panic!("{hello:?} is no Hello") };
     let delta = input.vec(noise.len());
-    let got = Responder::on_hello(keyed_r(), Frame::Hello { version, keyed, noise: xor(&noise, &delta) });
+    let got = Responder::on_hello(keyed_r(), Frame::Hello { version, noise: xor(&noise, &delta) });
     let clean = delta.iter().all(|&d| d == 0);
     assert_eq!(got.is_ok(), clean, "keyed Hello off by {delta:02x?}: {got:?}");
     let (i, hello) = Initiator::start(keyed_i()).expect("start");

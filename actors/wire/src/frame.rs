@@ -21,11 +21,13 @@ pub enum Frame {
         /// The initiator's protocol version (in the clear, so a mismatch is
         /// reported as one; bound into the handshake all the same).
         version: u16,
-        /// Whether the initiator uses node keys (in the clear, so a
-        /// mismatch is reported as one; bound into the handshake too).
-        keyed: bool,
-        /// `psk, e` (with node keys: `psk, e, s`) and the initiator's
-        /// encrypted introduction.
+        /// One byte of mode, in the clear (0: the cluster secret only, 1:
+        /// node keys; bound into the handshake too), then `psk, e` (with
+        /// node keys: `psk, e, s`) and the initiator's encrypted
+        /// introduction. The mode travels inside `noise`, not as a field of
+        /// its own, so that `Hello` keeps the layout of every version and a
+        /// node of another version reads its `version` and reports a
+        /// version mismatch.
         #[serde(with = "serde_bytes")]
         noise: Vec<u8>,
     },

@@ -43,7 +43,7 @@
 //!
 //! ```text
 //! initiator                                            responder
-//!   Hello { version, keyed, noise: psk, e, s, [intro_i] } ->
+//!   Hello { version, noise: mode 1, psk, e, s, [intro_i] } ->
 //!                  <- Welcome { noise: e, ee, se, s, es, [intro_r] }
 //!   Confirm { sealed: segment 0 of initiator->responder } ->
 //! ```
@@ -62,7 +62,8 @@
 //! secrecy. The pre-shared key stays in the first message, so a
 //! connection without the cluster secret learns nothing, not even a
 //! public key. A node with keys and one without
-//! refuse each other ([`WireError::KeysMismatch`]), whichever dials.
+//! refuse each other, whichever dials: the responder with
+//! [`WireError::KeysMismatch`] (the initiator sees its connection closed).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -210,8 +211,9 @@ impl NodeKeys {
         self.trusted.get(name)
     }
 
-    /// Checks that `remote` (the static key the peer proved it holds) is
-    /// the one trusted for `name`.
+    /// Checks that `remote` (the static key the peer sent: proven by the
+    /// initiator when it checks a `Welcome`, only claimed so far when the
+    /// responder checks a `Hello`) is the one trusted for `name`.
     fn check(&self, name: &str, remote: Option<&[u8]>) -> Result<(), WireError> {
         match (self.trusted.get(name), remote) {
             (Some(k), Some(r)) if k.0[..] == *r => Ok(()),
@@ -405,9 +407,9 @@ impl Initiator {
     /// Starts a handshake: the `Hello` to send.
     pub fn start(me: Identity) -> Result<(Initiator, Frame), WireError> {
         let mut noise = state(&me, PROTOCOL_VERSION, true)?;
-        let keyed = me.keys.is_some();
-        let hello =
-            Frame::Hello { version: PROTOCOL_VERSION, keyed, noise: write(&mut noise, &me)? };
+        let mut message = vec![u8::from(me.keys.is_some())]; // the mode
+        message.extend(write(&mut noise, &me)?);
+        let hello = Frame::Hello { version: PROTOCOL_VERSION, noise: message };
         Ok((Initiator { me, noise }, hello))
     }
 
@@ -455,17 +457,24 @@ impl Responder {
     /// is [`WireError::KeysMismatch`]; one whose static key is not the one
     /// trusted for its name is [`WireError::UntrustedPeer`].
     pub fn on_hello(me: Identity, frame: Frame) -> Result<(Responder, Frame), WireError> {
-        let Frame::Hello { version, keyed, noise } = frame else {
+        let Frame::Hello { version, noise } = frame else {
             return Err(WireError::Unexpected("expected Hello"));
         };
         if version != PROTOCOL_VERSION {
             return Err(WireError::VersionMismatch { ours: PROTOCOL_VERSION, theirs: version });
         }
+        let keyed = match noise.first() {
+            Some(0) => false,
+            Some(1) => true,
+            Some(_) => return Err(WireError::Malformed("unknown handshake mode".into())),
+            None => return Err(WireError::Malformed("an empty Hello".into())),
+        };
+        let noise = &noise[1..];
         if keyed != me.keys.is_some() {
             return Err(WireError::KeysMismatch { ours: me.keys.is_some() });
         }
         let mut hs = state(&me, version, false)?;
-        let peer = read(&mut hs, &me, &noise)?;
+        let peer = read(&mut hs, &me, noise)?;
         if let Some(keys) = &me.keys {
             // Only the claim so far: the initiator proves it holds the
             // private half when its Confirm opens (the keys depend on
@@ -585,11 +594,11 @@ mod tests {
     fn an_altered_message_is_refused() {
         // Each byte of the Hello's Noise message, flipped.
         let (_, hello) = Initiator::start(id("a", S)).unwrap();
-        let Frame::Hello { version, keyed, noise } = hello else { panic!() };
+        let Frame::Hello { version, noise } = hello else { panic!() };
         for k in 0..noise.len() {
             let mut bad = noise.clone();
             bad[k] ^= 0x40;
-            let got = Responder::on_hello(id("b", S), Frame::Hello { version, keyed, noise: bad });
+            let got = Responder::on_hello(id("b", S), Frame::Hello { version, noise: bad });
             assert!(got.is_err(), "byte {k} of the Hello altered and accepted");
         }
         // Each byte of the Welcome's, given to the initiator it answers
@@ -650,7 +659,7 @@ mod tests {
 
     #[test]
     fn version_and_order_are_checked() {
-        let hello = Frame::Hello { version: 99, keyed: false, noise: vec![0; 48] };
+        let hello = Frame::Hello { version: 99, noise: vec![0; 48] };
         assert_eq!(
             Responder::on_hello(id("b", S), hello).unwrap_err(),
             WireError::VersionMismatch { ours: PROTOCOL_VERSION, theirs: 99 }
@@ -661,6 +670,22 @@ mod tests {
         ));
         let (i, _) = Initiator::start(id("a", S)).unwrap();
         assert!(matches!(i.on_welcome(Frame::Ping(1)), Err(WireError::Unexpected(_))));
+    }
+
+    #[test]
+    fn a_hello_from_the_previous_version_decodes_and_is_reported_as_a_version_mismatch() {
+        // Version 5 wrote `Hello { version, noise }` with this layout (the
+        // mode byte of version 6 travels inside `noise`): its bytes decode,
+        // and the answer names both versions.
+        let old = Frame::Hello { version: 5, noise: vec![0xab; 48] };
+        let mut bytes = Vec::new();
+        crate::frame::encode(&old, &mut bytes, 1024).unwrap();
+        assert_eq!(&bytes[4..7], &[0, 5, 48], "variant 0, version 5, 48 bytes of noise");
+        let (decoded, _) = crate::frame::decode(&bytes, 1024).unwrap().unwrap();
+        assert_eq!(
+            Responder::on_hello(id("b", S), decoded).unwrap_err(),
+            WireError::VersionMismatch { ours: PROTOCOL_VERSION, theirs: 5 }
+        );
     }
 
     #[test]
@@ -792,12 +817,19 @@ mod tests {
             Responder::on_hello(keyed("b", &c[1].1), hello).unwrap_err(),
             WireError::KeysMismatch { ours: true }
         );
-        // The flag in the clear is bound into the handshake: flipped, the
+        // The mode in the clear is bound into the handshake: flipped, the
         // Hello no longer opens.
         let (_, hello) = Initiator::start(keyed("a", &c[0].1)).unwrap();
-        let Frame::Hello { version, noise, .. } = hello else { panic!() };
-        let flipped = Frame::Hello { version, keyed: false, noise };
+        let Frame::Hello { version, mut noise } = hello else { panic!() };
+        assert_eq!(noise[0], 1);
+        noise[0] = 0;
+        let flipped = Frame::Hello { version, noise };
         assert_eq!(Responder::on_hello(id("b", S), flipped).unwrap_err(), WireError::BadMac);
+        // An unknown mode, or no byte at all, is malformed.
+        for noise in [vec![2, 0, 0], vec![]] {
+            let hello = Frame::Hello { version: PROTOCOL_VERSION, noise };
+            assert!(matches!(Responder::on_hello(id("b", S), hello), Err(WireError::Malformed(_))));
+        }
     }
 
     #[test]

@@ -76,8 +76,8 @@ pub enum WireError {
     /// The OS could not provide randomness (for an incarnation, a request
     /// id or an ephemeral key).
     Random(String),
-    /// With node keys: the peer introduced itself as `name` and proved a
-    /// static key that is not the one trusted for that name (`known`: a
+    /// With node keys: the peer introduced itself as `name` and presented
+    /// a static key that is not the one trusted for that name (`known`: a
     /// key is trusted for it, just another one).
     UntrustedPeer {
         /// The name the peer gave.
@@ -112,7 +112,7 @@ impl fmt::Display for WireError {
             WireError::Unexpected(what) => write!(f, "unexpected frame: {what}"),
             WireError::Random(e) => write!(f, "no randomness from the OS: {e}"),
             WireError::UntrustedPeer { name, known: true } => {
-                write!(f, "node {name:?} proved a static key other than the one trusted for it")
+                write!(f, "node {name:?} presented a static key other than the one trusted for it")
             }
             WireError::UntrustedPeer { name, known: false } => {
                 write!(f, "node {name:?} is not among the trusted node keys")
