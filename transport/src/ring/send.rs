@@ -38,6 +38,10 @@ use crate::mailbox::handle::{self, Internal, Tag};
 use crate::mailbox::{Addr, Body, Inbox, Parcel};
 use crate::sys;
 
+/// SQ entries at which [`Ring::send_fd`] submits without waiting for the
+/// next flush: 16 hand-offs.
+const FD_SUBMIT_GROUP: usize = 32;
+
 /// What this ring has on its way to one target.
 pub(super) struct OutLane<T> {
     pub(super) target: Arc<Inbox<T>>,
@@ -86,7 +90,9 @@ impl<T: Send + 'static> Ring<T> {
     /// Moves `fd` (a slot of this ring's table) to `to`, with `msg`.
     ///
     /// The receiver gets [`Event::Fd`] in order with the other messages from
-    /// this ring. The hand-off may wait on this ring for a CQ credit of the
+    /// this ring. Like a message, the hand-off leaves at the latest at this
+    /// ring's next [`flush`](Ring::flush) or [`wait`](Ring::wait) (sooner
+    /// when 16 are queued: they are submitted together). It may wait on this ring for a CQ credit of the
     /// receiver (its ring loop gives them back) or for this ring's in-flight
     /// bound, but never for the receiver to free a slot of its table: it
     /// takes its slot at the call and holds it while it waits, and when
@@ -131,8 +137,18 @@ impl<T: Send + 'static> Ring<T> {
         let parcel = Box::new(Parcel { from: self.id, to: id, seq, body: Body::Fd { msg, slot } });
         self.stats.fds_sent += 1;
         self.route(parcel);
-        // The hand-off holds a credit (and maybe a doorbell): let it go now.
-        let _ = self.submit_now();
+        // Hand-offs leave in groups: each `MSG_SEND_FD` to a ring that
+        // defers its task work queues a task work on the receiver's thread,
+        // and only the first of those queued before it runs them kicks it
+        // (an IPI when it is running elsewhere); so one submit of many
+        // costs one system call here and about one kick there, where one
+        // submit per hand-off costs one of each per fd. A group is sent once
+        // our SQ holds `FD_SUBMIT_GROUP` entries (two per hand-off: the
+        // `MSG_RING` and its linked `CLOSE`), else at the next flush/wait
+        // like a batch of messages. The credit it holds waits with it.
+        if self.uring.submission().len() >= FD_SUBMIT_GROUP {
+            let _ = self.submit_now();
+        }
         Ok(())
     }
 

@@ -190,6 +190,54 @@ fn fd_moves_between_rings_and_closes_with_its_owner() {
 }
 
 #[test]
+fn fd_handoffs_leave_in_groups_of_sixteen_or_at_the_next_flush() {
+    let mut rx = Ring::<u32>::new().unwrap();
+    let mut tx = Ring::<u32>::new().unwrap();
+    let a = rx.addr();
+    let mut keep = Vec::new(); // the read ends, open until the end
+    let mut hand_off = |tx: &mut Ring<u32>, i: u32| {
+        let (rd, wr) = pipe();
+        keep.push(rd);
+        let fd = tx.register_fd(wr).map_err(|(e, _)| e).unwrap();
+        tx.send_fd(&a, fd, i).unwrap();
+    };
+    let fds = |evs: Vec<Event<u32>>| -> Vec<u32> {
+        evs.into_iter()
+            .map(|e| match e {
+                Event::Fd { msg, .. } => msg,
+                other => panic!("unexpected event {:?}", std::mem::discriminant(&other)),
+            })
+            .collect()
+    };
+    // One hand-off waits in the sender's SQ for its next flush.
+    hand_off(&mut tx, 0);
+    let mut evs = Vec::new();
+    rx.wait(&mut evs, Some(Duration::from_millis(50))).unwrap();
+    assert!(evs.is_empty(), "a lone hand-off left before the sender's flush");
+    tx.flush().unwrap();
+    assert_eq!(fds(drain_until(&mut rx, 1)), vec![0]);
+    // Sixteen go together without a flush, in order.
+    for i in 1..=16 {
+        hand_off(&mut tx, i);
+    }
+    assert_eq!(fds(drain_until(&mut rx, 16)), (1..=16).collect::<Vec<_>>());
+    // The seventeenth waits again.
+    hand_off(&mut tx, 17);
+    rx.wait(&mut evs, Some(Duration::from_millis(50))).unwrap();
+    assert!(evs.is_empty(), "a hand-off after a full group left before the flush");
+    let mut tx_evs = Vec::new();
+    tx.wait(&mut tx_evs, Some(Duration::ZERO)).unwrap(); // flushes
+    assert_eq!(fds(drain_until(&mut rx, 1)), vec![17]);
+    // Each sender slot's linked CLOSE settles on the sender's ring.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while tx.fds_in_flight() > 0 {
+        assert!(Instant::now() < deadline, "{} hand-offs never settled", tx.fds_in_flight());
+        tx.wait(&mut tx_evs, Some(Duration::from_millis(10))).unwrap();
+    }
+    assert!(tx_evs.is_empty(), "nothing may come back");
+}
+
+#[test]
 fn an_fd_handoff_to_a_full_table_is_refused_and_the_lane_goes_on() {
     // The receiver has two slots for incoming fds and keeps both files. The
     // sender's third hand-off must not hold its lane: it is refused at the
