@@ -2,6 +2,9 @@
 //! over loopback: every command, pipelining, many clients, binary values,
 //! expiry, and hostile input on one connection while others keep working.
 
+mod common;
+use common::read_to_end_counting;
+
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
@@ -33,18 +36,6 @@ fn read_until(s: &mut TcpStream, got: &mut Vec<u8>, suffix: &[u8]) {
         let n = s.read(&mut buf).unwrap();
         assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(got));
         got.extend_from_slice(&buf[..n]);
-    }
-}
-
-/// Reads `s` until the server ends it (EOF or reset); the bytes it read.
-fn read_to_end_counting(s: &mut TcpStream) -> usize {
-    let mut sink = vec![0u8; 1 << 20];
-    let mut total = 0;
-    loop {
-        match s.read(&mut sink) {
-            Ok(0) | Err(_) => return total,
-            Ok(n) => total += n,
-        }
     }
 }
 

@@ -2,6 +2,9 @@
 //! the output limit the connection is closed, and other connections are
 //! served as before; `abort` closes such a client on demand.
 
+mod common;
+use common::read_to_end_counting;
+
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -40,18 +43,6 @@ impl Message for Open {
 impl Handler<Open> for Firehose {
     fn handle(&mut self, _: Open, _: &mut Context<Self>) -> usize {
         self.conns.len()
-    }
-}
-
-/// Reads `s` until the server ends it (EOF or reset); the bytes it read.
-fn read_to_end_counting(s: &mut TcpStream) -> usize {
-    let mut sink = vec![0u8; 1 << 20];
-    let mut total = 0;
-    loop {
-        match s.read(&mut sink) {
-            Ok(0) | Err(_) => return total,
-            Ok(n) => total += n,
-        }
     }
 }
 
