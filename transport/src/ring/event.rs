@@ -116,6 +116,11 @@ pub struct RingStats {
     /// nothing: the peer did not answer within the budget, slow or kept off
     /// the CPU (a spinner on contended cores would keep it off longer).
     pub spin_pauses: u64,
+    /// `io_uring_enter` calls made only to run this ring's pending task
+    /// work (incoming `MSG_RING`s of a `DEFER_TASKRUN` ring) without
+    /// waiting: at most about one per poll, whatever the kernel's
+    /// `IORING_SQ_TASKRUN` flag says (it can stay up with nothing behind it).
+    pub task_work_enters: u64,
 }
 
 /// The SQ stayed full even after a submit; the entry was not queued.
