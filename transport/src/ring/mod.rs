@@ -44,7 +44,9 @@
 //!    hand-offs and submits the SQ;
 //! 2. runs deferred task work (`io_uring_enter` with `GETEVENTS`, looped
 //!    while `IORING_SQ_TASKRUN` stays set: the kernel runs a bounded number of
-//!    items per call), reaps the CQ, returns credits, drains the fallback
+//!    items per call; but not past two enters in a row that reap nothing
+//!    while no fd hand-off is in flight, since the flag can stay up with
+//!    nothing behind it), reaps the CQ, returns credits, drains the fallback
 //!    queue when the doorbell rang or it is non-empty;
 //! 3. if nothing is ready, spins for the optional busy-poll budget watching
 //!    the `TASKRUN` flag, the CQ tail and the fallback hint (no syscall while
@@ -504,11 +506,14 @@ impl<T: Send + 'static> Ring<T> {
         // queued the work it announces and lowers it only when it runs
         // work, so work that ran in between leaves the flag up with nothing
         // behind it, and an enter does not lower it then. Two enters in a
-        // row that reap nothing end the loop: one may be honest (work that
-        // only queued more work, like an fd hand-off's completion queueing
-        // its linked close), two in a row are taken for a stale flag. The
-        // loop used to run all 64 enters per poll while the flag stayed up:
-        // a receiver that never slept, so senders saw it awake and sent
+        // row that reap nothing end the loop, taken for a stale flag, unless
+        // fd hand-offs are in flight: their completions are task work that
+        // posts nothing (success skipped) and queues the linked close of our
+        // slot as more task work, so a burst of them can fill two enters
+        // without a CQE, and `poll_kernel` relies on this loop to run every
+        // close before it hands out a parcel that may answer one. The loop
+        // used to run all 64 enters per poll while the flag stayed up: a
+        // receiver that never slept, so senders saw it awake and sent
         // nothing down the ring path that would have lowered the flag (11
         // million enters in 3 s for 300 000 messages, each message waiting
         // about 35 µs in the `msg-lat` bench at 100 K msg/s).
@@ -537,7 +542,7 @@ impl<T: Send + 'static> Ring<T> {
                 break;
             }
             fruitless = if self.cqes.len() == before { fruitless + 1 } else { 0 };
-            if fruitless == 2 {
+            if fruitless == 2 && self.fd_inflight == 0 {
                 break;
             }
         }
