@@ -92,9 +92,10 @@ impl<T: Send + 'static> Ring<T> {
     /// The receiver gets [`Event::Fd`] in order with the other messages from
     /// this ring. Like a message, the hand-off leaves at the latest at this
     /// ring's next [`flush`](Ring::flush) or [`wait`](Ring::wait) (sooner
-    /// when 16 are queued: they are submitted together). It may wait on this ring for a CQ credit of the
-    /// receiver (its ring loop gives them back) or for this ring's in-flight
-    /// bound, but never for the receiver to free a slot of its table: it
+    /// when 16 are queued: they are submitted together). It may wait on
+    /// this ring for a CQ credit of the receiver (its ring loop gives them
+    /// back) or for this ring's in-flight bound, but never for the receiver
+    /// to free a slot of its table: it
     /// takes its slot at the call and holds it while it waits, and when
     /// every slot of the receiver's table for incoming files is taken then,
     /// it is refused at once with [`SendError::NoFreeSlot`], so that the
