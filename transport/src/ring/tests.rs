@@ -42,6 +42,14 @@ fn pipe() -> (OwnedFd, OwnedFd) {
     unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
 }
 
+/// Reads one byte from a non-blocking pipe read end: 0 means every write
+/// end is closed (EOF), -1 (`EAGAIN`) that one is still open somewhere.
+fn read_byte(r: &OwnedFd) -> isize {
+    let mut b = [0u8; 1];
+    // SAFETY: reading one byte into a valid local buffer.
+    unsafe { libc::read(std::os::fd::AsRawFd::as_raw_fd(r), b.as_mut_ptr().cast(), 1) }
+}
+
 /// Pumps a sender and a receiver ring until the receiver got `n` messages
 /// (fd hand-offs count; each received fd is dropped at once, freeing its
 /// slot). Nothing may come back to the sender. Returns the messages in order.
@@ -286,8 +294,9 @@ fn an_ack_of_a_burst_of_fd_handoffs_is_handed_out_only_after_every_sender_slot_c
     // items that post nothing, each queueing its linked close: possibly more
     // than two kernel enters of work without a completion (on 6.18 this
     // passed without the guard in `run_kernel_work` that it pins; a kernel
-    // that runs fewer items per enter would not). The receiver closes each file and acks
-    // it while the sender is not looking at its ring (so the acks come down
+    // that runs fewer items per enter would not). The receiver closes each
+    // file and acks it while the sender is not looking at its ring (so the
+    // acks come down
     // the fallback queue, and all that task work waits at once). When the
     // sender sees an ack, its own slot for that pipe must be closed: the
     // pipe's write end is then closed everywhere.
@@ -335,12 +344,7 @@ fn an_ack_of_a_burst_of_fd_handoffs_is_handed_out_only_after_every_sender_slot_c
         tx.wait(&mut evs, Some(Duration::from_millis(100))).unwrap();
         for e in evs.drain(..) {
             let Event::Message(i) = e else { panic!("unexpected event") };
-            let rd = &read_ends[i as usize];
-            let mut b = [0u8; 1];
-            // SAFETY: reading one byte into a valid local buffer.
-            let n = unsafe {
-                libc::read(std::os::fd::AsRawFd::as_raw_fd(rd), b.as_mut_ptr().cast(), 1)
-            };
+            let n = read_byte(&read_ends[i as usize]);
             assert_eq!(n, 0, "pipe {i}: acked while the sender's slot still holds its write end");
             acked += 1;
         }
@@ -412,16 +416,11 @@ fn an_fd_handoff_to_a_full_table_is_refused_and_the_lane_goes_on() {
         other.send(&a, i).unwrap_or_else(|e| panic!("an unrelated sender got {e:?} at {i}"));
     }
     // The handed-back file is open (its pipe has no EOF) until dropped.
-    let mut b = [0u8; 1];
-    let rd = |r: &OwnedFd, b: &mut [u8; 1]| {
-        // SAFETY: reading one byte into a valid local buffer.
-        unsafe { libc::read(std::os::fd::AsRawFd::as_raw_fd(r), b.as_mut_ptr().cast(), 1) }
-    };
-    assert_eq!(rd(&reads[2], &mut b), -1, "still open: no data, no EOF");
+    assert_eq!(read_byte(&reads[2]), -1, "still open: no data, no EOF");
     drop(back);
     tx.flush().unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);
-    while rd(&reads[2], &mut b) != 0 {
+    while read_byte(&reads[2]) != 0 {
         assert!(Instant::now() < deadline, "the handed-back fd was never closed");
         tx.wait(&mut Vec::new(), Some(Duration::from_millis(2))).unwrap();
     }
@@ -552,10 +551,7 @@ fn fd_handoffs_over_the_in_flight_bound_wait_in_order() {
     assert_eq!(tx.fds_in_flight(), 0);
     // Every pipe's write end went through exactly one owner and is closed.
     for r in &keep {
-        let mut b = [0u8; 1];
-        // SAFETY: reading one byte into a valid local buffer.
-        let n = unsafe { libc::read(std::os::fd::AsRawFd::as_raw_fd(r), b.as_mut_ptr().cast(), 1) };
-        assert_eq!(n, 0);
+        assert_eq!(read_byte(r), 0);
     }
 }
 
@@ -1113,11 +1109,7 @@ fn an_fd_handoff_in_doubt_is_delivered_or_closed_never_both_and_never_out_of_ord
         let slot = rx.register_fd(w).map_err(|(e, _)| e).unwrap().into_slot();
         (r, Body::Fd { msg, slot })
     };
-    let eof = |r: &OwnedFd| {
-        let mut b = [0u8; 1];
-        // SAFETY: reading one byte into a valid local buffer (non-blocking).
-        unsafe { libc::read(std::os::fd::AsRawFd::as_raw_fd(r), b.as_mut_ptr().cast(), 1) == 0 }
-    };
+    let eof = |r: &OwnedFd| read_byte(r) == 0;
     // Landed first: delivered; its Doubt changes nothing.
     rx.inbox.core.reserve(1).unwrap();
     let (r0, body) = fd_parcel(&mut rx, 10);
