@@ -22,6 +22,19 @@ pub fn rss_kib() -> u64 {
         .unwrap_or_else(|| panic!("rss_kib: no VmRSS figure in /proc/self/status"))
 }
 
+/// CPU time so far of every thread of process `pid`, in ns (the first
+/// field of each `/proc/<pid>/task/*/schedstat`: time on a CPU). Threads
+/// that ended are not counted, so measure around work done by threads that
+/// live through it.
+pub fn process_cpu_ns(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0 };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
 /// Open fds of this process (entries of `/proc/self/fd`).
 ///
 /// # Panics

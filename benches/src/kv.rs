@@ -18,7 +18,7 @@ use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::harness::{from_figures, Better, Comparison};
+use crate::harness::{from_figures, process_cpu_ns, Better, Comparison};
 
 fn have(bin: &str) -> bool {
     Command::new("sh")
@@ -42,16 +42,6 @@ impl Drop for Redis {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-/// CPU time so far of every thread of process `pid`, in ns.
-fn process_cpu_ns(pid: u32) -> u64 {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0 };
-    tasks
-        .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        .sum()
 }
 
 /// The commands measured, as redis-benchmark's CSV names them.

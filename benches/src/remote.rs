@@ -5,7 +5,11 @@
 //! messages through a `BufWriter`, an 8-byte ping-pong, 64 KiB writes): the
 //! loopback limit. The `ringmail-zc` rows send 32 KiB and more with
 //! `SEND_ZC` (`NodeConfig::zero_copy_above`); on loopback the kernel copies
-//! anyway, so they show its cost rather than a gain.
+//! anyway, so they show its cost rather than a gain. Beside the 64 KiB
+//! rate, the CPU time both processes spent per 64 KiB message (every
+//! thread: the sending thread, both gateways, the receiving actor's shard;
+//! for TCP the writer and the reader): what the encryption, the copies and
+//! the hops cost, apart from how well they overlap on the cores.
 
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -16,7 +20,7 @@ use ringmail::remote::{Node, NodeConfig};
 use ringmail::{Actor, Context, Handler, Message, System};
 use serde::{Deserialize, Serialize};
 
-use crate::harness::{from_figures, Better, Comparison};
+use crate::harness::{from_figures, process_cpu_ns, Better, Comparison};
 
 const SECRET: &str = "cb3433c425b35a296be3b07da99b1580539a02b9508a6ff9f320a031f13840c6";
 
@@ -216,15 +220,26 @@ pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
     let names_zc = ["ringmail", "ringmail-zc", "plain-tcp"];
     let mut small = vec![Vec::new(); 3];
     let mut big = vec![Vec::new(); 3];
+    // CPU time of both processes (every thread: senders, gateways, the
+    // receiving actor or TCP reader) per 64 KiB message, in µs.
+    let mut big_cpu = vec![Vec::new(); 3];
+    let far_pid = _far.0.id();
+    let cpu_ns = || process_cpu_ns(std::process::id()) + process_cpu_ns(far_pid);
+    let per_msg_us = |c0: u64, c1: u64| c1.saturating_sub(c0) as f64 / n_big as f64 / 1000.0;
     let mut rtt = vec![Vec::new(); 2];
     for round in 0..=rounds {
         let warm = round == 0;
         let r_small = ring_tells(&sink, n_small, 64);
         let z_small = ring_tells(&sink_zc, n_small, 64);
         let t_small = tcp_tells(&mut tw, &mut tr, n_small, 64);
+        let c0 = cpu_ns();
         let r_big = ring_tells(&sink, n_big, 64 << 10) * 65536.0 / 1e6;
+        let c1 = cpu_ns();
         let z_big = ring_tells(&sink_zc, n_big, 64 << 10) * 65536.0 / 1e6;
+        let c2 = cpu_ns();
         let t_big = tcp_tells(&mut tw, &mut tr, n_big, 64 << 10) * 65536.0 / 1e6;
+        let c3 = cpu_ns();
+        let cpu_big = [per_msg_us(c0, c1), per_msg_us(c1, c2), per_msg_us(c2, c3)];
         let mut rs = Vec::new();
         for i in 0..n_rtt {
             let t0 = Instant::now();
@@ -245,8 +260,12 @@ pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
         let label = if warm { "warm-up".to_string() } else { format!("round {round}/{rounds}") };
         eprintln!(
             "  [remote] {label}: 64 B tells/s ringmail {r_small:.0} zc {z_small:.0} tcp {t_small:.0}; \
-             64 KiB MB/s ringmail {r_big:.0} zc {z_big:.0} tcp {t_big:.0}; \
-             ask us ringmail {r_rtt:.1} tcp {t_rtt:.1}"
+             64 KiB MB/s ringmail {r_big:.0} zc {z_big:.0} tcp {t_big:.0} \
+             (cpu µs/msg {:.1} / {:.1} / {:.1}); \
+             ask us ringmail {r_rtt:.1} tcp {t_rtt:.1}",
+            cpu_big[0],
+            cpu_big[1],
+            cpu_big[2]
         );
         if !warm {
             small[0].push(r_small);
@@ -255,6 +274,9 @@ pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
             big[0].push(r_big);
             big[1].push(z_big);
             big[2].push(t_big);
+            for (v, c) in big_cpu.iter_mut().zip(cpu_big) {
+                v.push(c);
+            }
             rtt[0].push(r_rtt);
             rtt[1].push(t_rtt);
         }
@@ -267,6 +289,14 @@ pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
             .tagged("tells_per_s", serde_json::json!({"size": 64})),
         from_figures("remote 64 KiB payloads", "MB/s", Better::Higher, &names_zc, big)
             .tagged("payload_mb_per_s", serde_json::json!({"size": 65536})),
+        from_figures(
+            "remote 64 KiB CPU per message (both processes)",
+            "us",
+            Better::Lower,
+            &names_zc,
+            big_cpu,
+        )
+        .tagged("payload_cpu_us_per_msg", serde_json::json!({"size": 65536})),
         from_figures("remote ask round trip", "us", Better::Lower, &names, rtt)
             .tagged("ask_rtt_us", serde_json::json!({})),
     ];
