@@ -442,6 +442,101 @@ fn a_flood_of_unauthenticated_connections_stays_under_the_cap() {
     system.shutdown();
 }
 
+/// Waits until the peer closed `s` (a read gives EOF or an error other
+/// than a timeout), up to `deadline`; false if it is still open then.
+fn closed_by_peer(s: &std::net::TcpStream, deadline: std::time::Instant) -> bool {
+    use std::io::Read;
+    let mut buf = [0u8; 64];
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        s.set_read_timeout(Some(left)).unwrap();
+        match (&mut &*s).read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {} // a node sends nothing before Hello; keep reading
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => return true, // reset
+        }
+    }
+}
+
+/// Bursts of connections that never say Hello, as many as the pending-
+/// handshake cap (64) and far more (1 000), opened at once. Each one holds
+/// the gateway's I/O (a receive, then a close) while the node's periodic
+/// tick must keep firing: it times handshakes out and redials. Before the
+/// fix the burst of 64 filled the gateway ring's I/O budget when one tick
+/// closed them all, the tick's own timer was refused, and the node never
+/// ticked again: a later idle connection was never closed and a restarted
+/// peer was never redialled. Here, after each burst: every connection of
+/// it is closed by the node, a new idle connection is closed within the
+/// handshake timeout plus slack, and a peer that restarts on its address
+/// (as this node's seed, so only this node's redials can find it again) is
+/// connected to again.
+#[test]
+fn bursts_of_idle_connections_never_stop_the_nodes_tick() {
+    let timeout = Duration::from_millis(300);
+    for burst in [64usize, 1000] {
+        let sb = System::new();
+        let b = Node::start(&sb, NodeConfig::new("b", loopback(), SECRET)).unwrap();
+        let b_addr = b.local_addr();
+        let sa = System::new();
+        let a = Node::start(
+            &sa,
+            NodeConfig::new("a", loopback(), SECRET).handshakes(timeout, 64).seeds([b_addr]),
+        )
+        .unwrap();
+        assert!(a.wait_for_peers(1, T), "a joins its seed");
+        let addr = a.local_addr();
+        let conns: Vec<std::net::TcpStream> = (0..burst)
+            .map(|i| {
+                std::net::TcpStream::connect(addr)
+                    .unwrap_or_else(|e| panic!("burst of {burst}: connection {i}: {e}"))
+            })
+            .collect();
+        // Over the cap: closed at once; under it: timed out by a tick.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let open = conns.iter().filter(|s| !closed_by_peer(s, deadline)).count();
+        assert_eq!(open, 0, "burst of {burst}: connections the node never closed");
+        drop(conns);
+        let s = a.stats();
+        assert!(
+            s.handshakes_failed + s.handshakes_refused >= burst as u64,
+            "burst of {burst}: every connection counted: {s:?}"
+        );
+        eprintln!(
+            "burst of {burst}: {} timed out, {} refused at the cap, {} accept retries",
+            s.handshakes_failed, s.handshakes_refused, s.accept_retries
+        );
+        // The tick still runs: a new idle connection times out.
+        let late = std::net::TcpStream::connect(addr).unwrap();
+        let t0 = std::time::Instant::now();
+        assert!(
+            closed_by_peer(&late, t0 + timeout + Duration::from_secs(3)),
+            "burst of {burst}: an idle connection after the burst was never closed"
+        );
+        // And redials: the seed restarts on its address.
+        let events = a.events();
+        sb.shutdown();
+        let down = events.recv_timeout(T).expect("b's stop is noticed");
+        assert!(matches!(down, NodeEvent::Down { .. }), "burst of {burst}: {down:?}");
+        let sb = System::new();
+        let b = Node::start(&sb, NodeConfig::new("b", b_addr, SECRET)).unwrap();
+        assert_eq!(b.local_addr(), b_addr);
+        assert!(
+            a.wait_for_peers(1, T) && b.wait_for_peers(1, T),
+            "burst of {burst}: the restarted seed was not redialled within {T:?}"
+        );
+        sa.shutdown();
+        sb.shutdown();
+    }
+}
+
 #[derive(Serialize, Deserialize)]
 struct Blob(Vec<u8>);
 impl Message for Blob {

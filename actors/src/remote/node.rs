@@ -335,7 +335,8 @@ impl NodeActor {
             Accept::Ended(e) => me.deliver_forced(Rearm(crate::net::errno(e.as_ref()))),
         };
         if ctx.accept_multi(self.listener.as_fd(), on).is_err() {
-            ctx.send_after(Duration::from_millis(5), Rearm(libc::EBUSY));
+            self.shared.counters.accept_retries.fetch_add(1, Ordering::Relaxed);
+            ctx.send_after(Duration::from_millis(5), Rearm(0));
         }
     }
 
@@ -629,6 +630,7 @@ impl Handler<Rearm> for NodeActor {
             // Out of slots or fds, SQ full, or anything else: go on after a
             // pause, never in a busy loop.
             _ => {
+                self.shared.counters.accept_retries.fetch_add(1, Ordering::Relaxed);
                 ctx.send_after(Duration::from_millis(5), Rearm(0));
             }
         }

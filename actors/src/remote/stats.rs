@@ -47,6 +47,11 @@ pub struct NodeStats {
     /// Connections refused because the peer authenticated as an older
     /// incarnation of a node that a newer one has replaced (quarantine).
     pub quarantined: u64,
+    /// Times the listener's multishot accept could not be armed (the
+    /// gateway ring's I/O budget or SQ was full) or ended with an error
+    /// other than an unusable socket, and was armed again after a 5 ms
+    /// pause: a busy gateway slows accepting down, it never stops it.
+    pub accept_retries: u64,
 }
 
 /// Reads a node's counters ([`Node::stats_source`](super::Node::stats_source)). It holds the counters
@@ -90,6 +95,7 @@ impl NodeStatsSource {
             waiting_for_credit: r(&c.waiting_for_credit),
             delivery_retries: r(&c.delivery_retries),
             quarantined: r(&c.quarantined),
+            accept_retries: r(&c.accept_retries),
         }
     }
 }
@@ -102,7 +108,7 @@ impl NodeStats {
     /// `ringmail_node_protocol_errors_total`,
     /// `ringmail_node_unknown_target_total`, `ringmail_node_undeliverable_total`,
     /// `ringmail_node_credit_waits_total`, `ringmail_node_delivery_retries_total`,
-    /// `ringmail_node_quarantined_total`; gauges
+    /// `ringmail_node_quarantined_total`, `ringmail_node_accept_retries_total`; gauges
     /// `ringmail_node_pending_handshakes`, `ringmail_node_dialling` and
     /// `ringmail_node_waiting_for_credit`.
     #[cfg(feature = "metrics")]
@@ -131,6 +137,8 @@ impl NodeStats {
         counter!("ringmail_node_delivery_retries_total", "node" => n.clone())
             .absolute(self.delivery_retries);
         counter!("ringmail_node_quarantined_total", "node" => n.clone()).absolute(self.quarantined);
+        counter!("ringmail_node_accept_retries_total", "node" => n.clone())
+            .absolute(self.accept_retries);
         gauge!("ringmail_node_waiting_for_credit", "node" => n.clone())
             .set(self.waiting_for_credit as f64);
         gauge!("ringmail_node_dialling", "node" => n).set(self.dialling as f64);
@@ -153,4 +161,5 @@ pub(crate) struct Counters {
     pub(crate) waiting_for_credit: AtomicU64,
     pub(crate) delivery_retries: AtomicU64,
     pub(crate) quarantined: AtomicU64,
+    pub(crate) accept_retries: AtomicU64,
 }
