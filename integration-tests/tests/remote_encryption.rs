@@ -2,7 +2,9 @@
 //! each connection and direction, read by a relay in the middle, holds none of the
 //! messages, replies or node names in the clear; and the relay sees all of
 //! the traffic (it is the only way between the nodes), so the check is not
-//! passed by traffic that went around it.
+//! passed by traffic that went around it. Both ways a frame is sealed are
+//! covered: small frames batched into a segment, and frames of 16 KiB and
+//! more (messages and a reply) sealed alone where they were encoded.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -39,7 +41,8 @@ impl Message for Count {
 }
 impl Handler<Count> for Sink {
     fn handle(&mut self, _: Count, _: &mut Context<Self>) -> (usize, Vec<u8>) {
-        (self.0.len(), [MARKER, b"-reply"].concat())
+        // A reply large enough to be sealed alone (16 KiB and more).
+        (self.0.len(), [MARKER, b"-reply", &[b'y'; 40 << 10]].concat())
     }
 }
 
@@ -112,7 +115,9 @@ fn traffic_between_nodes_carries_no_plaintext() {
     const N: usize = 200;
     let mut sent_bytes = 0;
     for i in 0..N {
-        let body = [MARKER, format!("-{i:04}-").as_bytes(), &[b'x'; 2000]].concat();
+        // Every tenth one is large enough to be sealed alone.
+        let filler = if i % 10 == 0 { 40 << 10 } else { 2000 };
+        let body = [MARKER, format!("-{i:04}-").as_bytes(), &vec![b'x'; filler]].concat();
         sent_bytes += body.len();
         remote.tell(Note(body)).unwrap();
     }
@@ -140,7 +145,9 @@ fn traffic_between_nodes_carries_no_plaintext() {
         "the relays saw {total} bytes of {sent_bytes} sent: traffic went around them"
     );
     for stream in &streams {
-        for needle in [MARKER, b"alpha-node-name", b"bravo-node-name", b"sink", &[b'x'; 64]] {
+        let needles: [&[u8]; 6] =
+            [MARKER, b"alpha-node-name", b"bravo-node-name", b"sink", &[b'x'; 64], &[b'y'; 64]];
+        for needle in needles {
             assert!(
                 !contains(stream, needle),
                 "{:?} crossed the wire in the clear",
