@@ -177,7 +177,7 @@ fn kill_9_fires_monitors_in_bound_and_a_restart_is_a_new_incarnation() {
 fn a_wrong_secret_is_rejected() {
     let _serial = one_at_a_time();
     let addr = free_addr();
-    let _w = worker("w3", addr, "c5f3b47e0d6a0f74b71c82aedf5b9acf950e0f7c8980ecbb6296b771b2a206ea");
+    let w = worker("w3", addr, "c5f3b47e0d6a0f74b71c82aedf5b9acf950e0f7c8980ecbb6296b771b2a206ea");
     let system = System::new();
     let node = me(&system, &[addr]);
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -186,6 +186,12 @@ fn a_wrong_secret_is_rejected() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(node.peers().is_empty(), "no peer with a wrong secret");
+    // The node that refused says why, in words an operator can act on.
+    let want = "authentication failed (another cluster secret, or bytes altered on the way)";
+    while !w.stderr().contains(want) {
+        assert!(Instant::now() < deadline, "no {want:?} in the worker's log:\n{}", w.stderr());
+        std::thread::sleep(Duration::from_millis(20));
+    }
     system.shutdown();
 }
 

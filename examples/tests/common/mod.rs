@@ -20,6 +20,14 @@ impl Drop for Proc {
     }
 }
 
+impl Proc {
+    /// What the child has written to stderr so far (its log).
+    #[allow(dead_code)] // not every test binary that shares this module reads it
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.1).unwrap_or_default()
+    }
+}
+
 /// Starts `cluster` with `args` and the cluster secret `secret`.
 pub fn node(args: &[String], secret: &str) -> Proc {
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
