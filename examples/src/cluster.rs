@@ -188,8 +188,13 @@ pub fn join_checkers(
 // ANCHOR: register
 /// Registers every message type that crosses nodes (on every node), under
 /// wire names of its own that stay when a type moves or a compiler
-/// changes: nodes of different builds still agree on them.
+/// changes, and names the actor types other nodes look up the same way:
+/// nodes of different builds still agree on them.
 pub fn register_all(node: &Node) -> Result<(), ringmail::remote::RegisterError> {
+    node.register_actor_as::<Pong>("cluster.Pong")?;
+    node.register_actor_as::<WordCounter>("cluster.WordCounter")?;
+    node.register_actor_as::<SeqCheck>("cluster.SeqCheck")?;
+    node.register_actor_as::<Control>("cluster.Control")?;
     node.register_as::<Pong, Ping>("cluster.Ping")?;
     node.register_as::<WordCounter, Line>("cluster.Line")?;
     node.register_as::<WordCounter, Totals>("cluster.Totals")?;

@@ -994,6 +994,78 @@ fn wire_names_are_one_per_type_and_per_name() {
     system.shutdown();
 }
 
+/// An exported actor type as one build of a service has it...
+#[derive(Default)]
+struct RoomOld(usize);
+impl Actor for RoomOld {}
+/// ...and as the next build has it (moved and renamed: to the compiler,
+/// another type, as a type moved to another module is).
+#[derive(Default)]
+struct RoomNew(usize);
+impl Actor for RoomNew {}
+
+#[derive(Serialize, Deserialize)]
+struct Post(String);
+impl Message for Post {
+    type Reply = usize;
+}
+impl Handler<Post> for RoomOld {
+    fn handle(&mut self, _: Post, _: &mut Context<Self>) -> usize {
+        self.0 += 1;
+        self.0
+    }
+}
+impl Handler<Post> for RoomNew {
+    fn handle(&mut self, _: Post, _: &mut Context<Self>) -> usize {
+        self.0 += 1;
+        self.0
+    }
+}
+
+/// A rolling upgrade that moved an exported actor type: the node of the
+/// new build looks up the actor on a node of the old one. By their Rust
+/// names the types differ, and the lookup says so; with the same wire
+/// name given to the type on both nodes (and to its message), lookups by
+/// node and across the cluster find it and its messages arrive.
+#[test]
+fn an_actor_type_with_a_wire_name_is_found_by_a_node_where_it_moved() {
+    use ringmail::remote::{LookupError, RegisterError};
+    let system = System::new();
+    let old = Node::start(&system, NodeConfig::new("old", loopback(), SECRET)).unwrap();
+    let new =
+        Node::start(&system, NodeConfig::new("new", loopback(), SECRET).seeds([old.local_addr()]))
+            .unwrap();
+    old.register_as::<RoomOld, Post>("chat.Post").unwrap();
+    new.register_as::<RoomNew, Post>("chat.Post").unwrap();
+    let room = system.spawn(RoomOld::default()).unwrap();
+    old.export("room", &room);
+    assert!(new.wait_for_peers(1, T));
+    match new.lookup::<RoomNew>("old", "room", T) {
+        Err(LookupError::WrongType(t)) => assert!(t.ends_with("RoomOld"), "{t}"),
+        other => panic!("without wire names the types differ: {other:?}"),
+    }
+    old.register_actor_as::<RoomOld>("chat.Room").unwrap();
+    new.register_actor_as::<RoomNew>("chat.Room").unwrap();
+    let r = new.lookup::<RoomNew>("old", "room", T).unwrap();
+    assert_eq!(r.ask(Post("hi".into()), T).unwrap(), 1);
+    let (at, r) = new.find::<RoomNew>("room", T).unwrap();
+    assert_eq!(at, "old");
+    assert_eq!(r.ask(Post("again".into()), T).unwrap(), 2);
+    // A lookup for another type under another name is still refused.
+    match new.lookup::<Counter>("old", "room", T) {
+        Err(LookupError::WrongType(t)) => assert_eq!(t, "chat.Room"),
+        other => panic!("{other:?}"),
+    }
+    // One wire name per actor type, one actor type per wire name; the
+    // same again is fine.
+    new.register_actor_as::<RoomNew>("chat.Room").unwrap();
+    let e = new.register_actor_as::<RoomNew>("chat.Room2").unwrap_err();
+    assert!(matches!(e, RegisterError::Renamed { .. }), "{e}");
+    let e = new.register_actor_as::<Counter>("chat.Room").unwrap_err();
+    assert_eq!(e.to_string(), "the wire name \"chat.Room\" is another actor type's");
+    system.shutdown();
+}
+
 #[test]
 fn nodes_bound_to_every_interface_advertise_a_dialable_address_and_form_a_full_mesh() {
     use std::net::{IpAddr, Ipv4Addr};

@@ -11,6 +11,12 @@
 //! number the receiver does not know for its target, or whose bytes do not
 //! decode, is a dead letter there (and an ask gets no reply at once); the
 //! link stays up.
+//!
+//! Actor types have wire names too, for lookups only: a node answers a
+//! lookup with the wire name of the exported actor's type, and the asking
+//! node takes the answer only if it is the wire name of the type it asked
+//! for. By default that is the Rust type's name, with the same weakness;
+//! [`super::Node::register_actor_as`] gives it a kept one.
 
 use std::any::{Any, TypeId};
 
@@ -68,6 +74,11 @@ pub(crate) struct Codecs {
     /// (actor type, wire number) -> decoder and reply encoder; looked up
     /// per message received.
     decoders: DashMap<(TypeId, u64), (Decoder, ReplyEncoder), FxBuildHasher>,
+    /// Actor type -> the wire name it was given (types without one go by
+    /// their Rust name).
+    actor_names: DashMap<TypeId, String, FxBuildHasher>,
+    /// Wire name -> the actor type it was given to.
+    actors_by_name: DashMap<String, TypeId>,
 }
 
 fn encode<M: Serialize + 'static>(
@@ -132,6 +143,35 @@ impl Codecs {
         Ok(())
     }
 
+    /// Gives actor type `t` (Rust name `type_name`) the wire name `name`;
+    /// refused when the name is another actor type's, or `t` has another.
+    pub(crate) fn name_actor(
+        &self,
+        t: TypeId,
+        type_name: &'static str,
+        name: &str,
+    ) -> Result<(), RegisterError> {
+        if self.actor_names.get(&t).is_some_and(|old| *old != name) {
+            return Err(RegisterError::Renamed { type_name });
+        }
+        match self.actors_by_name.entry(name.to_string()) {
+            dashmap::Entry::Occupied(e) if *e.get() != t => {
+                return Err(RegisterError::ActorNameTaken { name: name.to_string() });
+            }
+            dashmap::Entry::Occupied(_) => {}
+            dashmap::Entry::Vacant(e) => {
+                e.insert(t);
+            }
+        }
+        self.actor_names.insert(t, name.to_string());
+        Ok(())
+    }
+
+    /// The wire name of actor type `t` (Rust name `type_name`).
+    pub(crate) fn actor_name(&self, t: TypeId, type_name: &'static str) -> String {
+        self.actor_names.get(&t).map_or_else(|| type_name.to_string(), |n| n.clone())
+    }
+
     pub(crate) fn for_msg(&self, t: TypeId) -> Option<MsgCodec> {
         self.by_msg.get(&t).map(|c| *c)
     }
@@ -141,7 +181,8 @@ impl Codecs {
     }
 }
 
-/// A message type could not be registered for crossing nodes.
+/// A message type could not be registered for crossing nodes, or an actor
+/// type could not be given a wire name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum RegisterError {
@@ -151,10 +192,16 @@ pub enum RegisterError {
         /// The wire name registered first.
         name: String,
     },
-    /// This message type is registered under another wire name already:
-    /// a type has one wire name on a node.
+    /// Another actor type has this wire name
+    /// ([`super::Node::register_actor_as`]).
+    ActorNameTaken {
+        /// The wire name given first.
+        name: String,
+    },
+    /// This type is registered under another wire name already: a type
+    /// has one wire name on a node.
     Renamed {
-        /// The message type.
+        /// The type.
         type_name: &'static str,
     },
     /// The message type is not registered on this node (see
@@ -170,6 +217,9 @@ impl std::fmt::Display for RegisterError {
         match self {
             RegisterError::NameTaken { name } => {
                 write!(f, "the wire name {name:?} is another message type's")
+            }
+            RegisterError::ActorNameTaken { name } => {
+                write!(f, "the wire name {name:?} is another actor type's")
             }
             RegisterError::Renamed { type_name } => {
                 write!(f, "{type_name} is registered under another wire name already")

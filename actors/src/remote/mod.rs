@@ -245,7 +245,8 @@ pub enum LookupError {
     NotConnected,
     /// The node has no actor exported under that name.
     NotFound,
-    /// The actor is of another type (its type name).
+    /// The actor is of another type (its type's wire name: see
+    /// [`Node::register_actor_as`]).
     WrongType(String),
     /// No answer in time (or the connection dropped meanwhile).
     Timeout,
@@ -443,6 +444,28 @@ impl Node {
         self.shared.codecs.register::<A, M>(name)
     }
 
+    /// Gives actor type `A` the wire name `name`, chosen by you and kept
+    /// across versions (`"chat.Room"`), for lookups: a node answers a
+    /// lookup with the wire name of the exported actor's type, and
+    /// [`Node::lookup`] and [`Node::find`] take the answer only if it is
+    /// the wire name of the type they were asked for
+    /// ([`LookupError::WrongType`] otherwise). Without one, a type's wire
+    /// name is its Rust name (`std::any::type_name`), which changes when
+    /// the type moves to another module or crate: for clusters upgraded
+    /// node by node, name every actor type that is looked up from other
+    /// nodes, the same on every node, as [`Node::register_as`] names
+    /// message types. Refused when another actor type has the name on this
+    /// node, or `A` has another.
+    pub fn register_actor_as<A: Actor>(&self, name: &str) -> Result<(), RegisterError> {
+        let t = std::any::TypeId::of::<A>();
+        self.shared.codecs.name_actor(t, std::any::type_name::<A>(), name)
+    }
+
+    /// The wire name of actor type `A` (see [`Node::register_actor_as`]).
+    fn actor_wire_name<A: Actor>(&self) -> String {
+        self.shared.codecs.actor_name(std::any::TypeId::of::<A>(), std::any::type_name::<A>())
+    }
+
     /// Makes `actor` reachable from other nodes under `name` (replacing
     /// whatever had that name). It stays exported until it stops.
     pub fn export<A: Actor>(&self, name: &str, actor: &ActorRef<A>) {
@@ -472,7 +495,7 @@ impl Node {
             Ok(r) => r?,
             Err(_) => return Err(LookupError::Timeout),
         };
-        if found.type_name != std::any::type_name::<A>() {
+        if found.type_name != self.actor_wire_name::<A>() {
             return Err(LookupError::WrongType(found.type_name));
         }
         Ok(self.proxy(node, found.incarnation, found.id))
@@ -523,10 +546,11 @@ impl Node {
         }
         drop(tx);
         let mut unsure = false;
+        let want = self.actor_wire_name::<A>();
         for _ in 0..peers.len() {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             match rx.recv_timeout(left) {
-                Ok(Ok(found)) if found.type_name == std::any::type_name::<A>() => {
+                Ok(Ok(found)) if found.type_name == want => {
                     let r = self.proxy(&found.peer, found.incarnation, found.id);
                     return Ok((found.peer, r));
                 }

@@ -159,7 +159,10 @@ impl NodeActor {
             }
             Frame::Lookup { req, name } => {
                 let found = self.shared.exports.get(&name).map(|e| e.clone());
-                let actor = found.as_ref().map(|e| (e.id, e.type_name.to_string()));
+                // Named as the asker compares it: the type's wire name.
+                let codecs = &self.shared.codecs;
+                let actor =
+                    found.as_ref().map(|e| (e.id, codecs.actor_name(e.actor_type, e.type_name)));
                 if let Some(e) = found {
                     self.watch_export(&e, link);
                 }
