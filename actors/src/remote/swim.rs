@@ -246,6 +246,23 @@ pub(crate) fn sender_of(data: &[u8]) -> Option<(String, u64)> {
     Some((h.src.name, h.src.incarnation))
 }
 
+/// Whether a membership packet that arrived on a connection authenticated
+/// as `link_peer` (name and incarnation; `None` before the handshake
+/// completed) may be taken: only when it says it comes from that very node
+/// and incarnation. Otherwise `Err` with whom it claims to come from (`None`
+/// when its header does not decode): one node relaying or forging another's
+/// packets could otherwise speak for it in membership.
+pub(crate) fn check_source(
+    link_peer: Option<&(String, u64)>,
+    data: &[u8],
+) -> Result<(), Option<(String, u64)>> {
+    let claimed = sender_of(data);
+    match (link_peer, &claimed) {
+        (Some(p), Some(c)) if p == c => Ok(()),
+        _ => Err(claimed),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -366,6 +383,38 @@ mod tests {
         }
         assert_eq!(sender_of(&[]), None);
         assert_eq!(sender_of(&[0xff; 7]), None);
+    }
+
+    /// A's packets are taken from a connection authenticated as A (this
+    /// incarnation) only: not from B's connection (B relaying or forging
+    /// them), not from a connection of another incarnation of A, not before
+    /// a handshake, and garbage never.
+    #[test]
+    fn a_packet_is_taken_only_from_the_connection_of_the_node_it_names() {
+        let mut a = Swim::new(member("a"), timing(), 1);
+        a.announce("b");
+        let data = a
+            .effects()
+            .into_iter()
+            .find_map(|e| match e {
+                Effect::Send(_, data) => Some(data),
+                _ => None,
+            })
+            .expect("an announce");
+        let inc = member("a").incarnation;
+        let a_link = ("a".to_string(), inc);
+        assert_eq!(check_source(Some(&a_link), &data), Ok(()));
+        let claims_a = Err(Some(a_link.clone()));
+        assert_eq!(check_source(Some(&("b".to_string(), inc)), &data), claims_a);
+        assert_eq!(check_source(Some(&("a".to_string(), inc + 1)), &data), claims_a);
+        assert_eq!(check_source(None, &data), claims_a);
+        assert_eq!(check_source(Some(&a_link), &[0xff; 7]), Err(None));
+        // What a refusal leaves: the packet unread, one more rejection.
+        let mut c = Swim::new(member("c"), timing(), 3);
+        let before = c.rejected;
+        c.refuse_misattributed("b", Some("a"));
+        assert_eq!(c.rejected, before + 1);
+        assert!(c.effects().is_empty(), "a refused packet makes no membership change");
     }
 
     #[test]

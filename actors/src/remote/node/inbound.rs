@@ -230,13 +230,12 @@ impl NodeActor {
                 // Membership is tied to the authenticated connection: a
                 // packet is taken only from the node it says it comes from.
                 let peer = self.links.get(&link).and_then(|l| l.peer.clone());
-                let claimed = crate::remote::swim::sender_of(&data);
-                match (&peer, &claimed) {
-                    (Some(p), Some(c)) if p == c => {
+                match crate::remote::swim::check_source(peer.as_ref(), &data) {
+                    Ok(()) => {
                         self.swim.handle_data(&data);
                         self.apply_swim(ctx);
                     }
-                    _ => {
+                    Err(claimed) => {
                         let who = peer.as_ref().map_or("", |p| p.0.as_str());
                         self.swim.refuse_misattributed(who, claimed.as_ref().map(|c| c.0.as_str()));
                     }
