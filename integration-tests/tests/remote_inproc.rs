@@ -1117,13 +1117,16 @@ fn nodes_bound_to_every_interface_advertise_a_dialable_address_and_form_a_full_m
 /// Quarantine: a node restarted under the same name replaces its old
 /// incarnation for good. Here the old process is still running, as one
 /// that was frozen (SIGSTOP) while its replacement started and then thawed:
-/// it keeps dialling, every dial is refused, and the references to the new
-/// incarnation work throughout. (Before quarantine, each of the old one's
-/// redials replaced the new one's connection and stopped its references.)
+/// it keeps dialling its seed `a` and the other member `c`, every dial is
+/// refused by both, the references to the new incarnation work throughout,
+/// and a reference to an actor of the old incarnation, taken before the
+/// restart, stops and stays stopped. (Before quarantine, each of the old
+/// one's redials replaced the new one's connection and stopped its
+/// references.)
 #[test]
 fn an_old_incarnation_that_comes_back_is_refused_and_the_new_one_keeps_its_references() {
     use std::time::Instant;
-    let (sa, s1, s2) = (System::new(), System::new(), System::new());
+    let (sa, s1, s2, sc) = (System::new(), System::new(), System::new(), System::new());
     let a = Node::start(&sa, patient(NodeConfig::new("a", loopback(), SECRET))).unwrap();
     let events = a.events();
     let b_cfg = || {
@@ -1133,21 +1136,38 @@ fn an_old_incarnation_that_comes_back_is_refused_and_the_new_one_keeps_its_refer
     };
     let b1 = Node::start(&s1, b_cfg()).unwrap();
     assert!(a.wait_for_peers(1, T), "the first incarnation joins");
+    // A second node that knows the first incarnation too (so the old one
+    // redials it as well): everyone must refuse it, not only its seed.
+    let c =
+        Node::start(&sc, patient(NodeConfig::new("c", loopback(), SECRET)).seeds([a.local_addr()]))
+            .unwrap();
+    assert!(c.wait_for_peers(2, T) && b1.wait_for_peers(2, T), "a full mesh of a, b1, c");
+    // A reference to an actor of the old incarnation, taken while it was
+    // the current one.
+    register(&a);
+    register(&b1);
+    let old_counter = s1.spawn(Counter::default()).unwrap();
+    b1.export("counter", &old_counter);
+    let r_old = a.lookup::<Counter>("b", "counter", T).unwrap();
+    r_old.tell(Add(1000)).unwrap();
+    assert_eq!(r_old.ask(Get, T).unwrap(), vec![1000]);
     std::thread::sleep(Duration::from_millis(5)); // a later start
     let b2 = Node::start(&s2, b_cfg()).unwrap();
     assert!(b2.incarnation() > b1.incarnation(), "a later start is a newer incarnation");
-    register(&a);
     register(&b2);
+    register(&c);
     let counter = s2.spawn(Counter::default()).unwrap();
     b2.export("counter", &counter);
     let deadline = Instant::now() + T;
-    while a.peers() != vec![("b".to_string(), b2.incarnation())] {
+    let peer_b = ("b".to_string(), b2.incarnation());
+    while !a.peers().contains(&peer_b) || !c.peers().contains(&peer_b) {
         assert!(Instant::now() < deadline, "the new incarnation replaced the old: {:?}", a.peers());
         std::thread::sleep(Duration::from_millis(10));
     }
     let r = a.lookup::<Counter>("b", "counter", T).unwrap();
-    // For 2 s the old incarnation dials `a` every 20-100 ms.
-    let before = a.stats().quarantined;
+    let rc = c.lookup::<Counter>("b", "counter", T).unwrap();
+    // For 2 s the old incarnation dials `a` and `c` every 20-100 ms.
+    let (before, before_c) = (a.stats().quarantined, c.stats().quarantined);
     let start = Instant::now();
     let mut n = 0;
     while start.elapsed() < Duration::from_secs(2) {
@@ -1156,6 +1176,13 @@ fn an_old_incarnation_that_comes_back_is_refused_and_the_new_one_keeps_its_refer
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(r.ask(Get, T).unwrap(), (0..n).collect::<Vec<_>>(), "every message arrived");
+    assert_eq!(rc.ask(Get, T).unwrap().len() as u64, n, "c's reference works too");
+    assert!(c.stats().quarantined > before_c, "c refused the old incarnation too: {:?}", c.stats());
+    assert!(
+        !c.peers().iter().any(|p| p.0 == "b" && p.1 == b1.incarnation()),
+        "c took the old incarnation back: {:?}",
+        c.peers()
+    );
     // (Counted over these 2 s only; `a` also redials where b1 listened.)
     let refused = a.stats().quarantined - before;
     eprintln!("connections to the old incarnation refused in 2 s: {refused}");
@@ -1164,13 +1191,20 @@ fn an_old_incarnation_that_comes_back_is_refused_and_the_new_one_keeps_its_refer
     // 2 s), not every 20 ms as when each refused link reset its dial's
     // backoff (45 in one run).
     assert!(refused <= 30, "{refused} connections to the old incarnation in 2 s");
-    assert_eq!(a.peers(), vec![("b".to_string(), b2.incarnation())]);
+    let peers = a.peers();
+    assert!(peers.contains(&peer_b) && peers.iter().all(|p| p.1 != b1.incarnation()), "{peers:?}");
+    // The reference to the old incarnation stopped when it was replaced and
+    // stays stopped while the old one keeps coming back: nothing sent
+    // through it reaches either incarnation.
+    assert!(!r_old.is_alive(), "a reference to the old incarnation was revived");
+    assert!(matches!(r_old.tell(Add(2000)), Err(ringmail::TellError::Stopped(_))));
+    assert_eq!(old_counter.ask(Get, T).unwrap(), vec![1000], "the old actor got nothing more");
     // The old incarnation never came up again, and the new one never went down.
     let mut new_up = false;
     for ev in events.try_iter() {
         match ev {
             NodeEvent::Up { incarnation, .. } if incarnation == b2.incarnation() => new_up = true,
-            NodeEvent::Up { incarnation, .. } => {
+            NodeEvent::Up { name, incarnation } if name == "b" => {
                 assert!(!new_up && incarnation == b1.incarnation(), "up again: {incarnation}")
             }
             NodeEvent::Down { incarnation, .. } => {
@@ -1180,8 +1214,8 @@ fn an_old_incarnation_that_comes_back_is_refused_and_the_new_one_keeps_its_refer
         }
     }
     assert!(new_up);
-    drop((b1, b2, a));
-    for s in [s1, s2, sa] {
+    drop((b1, b2, a, c));
+    for s in [s1, s2, sa, sc] {
         s.shutdown();
     }
 }
