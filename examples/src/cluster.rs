@@ -151,6 +151,36 @@ impl Handler<Quit> for Control {
     }
 }
 
+/// Outlives what it is linked to: it traps exits (Erlang's `trap_exit`)
+/// and keeps each exit it got, for [`ExitsSeen`]. Other nodes link their
+/// actors to it to see a remote link carry an exit without stopping it.
+#[derive(Default)]
+pub struct Keeper {
+    exits: Vec<(Option<String>, u64, String)>,
+}
+impl Actor for Keeper {
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        ctx.trap_exits();
+    }
+}
+impl Handler<ringmail::Exited> for Keeper {
+    fn handle(&mut self, e: ringmail::Exited, _: &mut Context<Self>) {
+        self.exits.push((e.node, e.actor, format!("{:?}", e.reason)));
+    }
+}
+
+/// The exits a [`Keeper`] got: (node, actor id there, reason).
+#[derive(Serialize, Deserialize)]
+pub struct ExitsSeen;
+impl Message for ExitsSeen {
+    type Reply = Vec<(Option<String>, u64, String)>;
+}
+impl Handler<ExitsSeen> for Keeper {
+    fn handle(&mut self, _: ExitsSeen, _: &mut Context<Self>) -> <ExitsSeen as Message>::Reply {
+        self.exits.clone()
+    }
+}
+
 /// The group of `SeqCheck`s spread across the cluster (see
 /// [`join_checkers`]).
 pub const CHECKERS: &str = "checkers";
@@ -195,6 +225,7 @@ pub fn register_all(node: &Node) -> Result<(), ringmail::remote::RegisterError> 
     node.register_actor_as::<WordCounter>("cluster.WordCounter")?;
     node.register_actor_as::<SeqCheck>("cluster.SeqCheck")?;
     node.register_actor_as::<Control>("cluster.Control")?;
+    node.register_actor_as::<Keeper>("cluster.Keeper")?;
     node.register_as::<Pong, Ping>("cluster.Ping")?;
     node.register_as::<WordCounter, Line>("cluster.Line")?;
     node.register_as::<WordCounter, Totals>("cluster.Totals")?;
@@ -203,6 +234,7 @@ pub fn register_all(node: &Node) -> Result<(), ringmail::remote::RegisterError> 
     node.register_as::<SeqCheck, SeqSeen>("cluster.SeqSeen")?;
     node.register_as::<Control, Quit>("cluster.Quit")?;
     node.register_as::<Control, Checkers>("cluster.Checkers")?;
+    node.register_as::<Keeper, ExitsSeen>("cluster.ExitsSeen")?;
     Ok(())
 }
 // ANCHOR_END: register
@@ -215,6 +247,8 @@ pub struct Worker {
     pub words: ActorRef<WordCounter>,
     /// `seq`
     pub seq: ActorRef<SeqCheck>,
+    /// `keeper`
+    pub keeper: ActorRef<Keeper>,
     /// Fires when `control` is told to quit.
     pub quit: mpsc::Receiver<()>,
 }
@@ -227,11 +261,13 @@ pub fn start_worker(system: &System, node: &Node) -> Result<Worker, SpawnError> 
     let seq = system.spawn(SeqCheck::default())?;
     let (tx, quit) = mpsc::channel();
     let control = system.spawn(Control(tx))?;
+    let keeper = system.spawn(Keeper::default())?;
     node.export("pong", &pong);
     node.export("words", &words);
     node.export("seq", &seq);
     node.export("control", &control);
-    Ok(Worker { pong, words, seq, quit })
+    node.export("keeper", &keeper);
+    Ok(Worker { pong, words, seq, keeper, quit })
 }
 // ANCHOR_END: worker
 

@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use ringmail::remote::{Node, NodeConfig, NodeEvent};
 use ringmail::{Actor, Context, Down, Handler, StopReason, System, TellError};
-use ringmail_examples::cluster::{self, Checkers, Control, Ping, Pong, Seq, SeqCheck, SeqReport};
+use ringmail_examples::cluster::{
+    self, Checkers, Control, ExitsSeen, Keeper, Ping, Pong, Seq, SeqCheck, SeqReport,
+};
 
 const SECRET: &str = "cb3433c425b35a296be3b07da99b1580539a02b9508a6ff9f320a031f13840c6";
 const T: Duration = Duration::from_secs(20);
@@ -660,6 +662,9 @@ impl<A: Actor> Handler<Linked> for Holder<A> {
 /// go, a fresh lookup no longer finds it); its stop comes back to a second
 /// local holder through that holder's own link. Then the worker is killed
 /// with SIGKILL: a holder linked to its `words` stops, naming the node.
+/// In between, two holders linked to `keeper`, which traps exits: one
+/// fails, the keeper gets that exit and runs on, and the other holder and
+/// the reference to the keeper keep working.
 #[test]
 fn links_between_processes_carry_exits_both_ways() {
     let _serial = one_at_a_time();
@@ -699,6 +704,36 @@ fn links_between_processes_carry_exits_both_ways() {
         Some(StopReason::RemoteLinked { node, .. }) => assert_eq!(node, "lk1"),
         other => panic!("the other holder stops through its own link: {other:?}"),
     }
+
+    // The same with an actor there that traps exits: it gets the failed
+    // holder's exit and runs on, so the other holder and every reference
+    // to it here keep working.
+    let keeper = lookup::<Keeper>(&node, "lk1", "keeper");
+    let (x, y) = (
+        system.spawn(Holder(keeper.clone())).unwrap(),
+        system.spawn(Holder(keeper.clone())).unwrap(),
+    );
+    x.ask(Linked, T).unwrap();
+    y.ask(Linked, T).unwrap();
+    x.tell(Boom).unwrap();
+    assert!(matches!(x.wait_stopped(T), Some(StopReason::Panicked(_))));
+    let deadline = Instant::now() + T;
+    let exits = loop {
+        let exits = keeper.ask(ExitsSeen, T).expect("the keeper answers");
+        if !exits.is_empty() || Instant::now() > deadline {
+            break exits;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(exits.len(), 1, "{exits:?}");
+    let (from_node, from_actor, reason) = &exits[0];
+    assert_eq!(from_node.as_deref(), Some("tester"));
+    assert_eq!(*from_actor, x.id());
+    assert!(reason.contains("boom"), "{reason}");
+    std::thread::sleep(Duration::from_millis(200)); // room for a wrong stop to arrive
+    assert!(y.is_alive() && y.ask(Linked, T).is_ok(), "the other holder keeps running");
+    assert!(keeper.is_alive(), "the reference to the keeper keeps working");
+    assert_eq!(lookup::<Keeper>(&node, "lk1", "keeper").id(), keeper.id(), "still exported");
 
     // The worker's process killed: its node going down reaches the link.
     let words = lookup::<ringmail_examples::cluster::WordCounter>(&node, "lk1", "words");

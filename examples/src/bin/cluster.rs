@@ -282,7 +282,7 @@ fn worker(name: &str, system: &System, node: &Node, checkers: usize) -> i32 {
         println!("{name}: {checkers} actors in the group {}", cluster::CHECKERS);
     }
     println!(
-        "{name}: actors pong, words, seq, control live here ({} pid {})",
+        "{name}: actors pong, words, seq, control, keeper live here ({} pid {})",
         node.local_addr(),
         std::process::id()
     );
