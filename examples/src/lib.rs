@@ -7,6 +7,7 @@ pub mod account;
 pub mod cluster;
 pub mod echo;
 pub mod kv;
+pub mod relay;
 pub mod server;
 
 /// A loopback TCP port nothing is bound to now, for a child process to

@@ -747,3 +747,62 @@ fn links_between_processes_carry_exits_both_ways() {
     }
     system.shutdown();
 }
+
+/// What crosses the wire between two processes is encrypted (the
+/// integration test `traffic_between_nodes_carries_no_plaintext` checks the
+/// same between two systems of one process): a worker process and this
+/// test's node, each reachable only through a recording relay (the address
+/// it advertises), exchange marked lines (small ones batched into segments,
+/// 40 KiB ones sealed alone) and a word count whose reply holds the marker
+/// and a 40 KiB word. No stream holds the marker, a node name, the actor's
+/// name or a run of the filler, and the relays saw every payload byte.
+#[test]
+fn traffic_between_processes_carries_no_plaintext() {
+    use ringmail_examples::cluster::{Line, Totals, WordCounter};
+    use ringmail_examples::relay::{contains, relay, streams, Seen};
+    let _serial = one_at_a_time();
+    let seen: Seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let addr = free_addr();
+    let front_w = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let w_adv = front_w.local_addr().unwrap().to_string();
+    relay(front_w, addr, seen.clone());
+    let _w = worker_with("encworker", addr, SECRET, &[], &["--advertise", &w_adv]);
+    let system = System::new();
+    let front_t = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let cfg = NodeConfig::new("enctester", "127.0.0.1:0".parse().unwrap(), SECRET)
+        .advertise(front_t.local_addr().unwrap())
+        .seeds([w_adv.parse().unwrap()]);
+    let node = Node::start(&system, cfg).unwrap();
+    relay(front_t, node.local_addr(), seen.clone());
+    cluster::register_all(&node).expect("distinct wire names");
+    assert!(node.wait_for_peers(1, T), "the worker joins through the relays");
+    let words = lookup::<WordCounter>(&node, "encworker", "words");
+    const MARKER: &str = "plaintextmarker7f3a";
+    let mut sent = 0;
+    for i in 0..100 {
+        let filler = if i % 10 == 0 { 40 << 10 } else { 2000 };
+        let line = format!("{MARKER} {}", "x".repeat(filler));
+        sent += line.len();
+        words.tell(Line(line)).unwrap();
+    }
+    let (n, counts) = words.ask(Totals, T).unwrap();
+    assert_eq!(n, 100, "every line arrived");
+    assert!(counts.iter().any(|(w, c)| w == MARKER && *c == 100), "the marker came back");
+    assert!(counts.iter().any(|(w, _)| w.len() == 40 << 10), "a 40 KiB word came back");
+    let streams = streams(&seen);
+    let total: usize = streams.iter().map(Vec::len).sum();
+    eprintln!("the relays saw {total} bytes in {} streams; {sent} sent", streams.len());
+    assert!(total >= sent + (40 << 10), "the relays saw {total} bytes: traffic went around them");
+    let needles: [&[u8]; 5] =
+        [MARKER.as_bytes(), b"encworker", b"enctester", b"words", &[b'x'; 64]];
+    for stream in &streams {
+        for needle in needles {
+            assert!(
+                !contains(stream, needle),
+                "{:?} crossed the wire in the clear",
+                String::from_utf8_lossy(needle)
+            );
+        }
+    }
+    system.shutdown();
+}

@@ -6,13 +6,13 @@
 //! covered: small frames batched into a segment, and frames of 16 KiB and
 //! more (messages and a reply) sealed alone where they were encoded.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ringmail::remote::{Node, NodeConfig};
 use ringmail::{Actor, Context, Handler, Message, System};
+use ringmail_examples::relay::{contains, relay, streams, Seen};
 use serde::{Deserialize, Serialize};
 
 const SECRET: &str = "0d8c1a79e3f4b2c65a7d9e0f1b3c5d7e9f1a2b4c6d8e0f1a3b5c7d9e1f2a4b6c";
@@ -46,40 +46,6 @@ impl Handler<Count> for Sink {
     }
 }
 
-/// Every byte a relay carried: one stream per connection and direction.
-type Seen = Arc<Mutex<Vec<Arc<Mutex<Vec<u8>>>>>>;
-
-/// A relay in front of a node: every connection to `listener` is joined to
-/// one to the node, and every byte of each direction is kept in a stream
-/// of its own in `seen`.
-fn relay(listener: TcpListener, to: SocketAddr, seen: Seen) {
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(a) = conn else { return };
-            let Ok(b) = TcpStream::connect(to) else { continue };
-            for (mut from, mut into) in [(a.try_clone().unwrap(), b.try_clone().unwrap()), (b, a)] {
-                let stream = Arc::new(Mutex::new(Vec::new()));
-                seen.lock().unwrap().push(stream.clone());
-                std::thread::spawn(move || {
-                    let mut buf = [0u8; 65536];
-                    loop {
-                        match from.read(&mut buf) {
-                            Ok(0) | Err(_) => break,
-                            Ok(n) => {
-                                stream.lock().unwrap().extend_from_slice(&buf[..n]);
-                                if into.write_all(&buf[..n]).is_err() {
-                                    break;
-                                }
-                            }
-                        }
-                    }
-                    let _ = into.shutdown(std::net::Shutdown::Write);
-                });
-            }
-        }
-    });
-}
-
 /// A node that every other node reaches only through a relay (the relay's
 /// address is the one it advertises).
 fn relayed_node(system: &System, name: &str, seeds: &[SocketAddr], seen: &Seen) -> Node {
@@ -90,10 +56,6 @@ fn relayed_node(system: &System, name: &str, seeds: &[SocketAddr], seen: &Seen) 
     let node = Node::start(system, cfg).unwrap();
     relay(front, node.local_addr(), seen.clone());
     node
-}
-
-fn contains(hay: &[u8], needle: &[u8]) -> bool {
-    hay.windows(needle.len()).any(|w| w == needle)
 }
 
 #[test]
@@ -132,8 +94,7 @@ fn traffic_between_nodes_carries_no_plaintext() {
     assert_eq!(count, N, "every message arrived");
     assert!(contains(&reply, MARKER), "the reply came back whole");
 
-    let streams: Vec<Vec<u8>> =
-        seen.lock().unwrap().iter().map(|s| s.lock().unwrap().clone()).collect();
+    let streams = streams(&seen);
     let total: usize = streams.iter().map(Vec::len).sum();
     eprintln!(
         "the relays saw {total} bytes in {} streams; {sent_bytes} payload bytes were sent",
