@@ -1,6 +1,6 @@
 //! The kernel boundary: every `unsafe` that talks to io_uring lives here.
 //!
-//! Three kinds of contract are discharged in this file:
+//! Four kinds of contract are discharged in this file:
 //!
 //! 1. **SQEs that reference no user memory.** Ringmail's own operations
 //!    (`MSG_RING` data and fd messages, `CLOSE` of a fixed slot) carry only
@@ -12,7 +12,11 @@
 //! 2. **SQEs built by the user** ([`push_user`]): the user's `unsafe` promise
 //!    (buffers live until the completion) is forwarded unchanged.
 //! 3. **Raw `io_uring_register` calls** the io-uring crate does not wrap,
-//!    whose argument structs live on our stack for the duration of the call.
+//!    whose argument structs live on our stack for the duration of the call,
+//!    and one raw `io_uring_enter` ([`enter_getevents`]) that passes no
+//!    pointer at all.
+//! 4. **An fd number re-pointed** ([`retire_fd`]): `dup3` of the process's
+//!    `/dev/null` onto a number its owner keeps owning, passing no memory.
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
