@@ -1,12 +1,18 @@
 #!/usr/bin/env python3
 """The KV server driven by Python's `redis` package at its default settings,
-as a Python user would: `redis.Redis(port=...)`, `decode_responses`, a
-transaction pipeline, `scan_iter`, `BLPOP` woken by another client, pub-sub
-across workers, `INFO`.
+as a Python user would: `redis.Redis(port=...)`, `decode_responses`, every
+command family of the KV (strings, keyspace, expiry, hashes, lists, sets),
+a transaction pipeline, `DISCARD`, `WATCH`/`UNWATCH`, `scan_iter`, `BLPOP` and
+`BRPOP` woken by another client, pub-sub across workers with unsubscribing,
+RESP3 (`protocol=3`), `RESET`, `QUIT`, `COMMAND`, `INFO`, and `AUTH` against
+a second server that requires a password.
 
-Usage: kv-python.py PORT   (a `kv` server with several workers listens there)
+Usage: kv-python.py PORT [AUTH_PORT PASSWORD]
+  (a `kv` server with several workers listens on PORT; one started with
+  `--requirepass PASSWORD` on AUTH_PORT)
 Exits 1 with the failing check's message; prints one line per section.
 """
+import socket
 import sys
 import threading
 import time
@@ -55,8 +61,32 @@ def main():
     check(r.set("fb", "foobar") and r.bitcount("fb") == 26 and r.bitcount("fb", 1, 1) == 6, "BITCOUNT")
     r.set("bp", b"\x00\xff\xf0")
     check(r.bitpos("bp", 1) == 8 and r.bitpos("bp", 1, 2) == 16 and r.bitpos("bp", 0) == 0, "BITPOS")
-    check(r.type("n") == "integer" or r.type("n") == "string", "TYPE")
+    check(r.type("n") == "string" and r.type("nope") == "none", "TYPE")
+    check(r.psetex("px", 100_000, "v") and 98_000 < r.pttl("px") <= 100_000, "PSETEX/PTTL")
+    check(r.set("sr", "Hello World") and r.setrange("sr", 6, "Redis") == 11, "SETRANGE")
+    check(r.get("sr") == "Hello Redis", "SETRANGE result")
+    check(r.set("gx", "v") and r.getex("gx", ex=100) == "v" and 98 <= r.ttl("gx") <= 100, "GETEX EX")
+    check(r.getex("gx", persist=True) == "v" and r.ttl("gx") == -1, "GETEX PERSIST")
     print("strings: ok")
+
+    # keyspace and expiry
+    check(r.set("{kk}one", 1) and r.set("{kk}two", 2), "SET")
+    check(sorted(r.keys("{kk}*")) == ["{kk}one", "{kk}two"], f"KEYS {r.keys('{kk}*')}")
+    check(r.unlink("{kk}one", "{kk}nope") == 1 and r.exists("{kk}one") == 0, "UNLINK")
+    check(r.set("{rn}a", "v") and r.rename("{rn}a", "{rn}b"), "RENAME on one shard")
+    check(r.get("{rn}b") == "v" and r.get("{rn}a") is None, "RENAME result")
+    r.set("mv-source", "m")  # these two keys may live on different shards
+    check(r.rename("mv-source", "mv-target") and r.get("mv-target") == "m", "RENAME")
+    check(r.exists("mv-source") == 0, "RENAME removed the source")
+    check(r.set("ea", 1) and r.expireat("ea", int(time.time()) + 100), "EXPIREAT")
+    check(97 <= r.ttl("ea") <= 100, f"EXPIREAT TTL {r.ttl('ea')}")
+    check(r.pexpire("ea", 50_000) and 45_000 < r.pttl("ea") <= 50_000, "PEXPIRE/PTTL")
+    check(r.persist("ea") and r.ttl("ea") == -1 and not r.persist("ea"), "PERSIST")
+    check(r.pexpire("gone", 1) == 0, "PEXPIRE of a missing key")
+    r.set("short", 1, px=50)
+    time.sleep(0.2)
+    check(r.get("short") is None and r.exists("short") == 0, "a key past its deadline is gone")
+    print("keyspace and expiry: ok")
 
     # hashes, lists, sets
     check(r.hset("h", mapping={"a": "1", "b": "2"}) == 2, "HSET mapping")
@@ -68,6 +98,15 @@ def main():
     check(r.lpop("l") == "z" and r.rpop("l", 2) == ["c", "b"], "LPOP/RPOP count")
     check(r.sadd("st", "x", "y", "x") == 2 and r.smembers("st") == {"x", "y"}, "SADD/SMEMBERS")
     check(r.sismember("st", "x") and r.scard("st") == 2, "SISMEMBER/SCARD")
+    check(r.hget("h", "a") == "10" and r.hget("h", "zz") is None, "HGET")
+    check(r.hmget("h", ["a", "b", "zz"]) == ["10", "2", None], "HMGET")
+    check(r.hexists("h", "a") and not r.hexists("h", "zz"), "HEXISTS")
+    check(sorted(r.hvals("h")) == ["10", "2"], "HVALS")
+    check(r.hdel("h", "a", "zz") == 1 and not r.hexists("h", "a") and r.hlen("h") == 1, "HDEL")
+    check(r.llen("l") == 1 and r.lindex("l", 0) == "a" and r.lindex("l", 5) is None, "LLEN/LINDEX")
+    check(r.rpush("l", "b", "c") == 3 and r.lindex("l", -1) == "c", "LINDEX from the end")
+    check(r.srem("st", "x", "nope") == 1 and r.smembers("st") == {"y"}, "SREM")
+    check(r.type("h") == "hash" and r.type("l") == "list" and r.type("st") == "set", "TYPE")
     try:
         r.lpush("h", "x")
         check(False, "WRONGTYPE expected")
@@ -86,7 +125,17 @@ def main():
     th.join(15)
     check(box == [("{jobs}q", "job-1")], f"BLPOP got {box}")
     check(r.blpop(["{jobs}q"], timeout=0.1) is None, "BLPOP timeout")
-    print("blpop: ok")
+    box.clear()
+    th = threading.Thread(target=lambda: box.append(waiter.brpop(["{jobs}r"], timeout=10)))
+    th.start()
+    time.sleep(0.2)
+    check(not box, "BRPOP returned before a push")
+    r.rpush("{jobs}r", "job-2")
+    th.join(15)
+    check(box == [("{jobs}r", "job-2")], f"BRPOP got {box}")
+    r.rpush("{jobs}r", "x", "y")
+    check(r.brpop(["{jobs}r"], timeout=1) == ("{jobs}r", "y"), "BRPOP pops the tail")
+    print("blpop, brpop: ok")
 
     # a transaction pipeline (redis-py's default pipeline is MULTI/EXEC);
     # its keys share a hash tag, so they live on one shard
@@ -131,7 +180,29 @@ def main():
     for t in ths:
         t.join(60)
     check(r.get("{ctr}n") == "200", f"WATCH contention lost increments: {r.get('{ctr}n')}")
-    print("transactions and WATCH: ok")
+    # DISCARD, and UNWATCH: on one connection, command by command
+    one = redis.Redis(port=port, decode_responses=True, single_connection_client=True)
+    check(one.execute_command("MULTI") == "OK", "MULTI")
+    # (RPUSH: redis-py turns a SET's QUEUED into False)
+    check(one.execute_command("RPUSH", "dk", "1") == "QUEUED", "a queued command")
+    check(one.execute_command("DISCARD") == "OK" and r.exists("dk") == 0, "DISCARD")
+    one.execute_command("WATCH", "wk")
+    r.set("wk", "changed")
+    one.execute_command("UNWATCH")
+    one.execute_command("MULTI")
+    one.execute_command("SET", "wk", "mine")
+    check(one.execute_command("EXEC") == ["OK"], "EXEC after UNWATCH runs")
+    check(r.get("wk") == "mine", "UNWATCH result")
+    one.execute_command("WATCH", "wk")
+    r.set("wk", "changed again")
+    one.execute_command("MULTI")
+    one.execute_command("SET", "wk", "mine")
+    check(one.execute_command("EXEC") is None and r.get("wk") == "changed again", "WATCH aborts")
+    # RESET forgets the connection's state
+    one.client_setname("to-forget")
+    check(one.execute_command("RESET") == "RESET" and one.client_getname() is None, "RESET")
+    one.close()
+    print("transactions, DISCARD, WATCH/UNWATCH, RESET: ok")
 
     # SCAN over many keys on several shards: each exactly once
     n = 100_000
@@ -193,13 +264,67 @@ def main():
     check(done.wait(10) or len(got) >= 3, f"listener got {got}")
     th.stop()
     th.join(5)
+    # unsubscribing: a subscriber that left no longer counts
+    subs[0].unsubscribe("news")
+    m = subs[0].get_message(timeout=10)
+    check(m and m["type"] == "unsubscribe" and m["channel"] == "news", f"unsubscribe: {m}")
+    pat.punsubscribe("ne*")
+    m = pat.get_message(timeout=10)
+    check(m and m["type"] == "punsubscribe", f"punsubscribe: {m}")
+    check(r.publish("news", "after") == 3, "PUBLISH after two left")
     print("pub-sub: ok")
+
+    # RESP3 (HELLO 3): maps, sets, nulls, push messages
+    r3 = redis.Redis(port=port, protocol=3, decode_responses=True, socket_timeout=20)
+    check("resp=3" in r3.execute_command("CLIENT", "INFO"), "the connection speaks RESP3")
+    check(r3.hset("h3", mapping={"a": "1", "b": "2"}) == 2, "HSET (RESP3)")
+    check(r3.hgetall("h3") == {"a": "1", "b": "2"}, "HGETALL as a map")
+    check(r3.smembers("st") == {"y"} and r3.get("nope") is None, "a set and a null")
+    p3 = r3.pubsub()
+    p3.subscribe("n3")
+    check(p3.get_message(timeout=10)["type"] == "subscribe", "subscribe (RESP3)")
+    check(r.publish("n3", "pushed") == 1, "PUBLISH to a RESP3 subscriber")
+    m = p3.get_message(timeout=10)
+    check(m and m["type"] == "message" and m["data"] == "pushed", f"a push message: {m}")
+    p3.close()
+    r3.close()
+    print("resp3: ok")
+
+    # COMMAND, as clients probe it; QUIT on a raw connection
+    check(r.command_count() > 50, "COMMAND COUNT")
+    check(isinstance(r.execute_command("COMMAND", "DOCS", "get"), (list, dict)), "COMMAND DOCS")
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(b"QUIT\r\n")
+        got = b""
+        while True:
+            b = s.recv(64)
+            if not b:
+                break
+            got += b
+        check(got == b"+OK\r\n", f"QUIT answers OK and closes: {got!r}")
+    print("command, quit: ok")
 
     info = r.info()
     check(info["redis_version"] == "7.2.0" and info["connected_clients"] >= 1, "INFO")
     check(r.info("keyspace")["db0"]["keys"] >= n, f"INFO keyspace {r.info('keyspace')}")
     check(r.dbsize() >= n, "DBSIZE")
     print("info: ok")
+
+    if len(sys.argv) > 3:
+        auth_port, password = int(sys.argv[2]), sys.argv[3]
+        try:
+            redis.Redis(port=auth_port, socket_timeout=20).ping()
+            check(False, "a command without AUTH must be refused")
+        except redis.AuthenticationError as e:
+            check("authenticat" in str(e).lower(), f"NOAUTH: {e}")
+        try:
+            redis.Redis(port=auth_port, password="wrong", socket_timeout=20).ping()
+            check(False, "a wrong password must be refused")
+        except redis.AuthenticationError:
+            pass
+        ra = redis.Redis(port=auth_port, password=password, decode_responses=True, socket_timeout=20)
+        check(ra.ping() and ra.set("a", "1") and ra.get("a") == "1", "AUTH with the password")
+        print("auth: ok")
     print("python client: all checks passed")
 
 
