@@ -31,6 +31,9 @@ def main():
     check(r.ping(), "PING")
     info = r.execute_command("CLIENT", "INFO")
     print(f"redis-py {redis.__version__}, default settings; the server sees: {info.strip()}")
+    lib = r.client_info()
+    check(lib.get("lib-name") == "redis-py" and lib.get("lib-ver") == redis.__version__,
+          f"CLIENT INFO shows the library redis-py named on connect: {lib}")
     r.client_setname("py-test")
     check(r.client_getname() == "py-test", "CLIENT SETNAME/GETNAME")
     # Another connection (likely on another worker): listed, then killed.

@@ -480,8 +480,24 @@ fn client_list_shows_every_worker_s_connections_and_client_kill_closes_one() {
             .find(|l| l.starts_with(&format!("id={id} ")))
             .unwrap_or_else(|| panic!("connection {id} missing from {list}"));
         assert!(line.contains(&format!(" name=c{i} ")), "{line}");
-        assert!(line.ends_with(&format!(" resp={resp}")), "{line}");
+        assert!(line.contains(&format!(" resp={resp} ")), "{line}");
     }
+    // A client library names itself (Redis 7.2's CLIENT SETINFO), as
+    // redis-py does on connect: shown in CLIENT LIST and CLIENT INFO.
+    let set = |con: &mut Connection, attr: &str, v: &str| -> redis::RedisResult<String> {
+        cmd("CLIENT").arg("SETINFO").arg(attr).arg(v).query(con)
+    };
+    assert_eq!(set(&mut cons[2], "lib-name", "mylib").unwrap(), "OK");
+    assert_eq!(set(&mut cons[2], "LIB-VER", "1.2").unwrap(), "OK");
+    let e = set(&mut cons[2], "lib-color", "red").unwrap_err();
+    assert!(e.to_string().contains("Unrecognized option 'lib-color'"), "{e}");
+    let e = set(&mut cons[2], "lib-name", "my lib").unwrap_err();
+    assert!(e.to_string().contains("lib-name cannot contain spaces"), "{e}");
+    let list: String = cmd("CLIENT").arg("LIST").query(&mut cons[0]).unwrap();
+    let line = list.lines().find(|l| l.starts_with(&format!("id={} ", ids[2]))).unwrap();
+    assert!(line.ends_with(" lib-name=mylib lib-ver=1.2"), "{line}");
+    let info: String = cmd("CLIENT").arg("INFO").query(&mut cons[2]).unwrap();
+    assert!(info.trim_end().ends_with(" lib-name=mylib lib-ver=1.2"), "{info}");
     let two: String =
         cmd("CLIENT").arg("LIST").arg("ID").arg(ids[1]).arg(ids[4]).query(&mut cons[0]).unwrap();
     assert_eq!(two.lines().count(), 2, "{two}");

@@ -417,7 +417,7 @@ pub(super) fn connection_command(
     let reply = connection_reply(c, args, info)?;
     // What CLIENT LIST shows of it may have changed (a name, the protocol).
     if matches!(Lower::of(&args[0]).as_bytes(), b"hello" | b"client" | b"reset") {
-        info.clients.update(c.id, c.name.as_deref(), c.resp3);
+        info.clients.update(c.id, c.name.as_deref(), &c.lib, c.resp3);
     }
     Some(reply)
 }
@@ -522,7 +522,29 @@ fn connection_reply(c: &mut Client, args: &[Vec<u8>], info: &ServerInfo) -> Opti
             }
             Some(b"getname") => c.name.clone().map_or(Reply::Nil, Reply::Bulk),
             Some(b"id") => Reply::Int(c.id as i64),
-            Some(b"setinfo") if args.len() == 4 => Reply::Simple("OK"),
+            Some(b"setinfo") if args.len() == 4 => {
+                // Redis 7.2: LIB-NAME and LIB-VER, any case; a value with a
+                // space, a newline or another special character is refused.
+                let attr = Lower::of(&args[2]);
+                let slot = match attr.as_bytes() {
+                    b"lib-name" => &mut c.lib.name,
+                    b"lib-ver" => &mut c.lib.ver,
+                    _ => {
+                        return Some(Reply::Error(format!(
+                            "ERR Unrecognized option '{}'",
+                            String::from_utf8_lossy(&args[2])
+                        )))
+                    }
+                };
+                if args[3].iter().any(|b| b.is_ascii_whitespace() || !b.is_ascii_graphic()) {
+                    return Some(Reply::Error(format!(
+                        "ERR {} cannot contain spaces, newlines or special characters.",
+                        String::from_utf8_lossy(attr.as_bytes())
+                    )));
+                }
+                *slot = (!args[3].is_empty()).then(|| args[3].clone());
+                Reply::Simple("OK")
+            }
             Some(b"info") if args.len() == 2 => {
                 let now = std::time::Instant::now();
                 let rows = info.clients.select(Some(&[c.id]));

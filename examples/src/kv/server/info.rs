@@ -72,6 +72,9 @@ pub(super) struct ClientRow {
     pub(super) worker: usize,
     pub(super) conn: ringmail::net::ConnId,
     pub(super) name: Option<Vec<u8>>,
+    /// What the client library said of itself (`CLIENT SETINFO`): its name
+    /// and version.
+    pub(super) lib: Lib,
     pub(super) resp3: bool,
     pub(super) since: Instant,
     /// Channels and patterns it is subscribed to (`CLIENT LIST TYPE
@@ -99,9 +102,10 @@ impl ClientTable {
     }
 
     /// Sets what connection `id` shows of its own state.
-    pub(super) fn update(&self, id: u64, name: Option<&[u8]>, resp3: bool) {
+    pub(super) fn update(&self, id: u64, name: Option<&[u8]>, lib: &Lib, resp3: bool) {
         if let Some(row) = self.rows().get_mut(&id) {
             row.name = name.map(<[u8]>::to_vec);
+            row.lib = lib.clone();
             row.resp3 = resp3;
         }
     }
@@ -138,8 +142,21 @@ impl ClientRow {
         let resp = if self.resp3 { 3 } else { 2 };
         // Redis' flags: P a pub-sub subscriber, N nothing special.
         let flags = if self.subscriptions > 0 { "P" } else { "N" };
-        format!("id={id} name={name} age={age} flags={flags} db=0 user=default resp={resp}\n")
+        let lib_name = self.lib.name.as_deref().map(String::from_utf8_lossy).unwrap_or_default();
+        let lib_ver = self.lib.ver.as_deref().map(String::from_utf8_lossy).unwrap_or_default();
+        format!(
+            "id={id} name={name} age={age} flags={flags} db=0 user=default resp={resp} \
+             lib-name={lib_name} lib-ver={lib_ver}\n"
+        )
     }
+}
+
+/// What a client library says of itself with `CLIENT SETINFO LIB-NAME` and
+/// `LIB-VER` (Redis 7.2), shown by `CLIENT LIST` and `CLIENT INFO`.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Lib {
+    pub(crate) name: Option<Vec<u8>>,
+    pub(crate) ver: Option<Vec<u8>>,
 }
 
 /// The `INFO` sections, in Redis' order; `default` and `all` name every one.

@@ -226,6 +226,8 @@ pub(super) struct Client {
     pub(super) resp3: bool,
     /// `CLIENT SETNAME`.
     pub(super) name: Option<Vec<u8>>,
+    /// `CLIENT SETINFO`'s library name and version.
+    pub(super) lib: super::info::Lib,
     /// After `MULTI`: the commands queued for `EXEC`.
     pub(super) multi: Option<Vec<Vec<Vec<u8>>>>,
     /// A queued command was refused: `EXEC` aborts.
@@ -360,6 +362,7 @@ impl FdHandler<NewConnection> for KvWorker {
                     worker: self.index,
                     conn: id,
                     name: None,
+                    lib: Default::default(),
                     resp3: false,
                     since: Instant::now(),
                     subscriptions: 0,
