@@ -6,8 +6,10 @@
 //! on one thread; Ringmail gets one ring); redis-benchmark runs on the
 //! other core. Needs `redis-benchmark` and `redis-server` (Debian:
 //! redis-tools, redis-server); without them the case fails loudly.
-//! Then SET and GET pipelined (`-P 16`) with 500 clients, and with 4 KiB
-//! values (`-d 4096`).
+//! Then the other configurations a Redis user tries (`CONFIGS`): 500
+//! clients with and without `-P 16` (SET, GET, INCR, MSET), 4 KiB values
+//! (`-d 4096`) with and without it (SET, GET), and `-P 64`; each with both
+//! servers' CPU per request.
 //! The Ringmail side is the `kv` binary the README runs (`--workers 1`),
 //! built by the case itself, with the allocator it ships with.
 //! Beside req/s, each server's own CPU time per request: its threads' time
@@ -75,24 +77,56 @@ fn bench(port: u16, n: usize, pipeline: usize, cpu: usize) -> Vec<f64> {
         .collect()
 }
 
-/// SET and GET alone with `clients` clients and values of `size` bytes;
-/// returns their req/s.
-fn bench_set_get(port: u16, n: usize, clients: usize, size: usize, cpu: usize) -> [f64; 2] {
+/// One more configuration a Redis user tries: `clients` clients, pipeline
+/// depth `pipeline`, values of `size` bytes, the redis-benchmark tests
+/// `tests` (its CSV names: `SET`, `GET`, `INCR`, `MSET (10 keys)`).
+struct Config {
+    clients: usize,
+    pipeline: usize,
+    size: usize,
+    tests: &'static [&'static str],
+}
+
+/// The configurations beyond the main table (50 clients, 3-byte values):
+/// many clients and large values, with and without pipelining, and a
+/// deeper pipeline. (No MSET of 4 KiB values: ten of them per request
+/// would move gigabytes per run.)
+const CONFIGS: [Config; 5] = [
+    Config { clients: 500, pipeline: 1, size: 3, tests: &["SET", "GET", "INCR", "MSET (10 keys)"] },
+    Config {
+        clients: 500,
+        pipeline: 16,
+        size: 3,
+        tests: &["SET", "GET", "INCR", "MSET (10 keys)"],
+    },
+    Config { clients: 50, pipeline: 1, size: 4096, tests: &["SET", "GET"] },
+    Config { clients: 50, pipeline: 16, size: 4096, tests: &["SET", "GET"] },
+    Config { clients: 50, pipeline: 64, size: 3, tests: &["SET", "GET", "INCR", "MSET (10 keys)"] },
+];
+
+/// Runs `cfg`'s tests with `n` requests each; returns their req/s in
+/// `cfg.tests` order.
+fn bench_config(port: u16, n: usize, cfg: &Config, cpu: usize) -> Vec<f64> {
+    let t: Vec<String> =
+        cfg.tests.iter().map(|t| t.split(' ').next().unwrap_or(t).to_lowercase()).collect();
     let out = Command::new("taskset")
         .args(["-c", &cpu.to_string(), "redis-benchmark", "-h", "127.0.0.1"])
-        .args(["-p", &port.to_string(), "-c", &clients.to_string(), "-n", &n.to_string()])
-        .args(["-P", "16", "-r", "100000", "-d", &size.to_string(), "--csv", "-t", "set,get"])
+        .args(["-p", &port.to_string(), "-c", &cfg.clients.to_string(), "-n", &n.to_string()])
+        .args(["-P", &cfg.pipeline.to_string(), "-r", "100000", "-d", &cfg.size.to_string()])
+        .args(["--csv", "-t", &t.join(",")])
         .output()
         .expect("redis-benchmark runs");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let figure = |name: &str| {
-        text.lines()
-            .find(|l| l.starts_with(&format!("\"{name}\"")))
-            .and_then(|l| l.split("\",\"").nth(1))
-            .and_then(|v| v.trim_matches('"').parse().ok())
-            .unwrap_or_else(|| panic!("no {name} figure in redis-benchmark output: {text}"))
-    };
-    [figure("SET"), figure("GET")]
+    cfg.tests
+        .iter()
+        .map(|name| {
+            text.lines()
+                .find(|l| l.starts_with(&format!("\"{name}\"")))
+                .and_then(|l| l.split("\",\"").nth(1))
+                .and_then(|v| v.trim_matches('"').parse().ok())
+                .unwrap_or_else(|| panic!("no {name} figure in redis-benchmark output: {text}"))
+        })
+        .collect()
 }
 
 /// Runs the case.
@@ -199,39 +233,57 @@ pub fn run(quick: bool, rounds: usize) -> Vec<Comparison> {
             ),
         );
     }
-    // The other configurations a Redis user tries, pipelined: many
-    // clients, and large values.
-    for (clients, size) in [(500usize, 3usize), (50, 4096)] {
-        let mut figures = vec![vec![Vec::new(); 2]; 2];
+    // The other configurations a Redis user tries: many clients, large
+    // values, a deeper pipeline; each with both servers' CPU per request.
+    for c in &CONFIGS {
+        let label = format!("-P {} -c {} -d {}", c.pipeline, c.clients, c.size);
+        let mut figures = vec![vec![Vec::new(); 2]; c.tests.len()];
+        let mut cpu = vec![Vec::new(); 2];
         for round in 0..rounds {
             for (i, p) in ports.iter().enumerate() {
-                let r = bench_set_get(*p, n * 2, clients, size, client_cpu);
+                let requests = n * if c.pipeline > 1 { 2 } else { 1 };
+                let cpu0 = process_cpu_ns(pids[i]);
+                let r = bench_config(*p, requests, c, client_cpu);
+                let per_req = process_cpu_ns(pids[i]).saturating_sub(cpu0) as f64
+                    / (requests * c.tests.len()) as f64;
+                cpu[i].push(per_req);
+                let line: Vec<String> =
+                    c.tests.iter().zip(&r).map(|(t, v)| format!("{t} {v:.0}")).collect();
                 eprintln!(
-                    "  [kv -P 16 -c {clients} -d {size}] round {}/{rounds} {:<12} SET {:.0}, GET {:.0}",
+                    "  [kv {label}] round {}/{rounds} {:<12} {}; server cpu {per_req:.0} ns/req",
                     round + 1,
                     names[i],
-                    r[0],
-                    r[1]
+                    line.join(", ")
                 );
-                figures[0][i].push(r[0]);
-                figures[1][i].push(r[1]);
+                for (t, v) in r.into_iter().enumerate() {
+                    figures[t][i].push(v);
+                }
             }
         }
-        for (cmd, f) in ["SET", "GET"].iter().zip(figures) {
+        for (test, f) in c.tests.iter().zip(figures) {
+            let short = test.split(' ').next().unwrap_or(test);
             out.push(
-                from_figures(
-                    format!("kv {cmd} -P 16 -c {clients} -d {size}"),
-                    "req/s",
-                    Better::Higher,
-                    &names,
-                    f,
-                )
-                .tagged(
-                    "requests_per_s",
-                    serde_json::json!({"command": cmd, "pipeline": 16, "clients": clients, "size": size}),
-                ),
+                from_figures(format!("kv {short} {label}"), "req/s", Better::Higher, &names, f)
+                    .tagged(
+                        "requests_per_s",
+                        serde_json::json!({"command": short, "pipeline": c.pipeline,
+                            "clients": c.clients, "size": c.size}),
+                    ),
             );
         }
+        out.push(
+            from_figures(
+                format!("kv server cpu per request {label}"),
+                "ns",
+                Better::Lower,
+                &names,
+                cpu,
+            )
+            .tagged(
+                "server_cpu_ns_per_request",
+                serde_json::json!({"pipeline": c.pipeline, "clients": c.clients, "size": c.size}),
+            ),
+        );
     }
     // Transactions (redis-benchmark has none): 4 commands each, 16 per
     // write, 8 connections.
