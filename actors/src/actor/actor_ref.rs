@@ -388,17 +388,21 @@ impl<A: Actor> ActorRef<A> {
     }
 
     /// Delivers an already type-erased message (from another node, within
-    /// its credit window: see `remote::window`) past the mailbox bound,
-    /// without ever waiting: when the transport mailbox to the actor's
-    /// shard is full, the message comes back for a later try. A stopped
-    /// actor makes it a dead letter (an ask's reply then goes back as "no
-    /// reply").
+    /// its credit window: see `remote::window`) within the mailbox bound,
+    /// without ever waiting: when the actor's mailbox or the transport
+    /// mailbox to its shard is full, the message comes back for a later
+    /// try. A stopped actor makes it a dead letter (an ask's reply then goes
+    /// back as "no reply").
     pub(crate) fn try_deliver_erased(&self, m: Box<dyn Erased>) -> Result<(), Box<dyn Erased>> {
         if !self.cell.is_alive() {
             dead_letter_in(Some(&self.shard.stats));
             return Ok(());
         }
-        self.cell.reserve_forced();
+        // Within the mailbox bound, as any tell: a full mailbox hands the
+        // message back (its node keeps it, in order, until there is room).
+        if !self.cell.reserve() {
+            return Err(m);
+        }
         let env = Envelope { to: self.cell.id, body: Body::Msg(envelope::inline(m)) };
         match self.send_reserved(env) {
             Ok(()) => Ok(()),
@@ -829,6 +833,9 @@ impl<A: Actor> crate::runtime::registry::Reachable for ActorRef<A> {
     }
     fn try_deliver(&self, m: Box<dyn Erased>) -> Result<(), Box<dyn Erased>> {
         self.try_deliver_erased(m)
+    }
+    fn wake_on_room(&self, w: crate::runtime::cell::Waker) -> bool {
+        self.cell.queued() < self.cell.capacity() || self.cell.add_waker(w)
     }
     fn watch(&self, w: crate::runtime::cell::Watcher) {
         self.cell.watch(w);

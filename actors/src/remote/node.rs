@@ -47,7 +47,9 @@
 //!   [`HIGH_WATER`] bytes unsent, so senders wait for a slow actor or peer;
 //! * every message admitted from a peer gives its cost back exactly once
 //!   (handled, or dropped as a dead letter), and the node never waits to
-//!   deliver: a full transport queue makes it retry (`stalled`).
+//!   deliver: a full mailbox or transport queue makes it keep the message,
+//!   in order behind it, and retry (`stalled`) when the mailbox has drained
+//!   to half (a waker) or after a pause (the transport queue).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
@@ -183,7 +185,9 @@ impl Message for Rearm {
 }
 
 /// Deliveries to one exported actor that wait for room, in order.
-type Stalled = (Arc<Export>, VecDeque<Delivery>);
+/// A local actor's deliveries that wait for room, and whether a waker for
+/// its mailbox's room is registered (cleared when it runs).
+type Stalled = (Arc<Export>, VecDeque<Delivery>, Arc<std::sync::atomic::AtomicBool>);
 
 /// What waits to be handed to a local actor, in arrival order.
 enum Delivery {
@@ -458,7 +462,7 @@ impl Actor for NodeActor {
         self.stop_stand_ins(taken, StopReason::NodeDown(self.shared.cfg.name.clone()));
         self.pending.drop_asks();
         // Deliveries still waiting for room: the node is going, so are they.
-        for (_, (export, q)) in self.stalled.drain() {
+        for (_, (export, q, _)) in self.stalled.drain() {
             for d in q {
                 match d {
                     Delivery::Msg(m) => {

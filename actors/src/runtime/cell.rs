@@ -263,6 +263,11 @@ impl ActorCell {
         }
     }
 
+    /// The mailbox's capacity.
+    pub(crate) fn capacity(&self) -> usize {
+        self.cap
+    }
+
     /// Messages in the mailbox now (sent, and not yet handled or their
     /// handled run not yet released by the shard).
     pub(crate) fn queued(&self) -> usize {

@@ -49,8 +49,15 @@ pub(crate) trait Reachable: Send + Sync {
     fn actor_type(&self) -> TypeId;
     /// The actor type's name.
     fn type_name(&self) -> &'static str;
-    /// Delivers without waiting; a full transport queue hands it back.
+    /// Delivers without waiting, within the actor's mailbox bound: a full
+    /// mailbox or a full transport queue hands it back.
     fn try_deliver(&self, m: Box<dyn Erased>) -> Result<(), Box<dyn Erased>>;
+    /// When its mailbox is full: registers `w` to run once it has drained
+    /// to half its capacity (or the actor stops) and returns false. When it
+    /// has room (what was full was the transport queue to its shard, or it
+    /// drained meanwhile): returns true and registers nothing, so a retry
+    /// that fails on the transport queue never wakes itself.
+    fn wake_on_room(&self, w: crate::runtime::cell::Waker) -> bool;
     /// Runs `w` once when the actor stops (at once if it has).
     fn watch(&self, w: Watcher);
     /// Whether it still runs.

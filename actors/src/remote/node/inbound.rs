@@ -12,7 +12,7 @@
 //! failed handshake or a protocol error.
 
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use ringmail_wire::frame::{self, Decoded, Frame};
@@ -353,15 +353,15 @@ pub(super) fn reason_from_text(s: &str) -> StopReason {
 
 impl NodeActor {
     /// Hands a message from a peer to its target without waiting: behind
-    /// the target's stalled ones, if any; a full transport mailbox hands it
-    /// back, and it waits for `RetryStalled`.
+    /// the target's stalled ones, if any; a full mailbox or transport queue
+    /// hands it back, and it waits for `RetryStalled` (see `wait_for_room`).
     pub(super) fn deliver_to(
         &mut self,
         export: Arc<Export>,
         m: Box<dyn Erased>,
         ctx: &Context<Self>,
     ) {
-        if let Some((_, q)) = self.stalled.get_mut(&export.id) {
+        if let Some((_, q, _)) = self.stalled.get_mut(&export.id) {
             self.shared.counters.delivery_retries.fetch_add(1, Ordering::Relaxed);
             q.push_back(Delivery::Msg(m));
             return;
@@ -369,7 +369,28 @@ impl NodeActor {
         if let Err(m) = export.actor.try_deliver(m) {
             self.shared.counters.delivery_retries.fetch_add(1, Ordering::Relaxed);
             let id = export.id;
-            self.stalled.insert(id, (export, VecDeque::from([Delivery::Msg(m)])));
+            let armed = Arc::new(AtomicBool::new(false));
+            self.wait_for_room(&export, &armed, ctx);
+            self.stalled.insert(id, (export, VecDeque::from([Delivery::Msg(m)]), armed));
+        }
+    }
+
+    /// A delivery to `export` was handed back: retry when its mailbox has
+    /// drained to half (a waker registered on it, once per stall: `armed`),
+    /// or, when it has room now (the transport queue to its shard was what
+    /// was full), after a short pause. Nothing polls an actor whose mailbox
+    /// stays full.
+    fn wait_for_room(&mut self, export: &Export, armed: &Arc<AtomicBool>, ctx: &Context<Self>) {
+        if armed.swap(true, Ordering::AcqRel) {
+            return; // a waker is registered already
+        }
+        let (node, flag) = (self.me(), armed.clone());
+        let w = Box::new(move || {
+            flag.store(false, Ordering::Release);
+            node.deliver_forced(RetryStalled);
+        });
+        if export.actor.wake_on_room(w) {
+            armed.store(false, Ordering::Release);
             self.arm_retry(ctx);
         }
     }
@@ -378,7 +399,7 @@ impl NodeActor {
     /// if any (they came first).
     pub(super) fn exit_to(&mut self, export: Arc<Export>, exit: ExitFrom) {
         match self.stalled.get_mut(&export.id) {
-            Some((_, q)) => q.push_back(Delivery::Exit(exit)),
+            Some((_, q, _)) => q.push_back(Delivery::Exit(exit)),
             None => exit.apply(&export),
         }
     }
@@ -414,12 +435,14 @@ impl Handler<Drained> for NodeActor {
 impl Handler<RetryStalled> for NodeActor {
     fn handle(&mut self, _: RetryStalled, ctx: &mut Context<Self>) {
         self.retry_armed = false;
-        self.stalled.retain(|_, (export, q)| {
+        let mut still = Vec::new();
+        self.stalled.retain(|_, (export, q, armed)| {
             while let Some(d) = q.pop_front() {
                 match d {
                     Delivery::Msg(m) => {
                         if let Err(m) = export.actor.try_deliver(m) {
                             q.push_front(Delivery::Msg(m));
+                            still.push((export.clone(), armed.clone()));
                             return true;
                         }
                     }
@@ -428,8 +451,8 @@ impl Handler<RetryStalled> for NodeActor {
             }
             false
         });
-        if !self.stalled.is_empty() {
-            self.arm_retry(ctx);
+        for (export, armed) in still {
+            self.wait_for_room(&export, &armed, ctx);
         }
     }
 }
