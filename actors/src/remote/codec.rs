@@ -151,9 +151,16 @@ impl Codecs {
         type_name: &'static str,
         name: &str,
     ) -> Result<(), RegisterError> {
-        if self.actor_names.get(&t).is_some_and(|old| *old != name) {
-            return Err(RegisterError::Renamed { type_name });
-        }
+        // The type's entry is held throughout, so two namings of one type
+        // at once cannot both succeed (only this takes both maps, in this
+        // order).
+        let mine = match self.actor_names.entry(t) {
+            dashmap::Entry::Occupied(e) if *e.get() != name => {
+                return Err(RegisterError::Renamed { type_name });
+            }
+            dashmap::Entry::Occupied(_) => return Ok(()),
+            dashmap::Entry::Vacant(e) => e,
+        };
         match self.actors_by_name.entry(name.to_string()) {
             dashmap::Entry::Occupied(e) if *e.get() != t => {
                 return Err(RegisterError::ActorNameTaken { name: name.to_string() });
@@ -163,7 +170,7 @@ impl Codecs {
                 e.insert(t);
             }
         }
-        self.actor_names.insert(t, name.to_string());
+        mine.insert(name.to_string());
         Ok(())
     }
 

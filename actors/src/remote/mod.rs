@@ -455,7 +455,12 @@ impl Node {
     /// node by node, name every actor type that is looked up from other
     /// nodes, the same on every node, as [`Node::register_as`] names
     /// message types. Refused when another actor type has the name on this
-    /// node, or `A` has another.
+    /// node, or `A` has another. Nodes that name a type differently
+    /// disagree on it (their lookups fail with [`LookupError::WrongType`]),
+    /// so a cluster already running without names, upgraded node by node,
+    /// should name each type after its current Rust name
+    /// (`std::any::type_name`, what the older nodes answer and compare) and
+    /// keep that name when the type moves later.
     pub fn register_actor_as<A: Actor>(&self, name: &str) -> Result<(), RegisterError> {
         let t = std::any::TypeId::of::<A>();
         self.shared.codecs.name_actor(t, std::any::type_name::<A>(), name)
@@ -524,7 +529,8 @@ impl Node {
             match e.actor.typed().downcast_ref::<ActorRef<A>>() {
                 Some(r) if r.is_alive() => return Ok((self.name().to_string(), r.clone())),
                 Some(_) => {}
-                None => wrong = Some(e.type_name.to_string()),
+                // (Named as a peer's answer would name it.)
+                None => wrong = Some(self.shared.codecs.actor_name(e.actor_type, e.type_name)),
             }
         }
         let peers = self.peers();

@@ -40,9 +40,9 @@ pub struct NodeStats {
     /// Messages to peers waiting for credit right now (as of the node's
     /// last tick, every 50 ms).
     pub waiting_for_credit: u64,
-    /// Messages from peers that the transport queue to their target's shard
-    /// could not take at once (delivered later, in order: the node never
-    /// waits for room).
+    /// Messages from peers that their target's mailbox, or the transport
+    /// queue to its shard, could not take at once (the node kept them and
+    /// delivered them later, in order: it never waits for room).
     pub delivery_retries: u64,
     /// Connections refused because the peer authenticated as an older
     /// incarnation of a node that a newer one has replaced (quarantine).

@@ -387,7 +387,11 @@ impl NodeActor {
         let (node, flag) = (self.me(), armed.clone());
         let w = Box::new(move || {
             flag.store(false, Ordering::Release);
-            node.deliver_forced(RetryStalled);
+            // (A waker can outlive its stall: the node may be gone by then,
+            // and a wake-up for nobody is no dead letter.)
+            if node.is_alive() {
+                node.deliver_forced(RetryStalled);
+            }
         });
         if export.actor.wake_on_room(w) {
             armed.store(false, Ordering::Release);
@@ -396,7 +400,9 @@ impl NodeActor {
     }
 
     /// An exit from a peer for a local actor: after its stalled messages,
-    /// if any (they came first).
+    /// if any (they came first). It costs the actor nothing to wait: its
+    /// stop (or its `Exited`, trapping) would come behind them in its
+    /// mailbox anyway.
     pub(super) fn exit_to(&mut self, export: Arc<Export>, exit: ExitFrom) {
         match self.stalled.get_mut(&export.id) {
             Some((_, q, _)) => q.push_back(Delivery::Exit(exit)),
