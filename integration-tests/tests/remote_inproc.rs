@@ -389,6 +389,95 @@ fn messages_from_another_node_are_never_refused_by_a_full_mailbox() {
     sa.shutdown();
 }
 
+/// Tells a remote actor from its handler: `Pump(n)` sends `Add(0..n)`.
+struct Pump(ringmail::ActorRef<Gated>, std::sync::Arc<std::sync::atomic::AtomicBool>);
+impl Actor for Pump {}
+struct PumpN(u64);
+impl Message for PumpN {
+    type Reply = ();
+}
+impl Handler<PumpN> for Pump {
+    fn handle(&mut self, PumpN(n): PumpN, _: &mut Context<Self>) {
+        for i in 0..n {
+            self.0.tell(Add(i)).expect("a tell in a handler parks, never fails");
+        }
+        // Reached at once: a tell that does not fit parks, it never waits.
+        self.1.store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+struct Ping;
+impl Message for Ping {
+    type Reply = ();
+}
+impl Handler<Ping> for Pump {
+    fn handle(&mut self, _: Ping, _: &mut Context<Self>) {}
+}
+/// Answers on the pump's shard while the pump is paused.
+struct Probe;
+impl Actor for Probe {}
+impl Handler<Ping> for Probe {
+    fn handle(&mut self, _: Ping, _: &mut Context<Self>) {}
+}
+
+/// An *actor* that tells a remote actor more than its credit window and its
+/// stand-in take is paused, not its shard: the remote actor is held in a
+/// handler, so the window (4 KiB) fills and then the stand-in's 16 slots;
+/// the pump's handler still returns at once (its later tells are parked),
+/// the pump takes no new message while its parked tells wait (an ask to it
+/// times out), another actor on the same shard answers meanwhile, and once
+/// the remote actor is let go every tell arrives, in order, and the pump
+/// answers again.
+#[test]
+fn an_actor_telling_a_remote_actor_past_its_window_is_paused_not_its_shard() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let sa = System::new();
+    let sb = System::with_config(ringmail::SystemConfig::default().mailbox_capacity(16));
+    let cfg = |name: &str| NodeConfig::new(name, loopback(), SECRET).window(4 << 10);
+    let a = Node::start(&sa, cfg("pa")).unwrap();
+    let b = Node::start(&sb, cfg("pb").seeds([a.local_addr()])).unwrap();
+    for n in [&a, &b] {
+        n.register::<Gated, Hold>();
+        n.register::<Gated, Add>();
+        n.register::<Gated, Get>();
+    }
+    let (held_s, held) = std::sync::mpsc::channel();
+    let (open, gate) = std::sync::mpsc::channel();
+    let gated = sa.spawn(Gated { gate: Some((held_s, gate)), added: Vec::new() }).unwrap();
+    a.export("gated", &gated);
+    assert!(b.wait_for_peers(1, T));
+    let remote = b.lookup::<Gated>("pa", "gated", T).unwrap();
+    remote.tell(Hold).unwrap();
+    held.recv_timeout(T).expect("held in its handler");
+    let shard = sb.shard().unwrap();
+    let returned = std::sync::Arc::new(AtomicBool::new(false));
+    let pump = sb.spawn_on(&shard, Pump(remote.clone(), returned.clone()));
+    let probe = sb.spawn_on(&shard, Probe);
+    const N: u64 = 2_000; // 2 000 tells of about 70 bytes each: far past 4 KiB
+    pump.tell(PumpN(N)).unwrap();
+    let deadline = std::time::Instant::now() + T;
+    while !returned.load(Ordering::Acquire) {
+        assert!(std::time::Instant::now() < deadline, "the pump's handler never returned");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    while b.stats().credit_waits == 0 {
+        assert!(std::time::Instant::now() < deadline, "the window never filled: {:?}", b.stats());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(
+        matches!(pump.ask(Ping, Duration::from_millis(300)), Err(AskError::Timeout)),
+        "a paused actor takes no new message"
+    );
+    for _ in 0..10 {
+        probe.ask(Ping, T).expect("the pump's shard keeps running");
+    }
+    open.send(()).unwrap();
+    pump.ask(Ping, T).expect("the pump resumes once its tells have left");
+    let got = remote.ask(Get, T).unwrap();
+    assert_eq!(got, (0..N).collect::<Vec<_>>(), "every tell arrived, in order");
+    sb.shutdown();
+    sa.shutdown();
+}
+
 #[test]
 fn a_wrong_secret_is_refused_before_any_message() {
     let system = System::new();
