@@ -109,6 +109,12 @@ def main():
     check(r.llen("l") == 1 and r.lindex("l", 0) == "a" and r.lindex("l", 5) is None, "LLEN/LINDEX")
     check(r.rpush("l", "b", "c") == 3 and r.lindex("l", -1) == "c", "LINDEX from the end")
     check(r.srem("st", "x", "nope") == 1 and r.smembers("st") == {"y"}, "SREM")
+    check(r.smismember("st", ["y", "x"]) == [True, False], "SMISMEMBER")
+    check(r.hset("hs", "f", "hello") == 1 and r.hstrlen("hs", "f") == 5, "HSTRLEN")
+    check(r.rpush("le", "a", "b", "c", "b", "d") == 5 and r.ltrim("le", 1, -1), "LTRIM")
+    check(r.lset("le", 0, "x") and r.lrem("le", 0, "b") == 1, "LSET/LREM")
+    check(r.linsert("le", "BEFORE", "d", "y") == 4, "LINSERT")
+    check(r.lrange("le", 0, -1) == ["x", "c", "y", "d"], f"list edits: {r.lrange('le', 0, -1)}")
     check(r.type("h") == "hash" and r.type("l") == "list" and r.type("st") == "set", "TYPE")
     try:
         r.lpush("h", "x")

@@ -143,6 +143,10 @@ pub const WRITE_COMMANDS: &[&[u8]] = &[
     b"msetnx",
     b"rpoplpush",
     b"lmove",
+    b"ltrim",
+    b"lset",
+    b"lrem",
+    b"linsert",
 ];
 
 /// Whether `cmd` (any case) is one of [`WRITE_COMMANDS`].
@@ -359,7 +363,8 @@ impl Aof {
             // the same state), then the key's deadline, so that a replay
             // after the deadline does not bring back a key created anew.
             b"hset" | b"hmset" | b"hsetnx" | b"hdel" | b"hincrby" | b"lpush" | b"rpush"
-            | b"lpushx" | b"rpushx" | b"lpop" | b"rpop" | b"sadd" | b"srem"
+            | b"lpushx" | b"rpushx" | b"lpop" | b"rpop" | b"sadd" | b"srem" | b"ltrim"
+            | b"lset" | b"lrem" | b"linsert"
                 if !super::engine::changed_nothing(cmd.as_bytes(), reply) =>
             {
                 self.raw(args);

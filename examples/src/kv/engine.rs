@@ -102,7 +102,11 @@ pub fn changed_nothing(cmd: &[u8], reply: &Reply) -> bool {
                 | b"hdel"
                 | b"srem"
                 | b"sadd"
+                | b"lrem"
+                | b"linsert"
         ),
+        // LINSERT with no such pivot.
+        Reply::Int(-1) => cmd == b"linsert",
         Reply::Nil => matches!(cmd, b"lmove" | b"rpoplpush" | b"lpop" | b"rpop"),
         _ => false,
     }

@@ -44,10 +44,16 @@ const COMMANDS: &[&str] = &[
     "lrange",
     "llen",
     "lindex",
+    "ltrim",
+    "lset",
+    "lrem",
+    "linsert",
+    "hstrlen",
     "sadd",
     "srem",
     "smembers",
     "sismember",
+    "smismember",
     "scard",
 ];
 
@@ -178,10 +184,11 @@ impl Keyspace {
         let rest = &a[1..];
         let reply = match cmd {
             "hset" | "hmset" | "hsetnx" | "hget" | "hmget" | "hgetall" | "hdel" | "hexists"
-            | "hincrby" | "hincrbyfloat" | "hlen" | "hkeys" | "hvals" => {
+            | "hincrby" | "hincrbyfloat" | "hlen" | "hkeys" | "hvals" | "hstrlen" => {
                 self.hash(cmd, k, rest, now)
             }
             "rpoplpush" | "lmove" => self.lmove(cmd, a, now),
+            "ltrim" | "lset" | "lrem" | "linsert" => self.list_edit(cmd, k, rest, now),
             "lpush" | "rpush" | "lpushx" | "rpushx" | "lpop" | "rpop" | "lrange" | "llen"
             | "lindex" => self.list(cmd, k, rest, now),
             _ => self.set_cmd(cmd, k, rest, now),
@@ -195,7 +202,7 @@ impl Keyspace {
         let ok_arity = match cmd {
             "hset" | "hmset" => !a.is_empty() && a.len().is_multiple_of(2),
             "hsetnx" | "hincrby" | "hincrbyfloat" => a.len() == 2,
-            "hget" | "hexists" => a.len() == 1,
+            "hget" | "hexists" | "hstrlen" => a.len() == 1,
             "hmget" | "hdel" => !a.is_empty(),
             _ => a.is_empty(),
         };
@@ -228,7 +235,7 @@ impl Keyspace {
                 "hmget" => Reply::Array(vec![Reply::Nil; a.len()]),
                 "hgetall" => Reply::Map(Vec::new()),
                 "hkeys" | "hvals" => Reply::Array(Vec::new()),
-                _ => Reply::Int(0), // hdel, hexists, hlen
+                _ => Reply::Int(0), // hdel, hexists, hlen, hstrlen
             };
         };
         match cmd {
@@ -292,6 +299,7 @@ impl Keyspace {
                 Reply::Bulk(text)
             }
             "hlen" => Reply::Int(h.len() as i64),
+            "hstrlen" => Reply::Int(h.get(&a[0][..]).map_or(0, |v| v.len() as i64)),
             "hkeys" => Reply::Array(h.keys().map(|f| Reply::Bulk(f.to_vec())).collect()),
             _ => Reply::Array(bulks(h.values())), // hvals
         }
@@ -372,6 +380,107 @@ impl Keyspace {
         }
     }
 
+    /// `LTRIM key start stop`, `LSET key index value`, `LREM key count
+    /// value` and `LINSERT key BEFORE|AFTER pivot value`: edits inside a
+    /// list, O(n) as in Redis (the list is rebuilt around the change).
+    fn list_edit(&mut self, cmd: &str, k: &[u8], a: &[Vec<u8>], now: Instant) -> Reply {
+        let ok_arity = match cmd {
+            "linsert" => a.len() == 3,
+            _ => a.len() == 2, // ltrim, lset, lrem
+        };
+        if !ok_arity {
+            return arity(cmd);
+        }
+        // Numbers and keywords are checked before the key, as Redis does.
+        let before = match cmd {
+            "linsert" => match a[0].to_ascii_lowercase().as_slice() {
+                b"before" => true,
+                b"after" => false,
+                _ => return err("ERR syntax error"),
+            },
+            _ => false,
+        };
+        let nums: Vec<i64> = match cmd {
+            "ltrim" => match a.iter().map(|x| int(x)).collect::<Option<Vec<_>>>() {
+                Some(v) => v,
+                None => return err(NOT_INT),
+            },
+            "lset" | "lrem" => match int(&a[0]) {
+                Some(n) => vec![n],
+                None => return err(NOT_INT),
+            },
+            _ => Vec::new(),
+        };
+        let l = match self.aggregate(k, Kind::List, false, now) {
+            Err(e) => return e,
+            Ok(Some(Value::List(l))) => l,
+            Ok(_) => {
+                return match cmd {
+                    "ltrim" => Reply::Simple("OK"),
+                    "lset" => err("ERR no such key"),
+                    _ => Reply::Int(0), // lrem, linsert
+                };
+            }
+        };
+        let len = l.len();
+        let mut items: Vec<Vec<u8>> = l.iter().map(<[u8]>::to_vec).collect();
+        let reply = match cmd {
+            "ltrim" => {
+                items = match range(nums[0], nums[1], len) {
+                    Some((s, e)) => items.drain(s..=e).collect(),
+                    None => Vec::new(),
+                };
+                Reply::Simple("OK")
+            }
+            "lset" => {
+                let i = if nums[0] < 0 { len as i64 + nums[0] } else { nums[0] };
+                match usize::try_from(i).ok().filter(|&i| i < len) {
+                    Some(i) => {
+                        items[i] = a[1].clone();
+                        Reply::Simple("OK")
+                    }
+                    None => return err("ERR index out of range"),
+                }
+            }
+            "lrem" => {
+                let (count, v) = (nums[0], &a[1]);
+                let limit = if count == 0 { usize::MAX } else { count.unsigned_abs() as usize };
+                let mut removed = 0;
+                if count >= 0 {
+                    items.retain(|x| {
+                        let drop = removed < limit && x == v;
+                        removed += usize::from(drop);
+                        !drop
+                    });
+                } else {
+                    items.reverse();
+                    items.retain(|x| {
+                        let drop = removed < limit && x == v;
+                        removed += usize::from(drop);
+                        !drop
+                    });
+                    items.reverse();
+                }
+                if removed == 0 {
+                    return Reply::Int(0);
+                }
+                Reply::Int(removed as i64)
+            }
+            _ => {
+                // linsert
+                let Some(at) = items.iter().position(|x| *x == a[1]) else {
+                    return Reply::Int(-1);
+                };
+                items.insert(if before { at } else { at + 1 }, a[2].clone());
+                Reply::Int(items.len() as i64)
+            }
+        };
+        let mut rebuilt = List::new();
+        items.iter().for_each(|x| rebuilt.push_back(x));
+        **l = rebuilt;
+        reply
+    }
+
     /// `RPOPLPUSH src dst` and `LMOVE src dst LEFT|RIGHT LEFT|RIGHT`: an
     /// element popped from one end of `src` pushed onto one end of `dst`
     /// (which may be `src`: a rotation). Both keys are checked for their
@@ -413,7 +522,7 @@ impl Keyspace {
 
     fn set_cmd(&mut self, cmd: &str, k: &[u8], a: &[Vec<u8>], now: Instant) -> Reply {
         let ok_arity = match cmd {
-            "sadd" | "srem" => !a.is_empty(),
+            "sadd" | "srem" | "smismember" => !a.is_empty(),
             "sismember" => a.len() == 1,
             _ => a.is_empty(), // smembers, scard
         };
@@ -428,6 +537,7 @@ impl Keyspace {
         let Some(s) = s else {
             return match cmd {
                 "smembers" => Reply::Set(Vec::new()),
+                "smismember" => Reply::Array(vec![Reply::Int(0); a.len()]),
                 _ => Reply::Int(0), // srem, sismember, scard
             };
         };
@@ -435,6 +545,9 @@ impl Keyspace {
             "sadd" => Reply::Int(a.iter().filter(|m| s.insert(Key::from_slice(m))).count() as i64),
             "srem" => Reply::Int(a.iter().filter(|m| s.remove(&m[..])).count() as i64),
             "sismember" => Reply::Int(i64::from(s.contains(&a[0][..]))),
+            "smismember" => {
+                Reply::Array(a.iter().map(|m| Reply::Int(i64::from(s.contains(&m[..])))).collect())
+            }
             "smembers" => Reply::Set(s.iter().map(|m| Reply::Bulk(m.to_vec())).collect()),
             _ => Reply::Int(s.len() as i64), // scard
         }
@@ -465,6 +578,60 @@ mod tests {
             .collect();
         out.sort();
         out
+    }
+
+    /// LTRIM, LSET, LREM, LINSERT, HSTRLEN and SMISMEMBER, with the replies
+    /// and errors of Redis' documentation for each case.
+    #[test]
+    fn list_edits_hstrlen_and_smismember_answer_as_redis_does() {
+        let mut ks = Keyspace::default();
+        let items = |v: &[&str]| Reply::Array(v.iter().map(|s| bulk(s)).collect());
+        let ok = Reply::Simple("OK");
+        assert_eq!(run(&mut ks, "RPUSH l a b c d b"), Reply::Int(5));
+        assert_eq!(run(&mut ks, "LTRIM l 1 -2"), ok);
+        assert_eq!(run(&mut ks, "LRANGE l 0 -1"), items(&["b", "c", "d"]));
+        assert_eq!(run(&mut ks, "LSET l 0 x"), ok);
+        assert_eq!(run(&mut ks, "LSET l -1 y"), ok);
+        assert_eq!(run(&mut ks, "LSET l 3 z"), err("ERR index out of range"));
+        assert_eq!(run(&mut ks, "LSET nokey 0 z"), err("ERR no such key"));
+        assert_eq!(run(&mut ks, "LSET l one z"), err(NOT_INT));
+        assert_eq!(run(&mut ks, "LRANGE l 0 -1"), items(&["x", "c", "y"]));
+        assert_eq!(run(&mut ks, "RPUSH l x x"), Reply::Int(5)); // x c y x x
+        assert_eq!(run(&mut ks, "LREM l 2 x"), Reply::Int(2)); // from the head
+        assert_eq!(run(&mut ks, "LRANGE l 0 -1"), items(&["c", "y", "x"]));
+        assert_eq!(run(&mut ks, "RPUSH l c"), Reply::Int(4)); // c y x c
+        assert_eq!(run(&mut ks, "LREM l -1 c"), Reply::Int(1)); // from the tail
+        assert_eq!(run(&mut ks, "LRANGE l 0 -1"), items(&["c", "y", "x"]));
+        assert_eq!(run(&mut ks, "LREM l 0 zz"), Reply::Int(0));
+        assert_eq!(run(&mut ks, "LREM nokey 0 c"), Reply::Int(0));
+        assert_eq!(run(&mut ks, "LINSERT l BEFORE y b"), Reply::Int(4));
+        assert_eq!(run(&mut ks, "LINSERT l after x e"), Reply::Int(5));
+        assert_eq!(run(&mut ks, "LRANGE l 0 -1"), items(&["c", "b", "y", "x", "e"]));
+        assert_eq!(run(&mut ks, "LINSERT l AFTER zz e"), Reply::Int(-1));
+        assert_eq!(run(&mut ks, "LINSERT nokey BEFORE a b"), Reply::Int(0));
+        assert_eq!(run(&mut ks, "LINSERT l MIDDLE y e"), err("ERR syntax error"));
+        assert_eq!(run(&mut ks, "LREM l 0 c"), Reply::Int(1));
+        assert_eq!(run(&mut ks, "LTRIM l 0 1"), ok);
+        assert_eq!(run(&mut ks, "LRANGE l 0 -1"), items(&["b", "y"]));
+        // A list trimmed or emptied to nothing is deleted.
+        assert_eq!(run(&mut ks, "LTRIM l 5 10"), ok);
+        assert_eq!(run(&mut ks, "EXISTS l"), Reply::Int(0));
+        assert_eq!(run(&mut ks, "LTRIM nokey 0 1"), ok);
+        assert_eq!(run(&mut ks, "RPUSH l2 a a"), Reply::Int(2));
+        assert_eq!(run(&mut ks, "LREM l2 0 a"), Reply::Int(2));
+        assert_eq!(run(&mut ks, "EXISTS l2"), Reply::Int(0));
+        assert_eq!(run(&mut ks, "HSET h f hello"), Reply::Int(1));
+        assert_eq!(run(&mut ks, "HSTRLEN h f"), Reply::Int(5));
+        assert_eq!(run(&mut ks, "HSTRLEN h nope"), Reply::Int(0));
+        assert_eq!(run(&mut ks, "HSTRLEN nokey f"), Reply::Int(0));
+        assert_eq!(run(&mut ks, "SADD s a b"), Reply::Int(2));
+        let flags = |v: &[i64]| Reply::Array(v.iter().map(|&n| Reply::Int(n)).collect());
+        assert_eq!(run(&mut ks, "SMISMEMBER s a z b"), flags(&[1, 0, 1]));
+        assert_eq!(run(&mut ks, "SMISMEMBER nokey a b"), flags(&[0, 0]));
+        assert_eq!(run(&mut ks, "LSET h 0 x"), err(WRONGTYPE));
+        assert_eq!(run(&mut ks, "LINSERT s BEFORE a b"), err(WRONGTYPE));
+        assert_eq!(run(&mut ks, "HSTRLEN s a"), err(WRONGTYPE));
+        assert_eq!(run(&mut ks, "SMISMEMBER h f"), err(WRONGTYPE));
     }
 
     #[test]

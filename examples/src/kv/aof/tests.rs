@@ -230,3 +230,47 @@ fn moves_float_increments_renamenx_msetnx_and_set_options_replay_to_the_same_sta
     assert_eq!(run(ks, &["TTL", "kept"]), Reply::Int(-1));
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+/// LTRIM, LSET, LREM and LINSERT are logged as themselves (deterministic on
+/// the same state) when they change something, and replay to the same
+/// list; a list they emptied stays gone.
+#[test]
+fn list_edits_replay_to_the_same_state() {
+    let d = dir("edits");
+    let path = d.join("kv.aof");
+    let mut aof = Aof::open(&gen_shard_file(&path, 0, 0), Fsync::Everysec).unwrap();
+    let mut ks = Keyspace::default();
+    let now = Instant::now();
+    let cmds: &[&[&str]] = &[
+        &["RPUSH", "l", "a", "b", "c", "b", "d", "e"],
+        &["LTRIM", "l", "1", "-1"],
+        &["LSET", "l", "0", "x"],
+        &["LREM", "l", "1", "b"],
+        &["LREM", "l", "0", "nope"], // 0: nothing to log
+        &["LINSERT", "l", "BEFORE", "d", "y"],
+        &["LINSERT", "l", "AFTER", "nope", "y"], // -1: nothing to log
+        &["RPUSH", "gone", "a"],
+        &["LTRIM", "gone", "3", "4"],
+    ];
+    for cmd in cmds {
+        let args: Vec<Vec<u8>> = cmd.iter().map(|a| a.as_bytes().to_vec()).collect();
+        let reply = ks.execute(&args, now).unwrap();
+        assert!(!matches!(reply, Reply::Error(_)), "{cmd:?}: {reply:?}");
+        aof.record(&mut ks, &args, &reply, now);
+    }
+    let logged = String::from_utf8_lossy(&aof.pending).into_owned();
+    assert!(!logged.contains("nope"), "a no-op edit was logged: {logged}");
+    std::fs::write(gen_shard_file(&path, 0, 0), &aof.pending).unwrap();
+    let mut shards = vec![Keyspace::default()];
+    load_and_rewrite(&path, &mut shards).unwrap();
+    let t = Instant::now();
+    let run = |ks: &mut Keyspace, c: &[&str]| {
+        let args: Vec<Vec<u8>> = c.iter().map(|a| a.as_bytes().to_vec()).collect();
+        ks.execute(&args, t).unwrap()
+    };
+    let items =
+        |v: &[&str]| Reply::Array(v.iter().map(|s| Reply::Bulk(s.as_bytes().to_vec())).collect());
+    let ks = &mut shards[0];
+    assert_eq!(run(ks, &["LRANGE", "l", "0", "-1"]), items(&["x", "c", "y", "d", "e"]));
+    assert_eq!(run(ks, &["EXISTS", "gone"]), Reply::Int(0));
+}

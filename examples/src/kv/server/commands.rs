@@ -105,6 +105,12 @@ pub(super) const QUEUEABLE: &[&[u8]] = &[
     b"msetnx",
     b"rpoplpush",
     b"lmove",
+    b"ltrim",
+    b"lset",
+    b"lrem",
+    b"linsert",
+    b"hstrlen",
+    b"smismember",
 ];
 
 /// The commands this server serves that a transaction may not queue: the
@@ -197,10 +203,16 @@ pub(super) fn single_key(cmd: &[u8]) -> bool {
             | b"lrange"
             | b"llen"
             | b"lindex"
+            | b"ltrim"
+            | b"lset"
+            | b"lrem"
+            | b"linsert"
+            | b"hstrlen"
             | b"sadd"
             | b"srem"
             | b"smembers"
             | b"sismember"
+            | b"smismember"
             | b"scard"
     )
 }
