@@ -184,8 +184,8 @@ impl Message for Rearm {
     type Reply = ();
 }
 
-/// Deliveries to one exported actor that wait for room, in order.
-/// A local actor's deliveries that wait for room, and whether a waker for
+/// Deliveries to one exported actor that wait for room (in its mailbox, or
+/// in the transport queue to its shard), in order, and whether a waker for
 /// its mailbox's room is registered (cleared when it runs).
 type Stalled = (Arc<Export>, VecDeque<Delivery>, Arc<std::sync::atomic::AtomicBool>);
 
