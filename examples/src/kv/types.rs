@@ -382,7 +382,10 @@ impl Keyspace {
 
     /// `LTRIM key start stop`, `LSET key index value`, `LREM key count
     /// value` and `LINSERT key BEFORE|AFTER pivot value`: edits inside a
-    /// list, O(n) as in Redis (the list is rebuilt around the change).
+    /// list. Each rebuilds the list around the change, so each costs the
+    /// list's length: as `LSET`, `LREM` and `LINSERT` do in Redis, while
+    /// Redis' `LTRIM` costs only what it removes (a capped list trimmed
+    /// after every push stays cheap here only while it is short).
     fn list_edit(&mut self, cmd: &str, k: &[u8], a: &[Vec<u8>], now: Instant) -> Reply {
         let ok_arity = match cmd {
             "linsert" => a.len() == 3,
