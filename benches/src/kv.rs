@@ -65,16 +65,18 @@ fn bench(port: u16, n: usize, pipeline: usize, cpu: usize) -> Vec<f64> {
     };
     let text =
         run(&["-t", "set,get,incr,lpush,lpop,hset,mset"]) + &run(&["PUBLISH", "news", "hello"]);
-    TESTS
-        .iter()
-        .map(|name| {
-            text.lines()
-                .find(|l| l.starts_with(&format!("\"{name}")))
-                .and_then(|l| l.split("\",\"").nth(1))
-                .and_then(|v| v.trim_matches('"').parse().ok())
-                .unwrap_or_else(|| panic!("no {name} figure in redis-benchmark output: {text}"))
-        })
-        .collect()
+    TESTS.iter().map(|name| figure(&text, name)).collect()
+}
+
+/// The req/s of test `name` (how its CSV line starts: `SET`, `MSET (10
+/// keys)`, `PUBLISH` for the custom `PUBLISH news hello`) in
+/// redis-benchmark's `--csv` output.
+fn figure(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(&format!("\"{name}")))
+        .and_then(|l| l.split("\",\"").nth(1))
+        .and_then(|v| v.trim_matches('"').parse().ok())
+        .unwrap_or_else(|| panic!("no {name} figure in redis-benchmark output: {text}"))
 }
 
 /// One more configuration a Redis user tries: `clients` clients, pipeline
@@ -117,16 +119,7 @@ fn bench_config(port: u16, n: usize, cfg: &Config, cpu: usize) -> Vec<f64> {
         .output()
         .expect("redis-benchmark runs");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    cfg.tests
-        .iter()
-        .map(|name| {
-            text.lines()
-                .find(|l| l.starts_with(&format!("\"{name}\"")))
-                .and_then(|l| l.split("\",\"").nth(1))
-                .and_then(|v| v.trim_matches('"').parse().ok())
-                .unwrap_or_else(|| panic!("no {name} figure in redis-benchmark output: {text}"))
-        })
-        .collect()
+    cfg.tests.iter().map(|name| figure(&text, name)).collect()
 }
 
 /// Runs the case.

@@ -98,13 +98,24 @@ fn lines(out: ChildStdout) -> mpsc::Receiver<(String, Instant)> {
     rx
 }
 
+/// When the first line of `rx` containing `want` arrived, within `within`.
 fn wait_line(rx: &mpsc::Receiver<(String, Instant)>, want: &str, within: Duration) -> Instant {
+    wait_for_line(rx, want, within).1
+}
+
+/// The first line of `rx` containing `want`, and when it arrived, within
+/// `within`.
+fn wait_for_line(
+    rx: &mpsc::Receiver<(String, Instant)>,
+    want: &str,
+    within: Duration,
+) -> (String, Instant) {
     let deadline = Instant::now() + within;
     let mut seen = Vec::new();
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         match rx.recv_timeout(left) {
-            Ok((l, at)) if l.contains(want) => return at,
+            Ok((l, at)) if l.contains(want) => return (l, at),
             Ok((l, _)) => seen.push(l),
             Err(_) => panic!("no line with {want:?} within {within:?}; got {seen:#?}"),
         }
@@ -240,7 +251,7 @@ fn three_nodes_bound_to_every_interface_mesh_through_their_advertised_addresses(
     wait_line(&rx2, "n2: actors pong", Duration::from_secs(30));
     let (mut d, out3) = start(3, "driver");
     let rx3 = lines(out3);
-    let connected = wait_line_text(&rx3, "n3: connected to", Duration::from_secs(30));
+    let (connected, _) = wait_for_line(&rx3, "n3: connected to", Duration::from_secs(30));
     assert!(connected.contains("n1") && connected.contains("n2"), "{connected}");
     wait_line(&rx3, "n3: words on n1 counted", Duration::from_secs(30));
     wait_line(&rx3, "n3: words on n2 counted", Duration::from_secs(30));
@@ -255,20 +266,6 @@ fn three_nodes_bound_to_every_interface_mesh_through_their_advertised_addresses(
             std::thread::sleep(Duration::from_millis(20));
         };
         assert!(status.success(), "{name} exited with {status}");
-    }
-}
-
-/// The first line of `rx` containing `want`, within `within`.
-fn wait_line_text(rx: &mpsc::Receiver<(String, Instant)>, want: &str, within: Duration) -> String {
-    let deadline = Instant::now() + within;
-    let mut seen = Vec::new();
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok((l, _)) if l.contains(want) => return l,
-            Ok((l, _)) => seen.push(l),
-            Err(_) => panic!("no line with {want:?} within {within:?}; got {seen:#?}"),
-        }
     }
 }
 

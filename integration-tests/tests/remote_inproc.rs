@@ -333,6 +333,36 @@ impl Handler<Get> for Gated {
     }
 }
 
+/// Node `a` on `sa` exports a `Gated` actor, node `b` on `sb` (seeded with
+/// `a`) looks it up and sends it `Hold`: returned once the actor is held
+/// in that handler, with `b`'s reference to it and the sender that lets it
+/// go.
+fn held_gated(
+    sa: &System,
+    sb: &System,
+    a_cfg: NodeConfig,
+    b_cfg: NodeConfig,
+) -> (Node, Node, ringmail::ActorRef<Gated>, ringmail::ActorRef<Gated>, std::sync::mpsc::Sender<()>)
+{
+    let a_name = a_cfg.name.clone();
+    let a = Node::start(sa, a_cfg).unwrap();
+    let b = Node::start(sb, b_cfg.seeds([a.local_addr()])).unwrap();
+    for n in [&a, &b] {
+        n.register::<Gated, Hold>();
+        n.register::<Gated, Add>();
+        n.register::<Gated, Get>();
+    }
+    let (held_s, held) = std::sync::mpsc::channel();
+    let (open, gate) = std::sync::mpsc::channel();
+    let gated = sa.spawn(Gated { gate: Some((held_s, gate)), added: Vec::new() }).unwrap();
+    a.export("gated", &gated);
+    assert!(b.wait_for_peers(1, T));
+    let remote = b.lookup::<Gated>(&a_name, "gated", T).unwrap();
+    remote.tell(Hold).unwrap();
+    held.recv_timeout(T).expect("held in its handler");
+    (a, b, gated, remote, open)
+}
+
 /// Messages from another node are never refused by a full mailbox (the
 /// wire cannot hand a message back), and do not overfill it either: an
 /// actor with a mailbox of 4, held in a handler, is sent 100 tells from
@@ -344,22 +374,8 @@ impl Handler<Get> for Gated {
 fn messages_from_another_node_are_never_refused_by_a_full_mailbox() {
     let sa = System::with_config(ringmail::SystemConfig::default().mailbox_capacity(4));
     let sb = System::new();
-    let a = Node::start(&sa, NodeConfig::new("ga", loopback(), SECRET)).unwrap();
-    let b = Node::start(&sb, NodeConfig::new("gb", loopback(), SECRET).seeds([a.local_addr()]))
-        .unwrap();
-    for n in [&a, &b] {
-        n.register::<Gated, Hold>();
-        n.register::<Gated, Add>();
-        n.register::<Gated, Get>();
-    }
-    let (held_s, held) = std::sync::mpsc::channel();
-    let (open, gate) = std::sync::mpsc::channel();
-    let gated = sa.spawn(Gated { gate: Some((held_s, gate)), added: Vec::new() }).unwrap();
-    a.export("gated", &gated);
-    assert!(b.wait_for_peers(1, T));
-    let remote = b.lookup::<Gated>("ga", "gated", T).unwrap();
-    remote.tell(Hold).unwrap();
-    held.recv_timeout(T).expect("held in its handler");
+    let cfg = |name: &str| NodeConfig::new(name, loopback(), SECRET);
+    let (a, _b, gated, remote, open) = held_gated(&sa, &sb, cfg("ga"), cfg("gb"));
     let (dead_a, dead_b) = (sa.dead_letters(), sb.dead_letters());
     for i in 0..100 {
         remote.tell(Add(i)).unwrap();
@@ -433,21 +449,7 @@ fn an_actor_telling_a_remote_actor_past_its_window_is_paused_not_its_shard() {
     let sa = System::new();
     let sb = System::with_config(ringmail::SystemConfig::default().mailbox_capacity(16));
     let cfg = |name: &str| NodeConfig::new(name, loopback(), SECRET).window(4 << 10);
-    let a = Node::start(&sa, cfg("pa")).unwrap();
-    let b = Node::start(&sb, cfg("pb").seeds([a.local_addr()])).unwrap();
-    for n in [&a, &b] {
-        n.register::<Gated, Hold>();
-        n.register::<Gated, Add>();
-        n.register::<Gated, Get>();
-    }
-    let (held_s, held) = std::sync::mpsc::channel();
-    let (open, gate) = std::sync::mpsc::channel();
-    let gated = sa.spawn(Gated { gate: Some((held_s, gate)), added: Vec::new() }).unwrap();
-    a.export("gated", &gated);
-    assert!(b.wait_for_peers(1, T));
-    let remote = b.lookup::<Gated>("pa", "gated", T).unwrap();
-    remote.tell(Hold).unwrap();
-    held.recv_timeout(T).expect("held in its handler");
+    let (_a, b, _gated, remote, open) = held_gated(&sa, &sb, cfg("pa"), cfg("pb"));
     let shard = sb.shard().unwrap();
     let returned = std::sync::Arc::new(AtomicBool::new(false));
     let pump = sb.spawn_on(&shard, Pump(remote.clone(), returned.clone()));

@@ -152,6 +152,17 @@ fn files_of_other_generations_are_never_replayed() {
     std::fs::remove_dir_all(&d).unwrap();
 }
 
+/// Runs each of `cmds` on `ks` at `now` (none may fail) and logs it to
+/// `aof` as the shard would.
+fn log_each(aof: &mut Aof, ks: &mut Keyspace, cmds: &[&[&str]], now: Instant) {
+    for cmd in cmds {
+        let args: Vec<Vec<u8>> = cmd.iter().map(|a| a.as_bytes().to_vec()).collect();
+        let reply = ks.execute(&args, now).unwrap();
+        assert!(!matches!(reply, Reply::Error(_)), "{cmd:?}: {reply:?}");
+        aof.record(ks, &args, &reply, now);
+    }
+}
+
 #[test]
 fn moves_float_increments_renamenx_msetnx_and_set_options_replay_to_the_same_state() {
     let d = dir("newer");
@@ -191,12 +202,7 @@ fn moves_float_increments_renamenx_msetnx_and_set_options_replay_to_the_same_sta
         &["SET", "bx", "x", "PX", "50"],
         &["SETBIT", "bx", "15", "1"], // keeps the deadline: gone at replay
     ];
-    for cmd in cmds {
-        let args: Vec<Vec<u8>> = cmd.iter().map(|a| a.as_bytes().to_vec()).collect();
-        let reply = ks.execute(&args, now).unwrap();
-        assert!(!matches!(reply, Reply::Error(_)), "{cmd:?}: {reply:?}");
-        aof.record(&mut ks, &args, &reply, now);
-    }
+    log_each(&mut aof, &mut ks, cmds, now);
     std::fs::write(gen_shard_file(&path, 0, 0), &aof.pending).unwrap();
     std::thread::sleep(std::time::Duration::from_millis(120));
     let mut shards = vec![Keyspace::default()];
@@ -252,12 +258,7 @@ fn list_edits_replay_to_the_same_state() {
         &["RPUSH", "gone", "a"],
         &["LTRIM", "gone", "3", "4"],
     ];
-    for cmd in cmds {
-        let args: Vec<Vec<u8>> = cmd.iter().map(|a| a.as_bytes().to_vec()).collect();
-        let reply = ks.execute(&args, now).unwrap();
-        assert!(!matches!(reply, Reply::Error(_)), "{cmd:?}: {reply:?}");
-        aof.record(&mut ks, &args, &reply, now);
-    }
+    log_each(&mut aof, &mut ks, cmds, now);
     let logged = String::from_utf8_lossy(&aof.pending).into_owned();
     assert!(!logged.contains("nope"), "a no-op edit was logged: {logged}");
     std::fs::write(gen_shard_file(&path, 0, 0), &aof.pending).unwrap();
@@ -273,4 +274,5 @@ fn list_edits_replay_to_the_same_state() {
     let ks = &mut shards[0];
     assert_eq!(run(ks, &["LRANGE", "l", "0", "-1"]), items(&["x", "c", "y", "d", "e"]));
     assert_eq!(run(ks, &["EXISTS", "gone"]), Reply::Int(0));
+    std::fs::remove_dir_all(&d).unwrap();
 }
