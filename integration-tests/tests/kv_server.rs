@@ -188,6 +188,57 @@ fn a_thousand_pipelined_commands_are_answered_in_order() {
     system.shutdown();
 }
 
+/// The `ringmail_inline_commands` count of `INFO`.
+fn inline_count(c: &mut Connection) -> u64 {
+    let text: String = cmd("INFO").arg("stats").query(c).unwrap();
+    let line = text.lines().find_map(|l| l.strip_prefix("ringmail_inline_commands:"));
+    line.expect("the inline count in INFO").parse().unwrap()
+}
+
+/// On one ring every key is the worker's own: plain commands run inline
+/// (no message), in order; a client blocked on a key turns that off, so
+/// the push that must serve it goes through the shard and does.
+#[test]
+fn commands_on_the_worker_s_own_ring_run_inline_and_a_blocked_client_is_still_served() {
+    let (system, srv) = serve(1);
+    let mut c = client(&srv);
+    let before = inline_count(&mut c);
+    let mut p = redis::pipe();
+    for i in 0..500 {
+        p.cmd("SET").arg(format!("i{}", i % 50)).arg(i);
+        p.cmd("INCR").arg(format!("n{}", i % 7));
+        p.cmd("GET").arg(format!("i{}", i % 50));
+    }
+    let replies: Vec<Value> = p.query(&mut c).unwrap();
+    for (i, r) in replies.chunks(3).enumerate() {
+        let want = i.to_string();
+        assert!(matches!(&r[2], Value::BulkString(b) if b == want.as_bytes()), "{i}: {r:?}");
+    }
+    let n: i64 = c.get("n3").unwrap();
+    assert_eq!(n, (0..500).filter(|i| i % 7 == 3).count() as i64);
+    let ran = inline_count(&mut c) - before;
+    assert!(ran >= 1500, "{ran} of the 1 500 pipelined commands ran inline");
+
+    // A client blocks on a list of this ring's shard.
+    let mut waiter = client(&srv);
+    let blocked = std::thread::spawn(move || {
+        let got: Option<(String, String)> = waiter.blpop("q", 10.0).unwrap();
+        got
+    });
+    // Time for it to wait (had it not, it would find the element at once:
+    // the test would pass without checking the wait, never fail wrongly).
+    std::thread::sleep(Duration::from_millis(300));
+    let pushed: i64 = c.rpush("q", "x").unwrap();
+    assert_eq!(pushed, 1);
+    let got = blocked.join().unwrap();
+    assert_eq!(got, Some(("q".into(), "x".into())), "the push served the blocked client");
+    let left: i64 = c.llen("q").unwrap();
+    assert_eq!(left, 0);
+    drop(c);
+    all_closed(&srv);
+    system.shutdown();
+}
+
 #[test]
 fn two_hundred_clients_at_once() {
     let (system, srv) = serve(2);

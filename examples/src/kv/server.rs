@@ -10,10 +10,12 @@
 //!
 //! * The [`Acceptor`] hands every connection to a [`KvWorker`] (round-robin).
 //! * A worker parses RESP from its connections, and sends each request to
-//!   the [`KeyShard`] that owns its key (`hash(key) % shards`): the one on
-//!   its own ring is a co-located actor (no kernel on the way), the others
-//!   are reached ring to ring with MSG_RING. Requests are batched: one
-//!   message per target shard for everything one receive brought in.
+//!   the [`KeyShard`] that owns its key (`hash(key) % shards`), ring to ring
+//!   with MSG_RING. Requests are batched: one message per target shard for
+//!   everything one receive brought in. The batch for the shard on the
+//!   worker's own ring runs inline, in the worker's handler, on the state
+//!   the two share (`ShardState::try_inline` says when it may; otherwise
+//!   it is a message to the co-located shard, with no kernel on the way).
 //! * Multi-key commands (MGET, MSET, DEL, EXISTS) are split by shard and
 //!   their parts combined; DBSIZE and FLUSHALL go to every shard.
 //! * `RENAME`, `RPOPLPUSH`, `LMOVE`, `MSETNX` with keys on several shards
@@ -180,10 +182,15 @@ pub fn start_with(
     }
     let rings: Vec<ringmail::Shard> =
         (0..n).map(|_| system.shard()).collect::<Result<_, _>>().map_err(StartError::Spawn)?;
+    let mut states = Vec::with_capacity(n);
     let shards: Vec<ActorRef<KeyShard>> = rings
         .iter()
         .zip(spaces.into_iter().zip(logs))
-        .map(|(r, (space, log))| system.spawn_on(r, KeyShard::with(space, log)))
+        .map(|(r, (space, log))| {
+            let shard = KeyShard::with(space, log);
+            states.push(shard.shared());
+            system.spawn_on(r, shard)
+        })
         .collect();
     let info = Arc::new(ServerInfo {
         started: Instant::now(),
@@ -203,6 +210,7 @@ pub fn start_with(
         .map(|(i, r)| {
             let mut w = KvWorker::new(shards.clone(), info.clone(), i);
             w.limits = cfg.limits;
+            w.local = Some(states[i].clone());
             system.spawn_on(r, w)
         })
         .collect();

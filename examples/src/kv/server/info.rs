@@ -21,6 +21,9 @@ pub struct WorkerStats {
     pub connections: AtomicU64,
     /// Requests it parsed.
     pub commands: AtomicU64,
+    /// Requests (or a multi-key request's parts) it ran itself on its own
+    /// ring's shard, with no message (see `ShardState::try_inline`).
+    pub inline: AtomicU64,
 }
 
 impl WorkerStats {
@@ -215,6 +218,7 @@ impl ServerInfo {
                     let rings = m.rings();
                     line("total_connections_received", &sum(|w| &w.connections));
                     line("total_commands_processed", &sum(|w| &w.commands));
+                    line("ringmail_inline_commands", &sum(|w| &w.inline));
                     let rejected = self.acceptor.get().map_or(0, |a| a.rejected.load(Relaxed));
                     line("rejected_connections", &rejected);
                     line("ringmail_messages_handled", &m.handled());

@@ -3,6 +3,7 @@
 //! requests), `WATCH`, blocking list commands, and its append-only log.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::Instant;
 
 use ringmail::net::ConnId;
@@ -29,8 +30,19 @@ pub struct Req {
 }
 
 // ANCHOR: shard
-/// One partition of the keyspace, on one ring.
+/// One partition of the keyspace, on one ring: an actor whose state its
+/// ring's worker may also reach, to run requests inline (`ShardState`).
 pub struct KeyShard {
+    state: Arc<Mutex<ShardState>>,
+}
+
+/// A shard's data and bookkeeping. The shard actor and the worker on the
+/// same ring share it: both run on that ring's thread, one handler at a
+/// time, so the lock is never contended. Neither side ever waits for it:
+/// the worker uses `try_lock` and falls back to a message, the shard
+/// treats a held lock as the broken invariant it would be (a panic, not a
+/// wait; see [`KeyShard::state`]).
+pub(super) struct ShardState {
     pub(super) space: Keyspace,
     pub(super) aof: Option<Aof>,
     /// Replies waiting for the log to hold what they acknowledge, in
@@ -49,6 +61,10 @@ pub struct KeyShard {
     /// has not when they run (Redis freezes time for an `EXEC`).
     pub(super) locked_at: Option<Instant>,
     pub(super) deferred: VecDeque<Deferred>,
+    /// Batches the ring's own worker sent here that have not arrived yet:
+    /// while there are any, the worker runs nothing inline (its requests
+    /// must not overtake them).
+    pub(super) from_local: u32,
 }
 
 /// What waits while a transaction across shards holds the shard.
@@ -98,16 +114,18 @@ impl Message for TxStep {
 
 impl Handler<TxStep> for KeyShard {
     fn handle(&mut self, step: TxStep, ctx: &mut Context<Self>) {
-        debug_assert_eq!(self.locked_by.map(|(w, _)| w), Some(step.from.id()), "its holder");
+        let mut state = self.state();
+        let this = &mut *state;
+        debug_assert_eq!(this.locked_by.map(|(w, _)| w), Some(step.from.id()), "its holder");
         // A log in error refuses the move's writes here: its reads are
         // refused already, so that no shard writes its part alone.
-        if let Some(aof) = self.aof.as_ref().filter(|a| a.error().is_some()) {
+        if let Some(aof) = this.aof.as_ref().filter(|a| a.error().is_some()) {
             let refused = step.reqs.iter().map(|r| (r.conn, r.seq, r.part, aof.misconf()));
             let _ = step.from.tell(Replies(refused.collect()));
             return;
         }
-        let at = self.locked_at.unwrap_or_else(Instant::now);
-        self.run_batch_at(step.from, step.reqs, at, ctx);
+        let at = this.locked_at.unwrap_or_else(Instant::now);
+        this.run_batch_at(step.from, step.reqs, at, ctx);
     }
 }
 
@@ -123,30 +141,34 @@ impl Message for TxRun {
 
 impl Handler<TxLock> for KeyShard {
     fn handle(&mut self, l: TxLock, _ctx: &mut Context<Self>) {
-        if self.locked_by.is_some() {
-            self.deferred.push_back(Deferred::Lock(l));
+        let mut state = self.state();
+        let this = &mut *state;
+        if this.locked_by.is_some() {
+            this.deferred.push_back(Deferred::Lock(l));
             return;
         }
-        self.lock(l);
+        this.lock(l);
     }
 }
 
 impl Handler<TxRun> for KeyShard {
     fn handle(&mut self, run: TxRun, ctx: &mut Context<Self>) {
-        debug_assert_eq!(self.locked_by.map(|(w, _)| w), Some(run.from.id()), "run by its holder");
+        let mut state = self.state();
+        let this = &mut *state;
+        debug_assert_eq!(this.locked_by.map(|(w, _)| w), Some(run.from.id()), "run by its holder");
         if !run.reqs.is_empty() {
-            let at = self.locked_at;
-            self.run_batch_at(run.from, run.reqs, at.unwrap_or_else(Instant::now), ctx);
+            let at = this.locked_at;
+            this.run_batch_at(run.from, run.reqs, at.unwrap_or_else(Instant::now), ctx);
         }
-        self.locked_by = None;
-        self.locked_at = None;
-        while let Some(d) = self.deferred.pop_front() {
+        this.locked_by = None;
+        this.locked_at = None;
+        while let Some(d) = this.deferred.pop_front() {
             match d {
-                Deferred::Batch(b) => self.run_batch(b.from, b.reqs, ctx),
-                Deferred::Unblock(u) => self.unblock(u, ctx),
+                Deferred::Batch(b) => this.run_batch(b.from, b.reqs, ctx),
+                Deferred::Unblock(u) => this.unblock(u, ctx),
                 Deferred::Lock(l) => {
-                    self.lock(l);
-                    if self.locked_by.is_some() {
+                    this.lock(l);
+                    if this.locked_by.is_some() {
                         break;
                     }
                 }
@@ -155,7 +177,7 @@ impl Handler<TxRun> for KeyShard {
     }
 }
 
-impl KeyShard {
+impl ShardState {
     pub(super) fn lock(&mut self, l: TxLock) {
         self.locked_by = Some((l.from.id(), l.tx));
         let now = Instant::now();
@@ -362,20 +384,24 @@ impl Message for AofIdle {
 
 impl Actor for KeyShard {
     fn started(&mut self, ctx: &mut Context<Self>) {
-        if self.aof.is_some() {
+        let mut state = self.state();
+        let this = &mut *state;
+        if this.aof.is_some() {
             ctx.send_interval(std::time::Duration::from_secs(1), || AofTick);
         }
     }
 
     fn stopped(&mut self, _ctx: &mut Context<Self>) {
-        if let Some(aof) = self.aof.as_mut() {
+        let mut state = self.state();
+        let this = &mut *state;
+        if let Some(aof) = this.aof.as_mut() {
             aof.finish();
         }
-        self.release();
+        this.release();
     }
 }
 
-impl KeyShard {
+impl ShardState {
     /// Sends the held replies the log now covers, in order. While the log
     /// is in error, the held ones go out at once, their writes refused.
     pub(super) fn release(&mut self) {
@@ -404,29 +430,35 @@ impl KeyShard {
 
 impl Handler<AofIo> for KeyShard {
     fn handle(&mut self, io: AofIo, ctx: &mut Context<Self>) {
-        if let Some(aof) = self.aof.as_mut() {
+        let mut state = self.state();
+        let this = &mut *state;
+        if let Some(aof) = this.aof.as_mut() {
             aof.done(io, ctx);
         }
-        self.release();
+        this.release();
     }
 }
 
 impl Handler<AofTick> for KeyShard {
     fn handle(&mut self, _: AofTick, ctx: &mut Context<Self>) {
-        if let Some(aof) = self.aof.as_mut() {
+        let mut state = self.state();
+        let this = &mut *state;
+        if let Some(aof) = this.aof.as_mut() {
             aof.tick(ctx);
         }
-        self.release();
+        this.release();
     }
 }
 
 impl Handler<AofIdle> for KeyShard {
     fn handle(&mut self, _: AofIdle, ctx: &mut Context<Self>) -> bool {
-        match self.aof.as_mut() {
+        let mut state = self.state();
+        let this = &mut *state;
+        match this.aof.as_mut() {
             Some(aof) => {
                 aof.kick(ctx);
                 aof.sync(ctx);
-                aof.idle() && self.held.is_empty()
+                aof.idle() && this.held.is_empty()
             }
             None => true,
         }
@@ -439,6 +471,9 @@ pub struct Batch {
     pub from: ActorRef<KvWorker>,
     /// The requests.
     pub reqs: Vec<Req>,
+    /// Sent by the worker on the shard's own ring (counted in
+    /// [`ShardState::from_local`] until it arrives).
+    pub(super) local: bool,
 }
 impl Message for Batch {
     type Reply = ();
@@ -446,21 +481,26 @@ impl Message for Batch {
 
 impl Handler<Batch> for KeyShard {
     fn handle(&mut self, batch: Batch, ctx: &mut Context<Self>) {
-        if self.locked_by.is_some() {
-            self.deferred.push_back(Deferred::Batch(batch));
+        let mut state = self.state();
+        let this = &mut *state;
+        if batch.local {
+            this.from_local -= 1;
+        }
+        if this.locked_by.is_some() {
+            this.deferred.push_back(Deferred::Batch(batch));
             return;
         }
-        self.run_batch(batch.from, batch.reqs, ctx);
+        this.run_batch(batch.from, batch.reqs, ctx);
     }
 }
 
-impl KeyShard {
+impl ShardState {
     /// Runs one worker's requests in order and sends their replies back.
     pub(super) fn run_batch(
         &mut self,
         from: ActorRef<KvWorker>,
         reqs: Vec<Req>,
-        ctx: &Context<Self>,
+        ctx: &Context<KeyShard>,
     ) {
         self.run_batch_at(from, reqs, Instant::now(), ctx);
     }
@@ -471,9 +511,9 @@ impl KeyShard {
         from: ActorRef<KvWorker>,
         reqs: Vec<Req>,
         now: Instant,
-        ctx: &Context<Self>,
+        ctx: &Context<KeyShard>,
     ) {
-        let batch = Batch { from, reqs };
+        let batch = Batch { from, reqs, local: false };
         let mut replies = Vec::with_capacity(batch.reqs.len());
         let mut writes = Vec::with_capacity(batch.reqs.len());
         let worker = batch.from.id();
@@ -581,7 +621,70 @@ impl KeyShard {
 }
 // ANCHOR_END: shard
 
-impl KeyShard {
+impl ShardState {
+    /// Runs the worker on this ring's requests now, inside the worker's
+    /// own handler, instead of as a [`Batch`] message: the replies, in
+    /// order, with `reqs` left empty. `None` (and `reqs` untouched) when
+    /// the batch must go as a message because running it now could be
+    /// told apart from running it in turn:
+    /// * a transaction holds the shard, or requests wait behind one
+    ///   (`locked_by`, `deferred`): they would be overtaken;
+    /// * a batch the worker sent before has not arrived (`from_local`):
+    ///   a connection's requests would be reordered;
+    /// * clients are blocked here: a push must serve them, which answers
+    ///   another worker by message;
+    /// * the shard logs: replies wait for the log ([`ShardState::send`]);
+    /// * one of the requests is not a plain command ([`runs_inline`]).
+    ///
+    /// Otherwise it is what [`ShardState::run_batch_at`] does for such a
+    /// batch: each command runs, in order, and marks its watchers.
+    pub(super) fn try_inline(
+        &mut self,
+        reqs: &mut Vec<Req>,
+        now: Instant,
+    ) -> Option<Vec<(ConnId, u64, u32, Reply)>> {
+        let quiet = self.locked_by.is_none()
+            && self.deferred.is_empty()
+            && self.from_local == 0
+            && self.blocked.waiters.is_empty()
+            && self.aof.is_none();
+        if !quiet || !reqs.iter().all(|r| runs_inline(&r.args[0])) {
+            return None;
+        }
+        let replies = reqs.drain(..).map(|mut r| {
+            let reply = self.space.execute_owned(&mut r.args, now).unwrap_or(Reply::Nil);
+            if changed_something(&r.args[0], &reply) {
+                self.watches.touch(&r.args);
+            }
+            (r.conn, r.seq, r.part, reply)
+        });
+        Some(replies.collect())
+    }
+}
+
+/// Whether a command may run inline ([`ShardState::try_inline`]): not one
+/// that [`ShardState::run_batch_at`] or [`ShardState::run`] treat apart
+/// (watches, blocking commands and the worker's steps for them, `INFO`).
+fn runs_inline(cmd: &[u8]) -> bool {
+    !matches!(
+        Lower::of(cmd).as_bytes(),
+        b"watch"
+            | b"unwatch"
+            | b"unwait"
+            | b"rebuild-of"
+            | b"exec-watched"
+            | b"info"
+            | b"blpop"
+            | b"brpop"
+            | b"brpoplpush"
+            | b"blmove"
+            | b"wait-push"
+            | b"blpop-now"
+            | b"brpop-now"
+    )
+}
+
+impl ShardState {
     pub(super) fn logged(&self) -> u64 {
         self.aof.as_ref().map_or(0, Aof::logged)
     }
@@ -726,7 +829,7 @@ impl KeyShard {
 
     /// Serves the clients blocked on `key`, first come first served, while
     /// its list has elements.
-    pub(super) fn serve_blocked(&mut self, key: &[u8], now: Instant, ctx: &Context<Self>) {
+    pub(super) fn serve_blocked(&mut self, key: &[u8], now: Instant, ctx: &Context<KeyShard>) {
         let mut pushed_to = Vec::new();
         while let Some(&id) = self.blocked.by_key.get(key).and_then(|q| q.front()) {
             let (left, dest, notify) = match self.blocked.waiters.get(&id) {
@@ -783,7 +886,7 @@ impl KeyShard {
         to: ActorRef<KvWorker>,
         replies: Vec<(ConnId, u64, u32, Reply)>,
         writes: Vec<bool>,
-        ctx: &Context<Self>,
+        ctx: &Context<KeyShard>,
     ) {
         match self.aof.as_mut() {
             None => {
@@ -801,36 +904,40 @@ impl KeyShard {
 
 impl Handler<BlockTimeout> for KeyShard {
     fn handle(&mut self, BlockTimeout(id): BlockTimeout, ctx: &mut Context<Self>) {
-        if let Some(w) = self.blocked.remove(id) {
+        let mut state = self.state();
+        let this = &mut *state;
+        if let Some(w) = this.blocked.remove(id) {
             // A blocking move times out with a null bulk, a pop with a null array.
             let none = if w.dest.is_some() { Reply::Nil } else { Reply::NullArray };
             let replies = vec![(w.conn, w.seq, w.part, none)];
-            self.send(w.from, replies, vec![false], ctx);
+            this.send(w.from, replies, vec![false], ctx);
         }
     }
 }
 
 impl Handler<Unblock> for KeyShard {
     fn handle(&mut self, u: Unblock, ctx: &mut Context<Self>) {
-        if self.locked_by.is_some() {
+        let mut state = self.state();
+        let this = &mut *state;
+        if this.locked_by.is_some() {
             // Behind the connection's own requests deferred before it.
-            self.deferred.push_back(Deferred::Unblock(u));
+            this.deferred.push_back(Deferred::Unblock(u));
             return;
         }
-        self.unblock(u, ctx);
+        this.unblock(u, ctx);
     }
 }
 
-impl KeyShard {
+impl ShardState {
     /// A connection closed: forgets its watches and blocked requests.
-    pub(super) fn unblock(&mut self, u: Unblock, ctx: &Context<Self>) {
+    pub(super) fn unblock(&mut self, u: Unblock, ctx: &Context<KeyShard>) {
         self.watches.forget((u.worker, u.conn));
         self.drop_waits(u.worker, u.conn, None, ctx);
     }
 
     /// Drops the blocked requests of connection `conn` of `worker` (only
     /// request `seq` when given), and their timers.
-    fn drop_waits(&mut self, worker: u64, conn: ConnId, seq: Option<u64>, ctx: &Context<Self>) {
+    fn drop_waits(&mut self, worker: u64, conn: ConnId, seq: Option<u64>, ctx: &Context<KeyShard>) {
         let gone: Vec<u64> = self
             .blocked
             .waiters
@@ -901,7 +1008,7 @@ impl KeyShard {
 
     /// A partition with this content, logging to `aof`.
     pub fn with(space: Keyspace, aof: Option<Aof>) -> Self {
-        KeyShard {
+        let state = ShardState {
             space,
             aof,
             held: VecDeque::new(),
@@ -910,6 +1017,28 @@ impl KeyShard {
             locked_by: None,
             locked_at: None,
             deferred: VecDeque::new(),
+            from_local: 0,
+        };
+        KeyShard { state: Arc::new(Mutex::new(state)) }
+    }
+
+    /// Its state, for the worker on its ring (see [`ShardState`]).
+    pub(super) fn shared(&self) -> Arc<Mutex<ShardState>> {
+        self.state.clone()
+    }
+
+    /// Its state, from one of its handlers. The only other holder is the
+    /// worker on the same ring, which releases it before its own handler
+    /// returns: it is never held here, so this never waits (a held lock
+    /// would be a bug, and panics rather than blocking the ring). A
+    /// handler that panicked poisoned it; the state is taken as it is.
+    fn state(&self) -> MutexGuard<'_, ShardState> {
+        match self.state.try_lock() {
+            Ok(state) => state,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                unreachable!("a shard's state is only held on its own ring's thread")
+            }
         }
     }
 }
@@ -917,5 +1046,86 @@ impl KeyShard {
 impl Default for KeyShard {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(seq: u64, args: &[&str]) -> Req {
+        let args = args.iter().map(|a| a.as_bytes().to_vec()).collect();
+        Req { conn: ConnId(7), seq, part: 0, args }
+    }
+
+    fn state() -> Arc<Mutex<ShardState>> {
+        KeyShard::new().shared()
+    }
+
+    #[test]
+    fn plain_commands_run_inline_in_order_and_leave_the_batch_empty() {
+        let s = state();
+        let mut st = s.lock().unwrap();
+        let mut reqs =
+            vec![req(1, &["SET", "k", "v"]), req(2, &["APPEND", "k", "w"]), req(3, &["GET", "k"])];
+        let replies = st.try_inline(&mut reqs, Instant::now()).expect("runs inline");
+        assert!(reqs.is_empty());
+        let seqs: Vec<u64> = replies.iter().map(|r| r.1).collect();
+        assert_eq!(seqs, [1, 2, 3]);
+        assert!(matches!(&replies[0].3, Reply::Simple("OK")));
+        assert!(matches!(&replies[1].3, Reply::Int(2)));
+        assert!(matches!(&replies[2].3, Reply::Bulk(v) if v == b"vw"));
+    }
+
+    /// Each reason a batch must go as a message: `try_inline` refuses it,
+    /// runs nothing and leaves the batch as it was.
+    #[test]
+    fn a_batch_that_could_be_told_apart_is_left_for_a_message() {
+        let now = Instant::now();
+        let refused = |st: &mut ShardState, args: &[&str]| {
+            let mut reqs = vec![req(1, &["SET", "k", "new"]), req(2, args)];
+            assert!(st.try_inline(&mut reqs, now).is_none(), "{args:?}");
+            assert_eq!(reqs.len(), 2, "the batch is left whole");
+            assert_eq!(st.space.execute(&[b"GET".to_vec(), b"k".to_vec()], now), Some(Reply::Nil));
+        };
+        let s = state();
+        let mut st = s.lock().unwrap();
+        // Commands the shard treats apart.
+        for cmd in [
+            &["WATCH", "k"][..],
+            &["UNWATCH"],
+            &["INFO"],
+            &["BLPOP", "l", "0"],
+            &["brpop", "l", "0"],
+            &["BLMOVE", "a", "b", "LEFT", "LEFT", "0"],
+            &["blpop-now", "l", "0"],
+            &["wait-push", "0", "l"],
+            &["exec-watched"],
+            &["rebuild-of", "k"],
+        ] {
+            refused(&mut st, cmd);
+        }
+        // A batch sent before that has not arrived.
+        st.from_local = 1;
+        refused(&mut st, &["GET", "k"]);
+        st.from_local = 0;
+        // A transaction holds the shard, or requests wait behind one.
+        st.locked_by = Some((1, 1));
+        refused(&mut st, &["GET", "k"]);
+        st.locked_by = None;
+        st.deferred.push_back(Deferred::Unblock(Unblock { worker: 1, conn: ConnId(1) }));
+        refused(&mut st, &["GET", "k"]);
+        st.deferred.clear();
+        // The shard logs: its replies wait for the log.
+        let dir = std::env::temp_dir().join(format!("ringmail-inline-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        st.aof = Some(Aof::open(&dir.join("aof"), crate::kv::aof::Fsync::No).unwrap());
+        refused(&mut st, &["GET", "k"]);
+        st.aof = None;
+        std::fs::remove_dir_all(&dir).unwrap();
+        // (Blocked clients are the fourth reason; a waiter needs a worker,
+        // so `kv_server`'s BLPOP tests cover it.)
+        let mut reqs = vec![req(1, &["GET", "k"])];
+        assert!(st.try_inline(&mut reqs, now).is_some(), "nothing in the way any more");
     }
 }

@@ -7,7 +7,7 @@
 use std::collections::VecDeque;
 
 use rustc_hash::FxHashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use ringmail::net::{ConnId, Connections, Input, NetEvent, NewConnection};
@@ -20,7 +20,8 @@ use super::commands::{
 };
 use super::info::{ClientRow, ServerInfo, WorkerStats};
 use super::shard::{
-    Batch, KeyShard, Req, ShardInfo, TxLock, TxLocked, TxRun, TxStep, Unblock, MAX_QUEUED,
+    Batch, KeyShard, Req, ShardInfo, ShardState, TxLock, TxLocked, TxRun, TxStep, Unblock,
+    MAX_QUEUED,
 };
 use crate::kv::engine::Keyspace;
 use crate::kv::pubsub::{self, Publish, Subscriptions};
@@ -285,6 +286,10 @@ pub struct KvWorker {
     /// `route` just started a move across shards or a blocking command
     /// (the request's connection then waits for it, see `received`).
     pub(super) moving: bool,
+    /// The state of the shard on this worker's ring, whose requests it
+    /// runs itself when it can ([`KvWorker::run_inline`]); none once that
+    /// shard failed.
+    pub(super) local: Option<Arc<Mutex<ShardState>>>,
 }
 
 /// A transaction whose commands live on several shards.
@@ -455,6 +460,17 @@ impl Handler<Clients> for KvWorker {
 
 impl Handler<Replies> for KvWorker {
     fn handle(&mut self, Replies(items): Replies, ctx: &mut Context<Self>) {
+        self.take_replies(items, ctx);
+        self.send_batches(ctx); // a SCAN going on to its next shard
+        self.conns.flush(ctx);
+    }
+}
+// ANCHOR_END: worker
+
+impl KvWorker {
+    /// Fills in replies from a shard (by message, or run inline) and
+    /// answers the connections they complete (no flush).
+    fn take_replies(&mut self, items: Vec<(ConnId, u64, u32, Reply)>, ctx: &Context<Self>) {
         let mut touched = Vec::new();
         for (conn, seq, part, reply) in items {
             if moves::MOVE_PARTS.contains(&part) {
@@ -474,11 +490,8 @@ impl Handler<Replies> for KvWorker {
         for conn in touched {
             self.answer(conn, ctx);
         }
-        self.send_batches(ctx); // a SCAN going on to its next shard
-        self.conns.flush(ctx);
     }
 }
-// ANCHOR_END: worker
 
 impl KvWorker {
     /// A worker routing to `shards`; `info` is what `INFO` reads, whose
@@ -503,6 +516,7 @@ impl KvWorker {
             next_tx: 1,
             tx_out: Vec::new(),
             moving: false,
+            local: None,
         }
     }
 
@@ -907,7 +921,7 @@ impl KvWorker {
 
     /// Sends what this event gathered: one batch per shard.
     pub(super) fn send_batches(&mut self, ctx: &Context<Self>) {
-        self.send_request_batches();
+        self.send_request_batches(ctx);
         // Behind the requests before them (same sender, same shard: in order).
         for (s, lock) in std::mem::take(&mut self.tx_out) {
             if let Err(e) = self.shards[s].tell(lock) {
@@ -916,16 +930,41 @@ impl KvWorker {
         }
     }
 
-    pub(super) fn send_request_batches(&mut self) {
+    pub(super) fn send_request_batches(&mut self, ctx: &Context<Self>) {
+        self.run_inline(ctx);
         let me = self.me.clone().expect("started");
-        for (s, reqs) in self.outgoing.iter_mut().enumerate() {
-            if reqs.is_empty() {
+        for s in 0..self.outgoing.len() {
+            if self.outgoing[s].is_empty() {
                 continue;
             }
-            let batch = Batch { from: me.clone(), reqs: std::mem::take(reqs) };
+            let reqs = std::mem::take(&mut self.outgoing[s]);
+            let mut batch = Batch { from: me.clone(), reqs, local: false };
+            if s == self.index {
+                // Counted before it goes, so that nothing runs inline ahead
+                // of it (the shard cannot run before this handler returns).
+                let counted = self.local.as_ref().map(|l| match l.try_lock() {
+                    Ok(mut state) => {
+                        state.from_local += 1;
+                        true
+                    }
+                    Err(_) => false,
+                });
+                batch.local = counted == Some(true);
+                if counted == Some(false) {
+                    // Never held elsewhere (see `ShardState`); poisoned:
+                    // the shard failed. Either way, nothing inline any more.
+                    self.local = None;
+                }
+            }
             if let Err(e) = self.shards[s].tell(batch) {
+                let e = e.into_inner();
+                if e.local {
+                    if let Some(Ok(mut state)) = self.local.as_ref().map(|l| l.try_lock()) {
+                        state.from_local -= 1;
+                    }
+                }
                 // The shard is gone (shutdown): answer with an error.
-                for r in e.into_inner().reqs.into_iter().filter(|r| r.part != u32::MAX) {
+                for r in e.reqs.into_iter().filter(|r| r.part != u32::MAX) {
                     if let Some(c) = self.clients.get_mut(&r.conn) {
                         if let Some(p) = r
                             .seq
@@ -940,6 +979,25 @@ impl KvWorker {
                     }
                 }
             }
+        }
+    }
+
+    /// Runs the requests gathered for the shard on this worker's own ring
+    /// right here, with no message, when that shard allows it
+    /// ([`ShardState::try_inline`]): the connection's worker is the
+    /// coordinator, and its own shard's commands cost no hop.
+    fn run_inline(&mut self, ctx: &Context<Self>) {
+        let own = self.index;
+        // Replies may ask for more (a SCAN handing on): again, if so.
+        while !self.outgoing[own].is_empty() {
+            let Some(local) = self.local.as_ref() else { return };
+            let Ok(mut state) = local.try_lock() else { return };
+            let Some(replies) = state.try_inline(&mut self.outgoing[own], Instant::now()) else {
+                return;
+            };
+            drop(state);
+            WorkerStats::bump(&self.stats.inline, replies.len() as i64);
+            self.take_replies(replies, ctx);
         }
     }
 
