@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The KV server driven by Python's `redis` package at its default settings,
 as a Python user would: `redis.Redis(port=...)`, `decode_responses`, every
-command family of the KV (strings, keyspace, expiry, hashes, lists, sets),
+command family of the KV (strings, keyspace, expiry, hashes, lists, sets,
+sorted sets),
 a transaction pipeline, `DISCARD`, `WATCH`/`UNWATCH`, `scan_iter`, `BLPOP` and
 `BRPOP` woken by another client, pub-sub across workers with unsubscribing,
 RESP3 (`protocol=3`), `RESET`, `QUIT`, `COMMAND`, `INFO`, and `AUTH` against
@@ -122,6 +123,33 @@ def main():
     except redis.ResponseError as e:
         check(str(e).startswith("WRONGTYPE"), f"WRONGTYPE: {e}")
     print("hashes, lists, sets: ok")
+
+    # sorted sets, as a leaderboard and a job schedule use them
+    check(r.zadd("board", {"ann": 10, "bob": 30, "cy": 20}) == 3, "ZADD")
+    check(r.zadd("board", {"ann": 40}, gt=True, ch=True) == 1, "ZADD GT CH")
+    check(r.zincrby("board", 5, "cy") == 25.0, "ZINCRBY")
+    check(r.zrevrange("board", 0, 1, withscores=True) == [("ann", 40.0), ("bob", 30.0)],
+          f"ZREVRANGE WITHSCORES {r.zrevrange('board', 0, 1, withscores=True)}")
+    check(r.zrank("board", "cy") == 0 and r.zrevrank("board", "cy") == 2, "ZRANK/ZREVRANK")
+    check(r.zscore("board", "bob") == 30.0 and r.zscore("board", "nobody") is None, "ZSCORE")
+    check(r.zcard("board") == 3 and r.zcount("board", "(25", "+inf") == 2, "ZCARD/ZCOUNT")
+    check(r.zrangebyscore("board", 20, 35) == ["cy", "bob"], "ZRANGEBYSCORE")
+    check(r.zrange("board", "+inf", 0, byscore=True, desc=True, offset=0, num=1) == ["ann"],
+          "ZRANGE BYSCORE REV LIMIT")
+    now = int(time.time())
+    check(r.zadd("jobs", {"due": now - 5, "later": now + 3600}) == 2, "ZADD jobs")
+    check(r.zrangebyscore("jobs", "-inf", now) == ["due"], "the due jobs")
+    check(r.zpopmin("jobs") == [("due", float(now - 5))], f"ZPOPMIN {r.zrange('jobs', 0, -1)}")
+    check(r.zrem("jobs", "later", "none") == 1 and r.exists("jobs") == 0, "ZREM empties and deletes")
+    check(r.zmscore("board", ["ann", "x"]) == [40.0, None], "ZMSCORE")
+    check(r.zadd("lex", {"a": 0, "b": 0, "c": 0}) == 3 and r.zrangebylex("lex", "[b", "+") == ["b", "c"],
+          "ZRANGEBYLEX")
+    check(r.zremrangebyscore("board", "-inf", 26) == 1 and r.zcard("board") == 2, "ZREMRANGEBYSCORE")
+    check(r.type("board") == "zset", "TYPE zset")
+    with r.pipeline() as p:
+        p.zadd("{tx}z", {"m": 1}).zincrby("{tx}z", 2, "m").zscore("{tx}z", "m")
+        check(p.execute() == [1, 3.0, 3.0], "sorted-set commands in a transaction")
+    print("sorted sets: ok")
 
     # BLPOP woken by a push from another client
     box = []
@@ -289,6 +317,9 @@ def main():
     check(r3.hset("h3", mapping={"a": "1", "b": "2"}) == 2, "HSET (RESP3)")
     check(r3.hgetall("h3") == {"a": "1", "b": "2"}, "HGETALL as a map")
     check(r3.smembers("st") == {"y"} and r3.get("nope") is None, "a set and a null")
+    check(r3.zscore("board", "ann") == 40.0, "a score as a RESP3 double")
+    check(r3.zrange("board", 0, -1, withscores=True) == [["bob", 30.0], ["ann", 40.0]],
+          f"WITHSCORES as RESP3 pairs: {r3.zrange('board', 0, -1, withscores=True)}")
     p3 = r3.pubsub()
     p3.subscribe("n3")
     check(p3.get_message(timeout=10)["type"] == "subscribe", "subscribe (RESP3)")

@@ -147,6 +147,14 @@ pub const WRITE_COMMANDS: &[&[u8]] = &[
     b"lset",
     b"lrem",
     b"linsert",
+    b"zadd",
+    b"zincrby",
+    b"zrem",
+    b"zpopmin",
+    b"zpopmax",
+    b"zremrangebyrank",
+    b"zremrangebyscore",
+    b"zremrangebylex",
 ];
 
 /// Whether `cmd` (any case) is one of [`WRITE_COMMANDS`].
@@ -359,12 +367,23 @@ impl Aof {
                 }
                 self.deadline_of(ks, &args[2], now);
             }
-            // Hashes, lists and sets: the command itself (deterministic on
-            // the same state), then the key's deadline, so that a replay
-            // after the deadline does not bring back a key created anew.
+            // A score increment as its result (`ZADD key score member`),
+            // as `HINCRBYFLOAT`, so that a replay computes no float again.
+            b"zincrby" | b"zadd" if matches!(reply, Reply::Double(_)) => {
+                let Reply::Double(score) = reply else { unreachable!() };
+                let score = super::resp::double_text(*score);
+                let member = args.last().expect("a member");
+                push(&mut self.pending, &[b"ZADD", &args[1], score.as_bytes(), member]);
+                self.deadline_of(ks, &args[1], now);
+            }
+            // Hashes, lists, sets and sorted sets: the command itself
+            // (deterministic on the same state), then the key's deadline,
+            // so that a replay after the deadline does not bring back a
+            // key created anew.
             b"hset" | b"hmset" | b"hsetnx" | b"hdel" | b"hincrby" | b"lpush" | b"rpush"
             | b"lpushx" | b"rpushx" | b"lpop" | b"rpop" | b"sadd" | b"srem" | b"ltrim"
-            | b"lset" | b"lrem" | b"linsert"
+            | b"lset" | b"lrem" | b"linsert" | b"zadd" | b"zrem" | b"zpopmin" | b"zpopmax"
+            | b"zremrangebyrank" | b"zremrangebyscore" | b"zremrangebylex"
                 if !super::engine::changed_nothing(cmd.as_bytes(), reply) =>
             {
                 self.raw(args);

@@ -46,6 +46,8 @@ pub enum Value {
     List(Box<List>),
     /// A set (members of up to 24 bytes inline, as a hash's fields).
     Set(HashSet<Key>),
+    /// A sorted set (boxed, as a list is: [`super::zset::ZSet`]).
+    ZSet(Box<super::zset::ZSet>),
 }
 
 impl Value {
@@ -56,6 +58,7 @@ impl Value {
             Value::Hash(_) => "hash",
             Value::List(_) => "list",
             Value::Set(_) => "set",
+            Value::ZSet(_) => "zset",
         }
     }
 }
@@ -104,10 +107,17 @@ pub fn changed_nothing(cmd: &[u8], reply: &Reply) -> bool {
                 | b"sadd"
                 | b"lrem"
                 | b"linsert"
+                | b"zrem"
+                | b"zremrangebyrank"
+                | b"zremrangebyscore"
+                | b"zremrangebylex"
         ),
         // LINSERT with no such pivot.
         Reply::Int(-1) => cmd == b"linsert",
-        Reply::Nil => matches!(cmd, b"lmove" | b"rpoplpush" | b"lpop" | b"rpop"),
+        Reply::Nil => matches!(cmd, b"lmove" | b"rpoplpush" | b"lpop" | b"rpop" | b"zadd"),
+        // A pop from no sorted set.
+        Reply::Array(v) if v.is_empty() => matches!(cmd, b"zpopmin" | b"zpopmax"),
+        Reply::Pairs(v) if v.is_empty() => matches!(cmd, b"zpopmin" | b"zpopmax"),
         _ => false,
     }
 }
@@ -685,6 +695,7 @@ impl Keyspace {
             },
             "scan" => self.scan(a, now),
             _ if super::types::is_type_command(cmd) => self.run_typed(cmd, a, now),
+            _ if super::zset::is_zset_command(cmd) => self.run_zset(cmd, a, now),
             _ => {
                 let mut m = format!(
                     "ERR unknown command '{}', with args beginning with: ",
@@ -787,7 +798,7 @@ pub(super) fn range(start: i64, end: i64, len: usize) -> Option<(usize, usize)> 
 }
 
 /// The commands that make `key` hold `value` (no deadline): `SET`, or
-/// `HSET`/`RPUSH`/`SADD` with at most 1 000 elements each.
+/// `HSET`/`RPUSH`/`SADD`/`ZADD` with at most 1 000 elements each.
 fn value_commands(key: &[u8], value: &Value) -> Vec<Vec<Vec<u8>>> {
     const PART: usize = 1000;
     let head = |name: &[u8]| vec![name.to_vec(), key.to_vec()];
@@ -818,6 +829,18 @@ fn value_commands(key: &[u8], value: &Value) -> Vec<Vec<Vec<u8>>> {
             for part in items.chunks(PART) {
                 let mut c = head(b"SADD");
                 c.extend(part.iter().map(|x| x.to_vec()));
+                out.push(c);
+            }
+        }
+        Value::ZSet(z) => {
+            // Scores as text that reads back exactly.
+            let items: Vec<_> = z.iter(false).collect();
+            for part in items.chunks(PART) {
+                let mut c = head(b"ZADD");
+                for (m, s) in part {
+                    c.push(super::resp::double_text(*s).into_bytes());
+                    c.push(m.to_vec());
+                }
                 out.push(c);
             }
         }

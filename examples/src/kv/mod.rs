@@ -10,3 +10,4 @@ pub mod pubsub;
 pub mod resp;
 pub mod server;
 pub mod types;
+pub mod zset;

@@ -221,7 +221,7 @@ fn parse_inline(buf: &[u8], limits: &Limits) -> Result<Parsed, ProtocolError> {
 }
 
 /// A reply, encoded with [`Reply::encode`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Reply {
     /// `+OK`
     Simple(&'static str),
@@ -246,6 +246,30 @@ pub enum Reply {
     /// Several replies in a row, for one request (`SUBSCRIBE a b` answers
     /// one confirmation per channel): no type of its own on the wire.
     Seq(Vec<Reply>),
+    /// A double (a sorted set's score): RESP3 `,1.5`; in RESP2 a bulk
+    /// string of the same text (see [`double_text`]).
+    Double(f64),
+    /// Pairs (a sorted set's members with their scores): RESP3 an array
+    /// of two-element arrays; in RESP2 one flat array, as Redis answers.
+    Pairs(Vec<(Reply, Reply)>),
+}
+
+/// A double as Redis writes it: the shortest text that reads back as the
+/// same value (`1.5`, `10`, `inf`, `-inf`), with an exponent when that is
+/// shorter (`1e+300`, `1e-07` is `1e-7` here).
+pub fn double_text(f: f64) -> String {
+    if f.is_infinite() {
+        return if f > 0.0 { "inf".into() } else { "-inf".into() };
+    }
+    let plain = format!("{f}");
+    if plain.len() <= 17 {
+        return plain;
+    }
+    let exp = format!("{f:e}");
+    match exp.split_once('e') {
+        Some((m, e)) if !e.starts_with('-') => format!("{m}e+{e}"),
+        _ => exp,
+    }
 }
 
 impl Reply {
@@ -301,7 +325,25 @@ impl Reply {
                 }
                 return;
             }
-            Reply::Map(pairs) => {
+            Reply::Double(f) if resp3 => {
+                out.push(b',');
+                out.extend_from_slice(double_text(*f).as_bytes());
+            }
+            Reply::Double(f) => {
+                return Reply::Bulk(double_text(*f).into_bytes()).encode_as(out, false)
+            }
+            Reply::Pairs(pairs) if resp3 => {
+                out.push(b'*');
+                push_decimal(out, pairs.len() as i64);
+                out.extend_from_slice(b"\r\n");
+                for (a, b) in pairs {
+                    out.extend_from_slice(b"*2\r\n");
+                    a.encode_as(out, true);
+                    b.encode_as(out, true);
+                }
+                return;
+            }
+            Reply::Map(pairs) | Reply::Pairs(pairs) => {
                 let (mark, n) = if resp3 { (b'%', pairs.len()) } else { (b'*', 2 * pairs.len()) };
                 out.push(mark);
                 push_decimal(out, n as i64);

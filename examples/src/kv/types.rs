@@ -74,10 +74,11 @@ pub fn is_type_command(cmd: &str) -> bool {
 
 /// Which aggregate a command works on.
 #[derive(Clone, Copy)]
-enum Kind {
+pub(super) enum Kind {
     Hash,
     List,
     Set,
+    ZSet,
 }
 
 impl Kind {
@@ -86,6 +87,7 @@ impl Kind {
             Kind::Hash => Value::Hash(HashMap::new()),
             Kind::List => Value::List(Box::new(List::new())),
             Kind::Set => Value::Set(HashSet::new()),
+            Kind::ZSet => Value::ZSet(Box::default()),
         }
     }
 
@@ -95,6 +97,7 @@ impl Kind {
             (Kind::Hash, Value::Hash(_))
                 | (Kind::List, Value::List(_))
                 | (Kind::Set, Value::Set(_))
+                | (Kind::ZSet, Value::ZSet(_))
         )
     }
 }
@@ -107,7 +110,7 @@ impl Keyspace {
     /// The aggregate at `key`, if it is of `kind`: `Ok(None)` when the key
     /// does not exist (made, empty, when `create`), `WRONGTYPE` when it
     /// holds another type.
-    fn aggregate(
+    pub(super) fn aggregate(
         &mut self,
         key: &[u8],
         kind: Kind,
@@ -165,11 +168,12 @@ impl Keyspace {
     }
 
     /// Deletes `key` if its aggregate became empty.
-    fn drop_if_empty(&mut self, key: &[u8]) {
+    pub(super) fn drop_if_empty(&mut self, key: &[u8]) {
         let empty = match self.map.get(key).map(|e| &e.value) {
             Some(Value::Hash(h)) => h.is_empty(),
             Some(Value::List(l)) => l.is_empty(),
             Some(Value::Set(s)) => s.is_empty(),
+            Some(Value::ZSet(z)) => z.is_empty(),
             _ => false,
         };
         if empty {

@@ -111,6 +111,27 @@ pub(super) const QUEUEABLE: &[&[u8]] = &[
     b"linsert",
     b"hstrlen",
     b"smismember",
+    b"zadd",
+    b"zincrby",
+    b"zrem",
+    b"zscore",
+    b"zmscore",
+    b"zcard",
+    b"zcount",
+    b"zlexcount",
+    b"zrank",
+    b"zrevrank",
+    b"zrange",
+    b"zrevrange",
+    b"zrangebyscore",
+    b"zrevrangebyscore",
+    b"zrangebylex",
+    b"zrevrangebylex",
+    b"zpopmin",
+    b"zpopmax",
+    b"zremrangebyrank",
+    b"zremrangebyscore",
+    b"zremrangebylex",
 ];
 
 /// The commands this server serves that a transaction may not queue: the
@@ -214,6 +235,27 @@ pub(super) fn single_key(cmd: &[u8]) -> bool {
             | b"sismember"
             | b"smismember"
             | b"scard"
+            | b"zadd"
+            | b"zincrby"
+            | b"zrem"
+            | b"zscore"
+            | b"zmscore"
+            | b"zcard"
+            | b"zcount"
+            | b"zlexcount"
+            | b"zrank"
+            | b"zrevrank"
+            | b"zrange"
+            | b"zrevrange"
+            | b"zrangebyscore"
+            | b"zrevrangebyscore"
+            | b"zrangebylex"
+            | b"zrevrangebylex"
+            | b"zpopmin"
+            | b"zpopmax"
+            | b"zremrangebyrank"
+            | b"zremrangebyscore"
+            | b"zremrangebylex"
     )
 }
 
