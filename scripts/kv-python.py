@@ -146,6 +146,10 @@ def main():
           "ZRANGEBYLEX")
     check(r.zremrangebyscore("board", "-inf", 26) == 1 and r.zcard("board") == 2, "ZREMRANGEBYSCORE")
     check(r.type("board") == "zset", "TYPE zset")
+    check(dict(r.zscan_iter("board")) == {"bob": 30.0, "ann": 40.0}, "ZSCAN")
+    check(r.hset("hs", mapping={"a1": "1", "a2": "2", "b": "3"}) == 3, "HSET")
+    check(dict(r.hscan_iter("hs", match="a*")) == {"a1": "1", "a2": "2"}, "HSCAN MATCH")
+    check(set(r.sscan_iter("st")) == set(r.smembers("st")), "SSCAN")
     with r.pipeline() as p:
         p.zadd("{tx}z", {"m": 1}).zincrby("{tx}z", 2, "m").zscore("{tx}z", "m")
         check(p.execute() == [1, 3.0, 3.0], "sorted-set commands in a transaction")

@@ -55,6 +55,8 @@ const COMMANDS: &[&str] = &[
     "sismember",
     "smismember",
     "scard",
+    "hscan",
+    "sscan",
 ];
 
 /// A list end as `LMOVE` names it: `LEFT` (true) or `RIGHT` (false), any
@@ -195,6 +197,8 @@ impl Keyspace {
             "ltrim" | "lset" | "lrem" | "linsert" => self.list_edit(cmd, k, rest, now),
             "lpush" | "rpush" | "lpushx" | "rpushx" | "lpop" | "rpop" | "lrange" | "llen"
             | "lindex" => self.list(cmd, k, rest, now),
+            "hscan" => self.collection_scan(Kind::Hash, k, rest, now),
+            "sscan" => self.collection_scan(Kind::Set, k, rest, now),
             _ => self.set_cmd(cmd, k, rest, now),
         };
         self.drop_if_empty(k);
@@ -527,6 +531,75 @@ impl Keyspace {
         Reply::Bulk(v)
     }
 
+    /// `HSCAN`, `SSCAN` and `ZSCAN key cursor [MATCH pattern] [COUNT n]`
+    /// (`HSCAN` also `NOVALUES`): every matching element in one reply,
+    /// with cursor 0, whatever the cursor and `COUNT` (a hint, in Redis
+    /// too). Redis answers small collections so; here it is every size,
+    /// which keeps SCAN's promise (each element present throughout is
+    /// returned) without a cursor into a table that a write may rehash, at
+    /// the cost of one reply as large as the collection.
+    pub(super) fn collection_scan(
+        &mut self,
+        kind: Kind,
+        k: &[u8],
+        a: &[Vec<u8>],
+        now: Instant,
+    ) -> Reply {
+        let (name, with_values) = match kind {
+            Kind::Hash => ("hscan", true),
+            Kind::Set => ("sscan", false),
+            _ => ("zscan", true),
+        };
+        let [cursor, opts @ ..] = a else { return arity(name) };
+        if std::str::from_utf8(cursor).ok().and_then(|c| c.parse::<u64>().ok()).is_none() {
+            return err("ERR invalid cursor");
+        }
+        let (mut pattern, mut values) = (None, with_values);
+        let mut i = 0;
+        while i < opts.len() {
+            match (opts[i].to_ascii_lowercase().as_slice(), opts.get(i + 1)) {
+                (b"match", Some(p)) => pattern = Some(p.as_slice()),
+                (b"count", Some(n)) => match int(n) {
+                    Some(n) if n >= 1 => {}
+                    Some(_) => return err("ERR syntax error"),
+                    None => return err(NOT_INT),
+                },
+                (b"novalues", _) if name == "hscan" => {
+                    values = false;
+                    i += 1;
+                    continue;
+                }
+                _ => return err("ERR syntax error"),
+            }
+            i += 2;
+        }
+        let keep = |m: &[u8]| pattern.is_none_or(|p| super::engine::glob(p, m));
+        let mut items = Vec::new();
+        match self.aggregate(k, kind, false, now) {
+            Err(e) => return e,
+            Ok(None) => {}
+            Ok(Some(Value::Hash(h))) => {
+                for (f, v) in h.iter().filter(|(f, _)| keep(f)) {
+                    items.push(Reply::Bulk(f.to_vec()));
+                    if values {
+                        items.push(Reply::Bulk(v.clone()));
+                    }
+                }
+            }
+            Ok(Some(Value::Set(s))) => {
+                items.extend(s.iter().filter(|m| keep(m)).map(|m| Reply::Bulk(m.to_vec())))
+            }
+            Ok(Some(Value::ZSet(z))) => {
+                for (m, score) in z.iter(false).filter(|(m, _)| keep(m)) {
+                    items.push(Reply::Bulk(m.to_vec()));
+                    items.push(Reply::Bulk(super::resp::double_text(score).into_bytes()));
+                }
+            }
+            Ok(Some(_)) => {}
+        }
+        Reply::Array(vec![Reply::Bulk(b"0".to_vec()), Reply::Array(items)])
+    }
+
     fn set_cmd(&mut self, cmd: &str, k: &[u8], a: &[Vec<u8>], now: Instant) -> Reply {
         let ok_arity = match cmd {
             "sadd" | "srem" | "smismember" => !a.is_empty(),
@@ -585,6 +658,33 @@ mod tests {
             .collect();
         out.sort();
         out
+    }
+
+    /// HSCAN, SSCAN and ZSCAN: every matching element in one reply, cursor
+    /// 0, whatever the cursor and COUNT; HSCAN's NOVALUES; errors.
+    #[test]
+    fn collection_scans_return_every_matching_element_at_once() {
+        let mut ks = Keyspace::default();
+        run(&mut ks, "HSET h a 1 b 2 ab 3");
+        run(&mut ks, "SADD s x y xy");
+        run(&mut ks, "ZADD z 1 m 2.5 n");
+        let split = |r: Reply| {
+            let Reply::Array(mut v) = r else { panic!("{r:?}") };
+            let items = v.pop().unwrap();
+            assert_eq!(v.pop(), Some(bulk("0")), "cursor 0: done");
+            sorted(items)
+        };
+        let b = |v: &[&str]| v.iter().map(|s| s.as_bytes().to_vec()).collect::<Vec<_>>();
+        assert_eq!(split(run(&mut ks, "HSCAN h 0")), b(&["1", "2", "3", "a", "ab", "b"]));
+        assert_eq!(split(run(&mut ks, "HSCAN h 7 MATCH a* COUNT 1")), b(&["1", "3", "a", "ab"]));
+        assert_eq!(split(run(&mut ks, "HSCAN h 0 NOVALUES")), b(&["a", "ab", "b"]));
+        assert_eq!(split(run(&mut ks, "SSCAN s 0 MATCH x*")), b(&["x", "xy"]));
+        assert_eq!(split(run(&mut ks, "ZSCAN z 0")), b(&["1", "2.5", "m", "n"]));
+        assert_eq!(split(run(&mut ks, "SSCAN nope 0")), Vec::<Vec<u8>>::new());
+        assert!(matches!(run(&mut ks, "SSCAN h 0"), Reply::Error(e) if e.starts_with("WRONGTYPE")));
+        assert_eq!(run(&mut ks, "HSCAN h x"), Reply::Error("ERR invalid cursor".into()));
+        assert_eq!(run(&mut ks, "SSCAN s 0 COUNT 0"), Reply::Error("ERR syntax error".into()));
+        assert_eq!(run(&mut ks, "SSCAN s 0 NOVALUES"), Reply::Error("ERR syntax error".into()));
     }
 
     /// LTRIM, LSET, LREM, LINSERT, HSTRLEN and SMISMEMBER, with the replies

@@ -50,6 +50,7 @@ const COMMANDS: &[&str] = &[
     "zremrangebyrank",
     "zremrangebyscore",
     "zremrangebylex",
+    "zscan",
 ];
 
 /// Whether `cmd` (lower case) is a sorted-set command.
@@ -337,6 +338,7 @@ impl Keyspace {
             "zremrangebyrank" | "zremrangebyscore" | "zremrangebylex" => {
                 self.zremrange(cmd, k, rest, now)
             }
+            "zscan" => self.collection_scan(Kind::ZSet, k, rest, now),
             _ => self.zread(cmd, k, rest, now),
         };
         self.drop_if_empty(k);

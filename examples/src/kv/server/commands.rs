@@ -114,6 +114,9 @@ pub(super) const QUEUEABLE: &[&[u8]] = &[
     b"zadd",
     b"zincrby",
     b"zrem",
+    b"hscan",
+    b"sscan",
+    b"zscan",
     b"zscore",
     b"zmscore",
     b"zcard",
@@ -238,6 +241,9 @@ pub(super) fn single_key(cmd: &[u8]) -> bool {
             | b"zadd"
             | b"zincrby"
             | b"zrem"
+            | b"hscan"
+            | b"sscan"
+            | b"zscan"
             | b"zscore"
             | b"zmscore"
             | b"zcard"
