@@ -105,6 +105,7 @@ pub const WRITE_COMMANDS: &[&[u8]] = &[
     b"psetex",
     b"setnx",
     b"getdel",
+    b"getset",
     b"persist",
     b"expire",
     b"pexpire",
@@ -317,6 +318,7 @@ impl Aof {
                     push(&mut self.pending, &[b"PEXPIREAT", k, at.to_string().as_bytes()]);
                 }
             }
+            b"getset" if ok => push(&mut self.pending, &[b"SET", &args[1], &args[2]]),
             b"setnx" if matches!(reply, Reply::Int(1)) => {
                 push(&mut self.pending, &[b"SET", &args[1], &args[2]]);
             }

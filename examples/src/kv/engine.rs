@@ -657,6 +657,14 @@ impl Keyspace {
             "command" => Reply::Array(Vec::new()),
             "getex" => self.getex(a, now),
             "getrange" => self.getrange(a, now),
+            // Its old name (same arguments, same reply).
+            "substr" if a.len() != 3 => arity(cmd),
+            "substr" => self.getrange(a, now),
+            // `SET key value GET`, its modern form (the deadline goes too).
+            "getset" => match a {
+                [k, v] => self.set(&[k.clone(), v.clone(), b"GET".to_vec()], now),
+                _ => arity(cmd),
+            },
             "setrange" => self.setrange(a, now),
             "setbit" => self.setbit(a, now),
             "getbit" => self.getbit(a, now),

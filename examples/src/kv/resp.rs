@@ -254,22 +254,22 @@ pub enum Reply {
     Pairs(Vec<(Reply, Reply)>),
 }
 
-/// A double as Redis writes it: the shortest text that reads back as the
-/// same value (`1.5`, `10`, `inf`, `-inf`), with an exponent when that is
-/// shorter (`1e+300`, `1e-07` is `1e-7` here).
+/// A double as Redis 7.2 writes it: the shortest digits that read back as
+/// the same value, laid out as C's `%.17g` lays them out: plain for
+/// exponents from -5 to 16 (`1.5`, `10`, `0.30000000000000004`), else
+/// with a signed two-digit exponent (`1e+17`, `1e-07`); `inf`, `-inf`.
 pub fn double_text(f: f64) -> String {
     if f.is_infinite() {
         return if f > 0.0 { "inf".into() } else { "-inf".into() };
     }
-    let plain = format!("{f}");
-    if plain.len() <= 17 {
-        return plain;
+    let sci = format!("{f:e}"); // shortest digits: "1.5e0", "1e-7"
+    let (mantissa, exp) = sci.split_once('e').expect("an exponent");
+    let exp: i32 = exp.parse().expect("a number");
+    if (-5..17).contains(&exp) {
+        return format!("{f}"); // the same digits, plain
     }
-    let exp = format!("{f:e}");
-    match exp.split_once('e') {
-        Some((m, e)) if !e.starts_with('-') => format!("{m}e+{e}"),
-        _ => exp,
-    }
+    let sign = if exp < 0 { '-' } else { '+' };
+    format!("{mantissa}e{sign}{:02}", exp.abs())
 }
 
 impl Reply {

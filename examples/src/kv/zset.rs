@@ -113,8 +113,10 @@ impl ZSet {
         self.scores.get(member).copied()
     }
 
-    /// Sets `member`'s score; true when it was not a member.
+    /// Sets `member`'s score; true when it was not a member. `-0` is
+    /// stored as `0`, as Redis stores it.
     pub fn insert(&mut self, member: &[u8], score: f64) -> bool {
+        let score = score + 0.0;
         match self.scores.get_mut(member) {
             Some(old) => {
                 if Score(*old) != Score(score) {
@@ -183,7 +185,14 @@ impl ZSet {
             };
             lo && hi
         };
-        // The tree is walked from the first score at or past the bound.
+        if rev {
+            // From the highest score down: past those above `max` first.
+            let all = self.order.iter().rev().map(|(s, m)| (m.as_slice(), s.0));
+            return Box::new(
+                all.skip_while(move |(_, s)| !inside(*s)).take_while(move |(_, s)| inside(*s)),
+            );
+        }
+        // From the first score at or past `min` (found in the tree).
         let start = match min {
             Bound::Included(m) | Bound::Excluded(m) => Bound::Included((Score(m), Key::new())),
             Bound::Unbounded => Bound::Unbounded,
@@ -194,36 +203,36 @@ impl ZSet {
             .map(|(s, m)| (m.as_slice(), s.0))
             .skip_while(move |(_, s)| !inside(*s))
             .take_while(move |(_, s)| inside(*s));
-        if rev {
-            let all: Vec<_> = it.collect();
-            Box::new(all.into_iter().rev())
-        } else {
-            Box::new(it)
-        }
+        Box::new(it)
     }
 
     /// The members between `min` and `max` in byte order (meaningful when
     /// all scores are equal, as Redis says of its lex ranges), in order.
     fn by_lex(&self, min: &Lex, max: &Lex, rev: bool) -> Members<'_> {
         let (min, max) = (min.clone(), max.clone());
-        let it = self
-            .order
-            .iter()
-            .map(|(s, m)| (m.as_slice(), s.0))
-            .skip_while(move |(m, _)| !min.at_most(m))
-            .take_while(move |(m, _)| max.at_least(m));
+        let all = self.order.iter().map(|(s, m)| (m.as_slice(), s.0));
         if rev {
-            let all: Vec<_> = it.collect();
-            Box::new(all.into_iter().rev())
-        } else {
-            Box::new(it)
+            // From the last member down: past those above `max` first.
+            return Box::new(
+                all.rev()
+                    .skip_while(move |(m, _)| !max.at_least(m))
+                    .take_while(move |(m, _)| min.at_most(m)),
+            );
         }
+        Box::new(
+            all.skip_while(move |(m, _)| !min.at_most(m)).take_while(move |(m, _)| max.at_least(m)),
+        )
     }
 }
 
-/// A score as a client writes it: a double, `inf`, `+inf`, `-inf`.
+/// A score as a client writes it: a double, `inf`, `+inf`, `-inf` (any
+/// case, as C's `strtod` reads them); never NaN, and a finite number too
+/// large for a double is refused, as Redis refuses it (`1e400`).
 fn score_arg(b: &[u8]) -> Option<f64> {
-    std::str::from_utf8(b).ok()?.parse::<f64>().ok().filter(|f| !f.is_nan())
+    let text = std::str::from_utf8(b).ok()?;
+    let f = text.parse::<f64>().ok().filter(|f| !f.is_nan())?;
+    let named = text.trim_start_matches(['+', '-']).to_ascii_lowercase();
+    (f.is_finite() || named == "inf" || named == "infinity").then_some(f)
 }
 
 /// A score range bound: `x`, `(x` (exclusive), `-inf`, `+inf`.
@@ -361,6 +370,9 @@ impl Keyspace {
 
     /// `ZADD key [NX|XX] [GT|LT] [CH] [INCR] score member [score member ...]`.
     fn zadd(&mut self, k: &[u8], a: &[Vec<u8>], now: Instant) -> Reply {
+        if a.len() < 2 {
+            return arity("zadd");
+        }
         let mut cond = Cond::default();
         let (mut ch, mut incr) = (false, false);
         let mut i = 0;
@@ -532,6 +544,13 @@ impl Keyspace {
             "zmscore" if a.is_empty() => return arity(cmd),
             "zcard" if !a.is_empty() => return arity(cmd),
             "zcount" | "zlexcount" if a.len() != 2 => return arity(cmd),
+            // The bounds are checked before the key, as Redis checks them.
+            "zcount" if score_bound(&a[0]).is_none() || score_bound(&a[1]).is_none() => {
+                return err(MIN_MAX_FLOAT)
+            }
+            "zlexcount" if Lex::parse(&a[0]).is_none() || Lex::parse(&a[1]).is_none() => {
+                return err(MIN_MAX_LEX)
+            }
             "zrank" | "zrevrank" => match a {
                 [_] => None,
                 [_, w] if w.eq_ignore_ascii_case(b"withscore") => None,
@@ -566,6 +585,7 @@ impl Keyspace {
                 _ => err(MIN_MAX_LEX),
             },
             "zrank" | "zrevrank" => match z.rank(&a[0], cmd == "zrevrank") {
+                None if a.len() == 2 => Reply::NullArray, // WITHSCORE
                 None => Reply::Nil,
                 Some((r, _)) if a.len() == 1 => Reply::Int(r as i64),
                 Some((r, s)) => Reply::Array(vec![Reply::Int(r as i64), Reply::Double(s)]),
@@ -728,7 +748,7 @@ mod tests {
         assert!(e(run(&mut s, &["ZADD", "z", "NX", "XX", "1", "a"])).contains("not compatible"));
         assert!(e(run(&mut s, &["ZADD", "z", "GT", "LT", "1", "a"])).contains("not compatible"));
         assert!(e(run(&mut s, &["ZADD", "z", "INCR", "1", "a", "2", "b"])).contains("single"));
-        assert!(e(run(&mut s, &["ZADD", "z", "1"])).contains("syntax"));
+        assert!(e(run(&mut s, &["ZADD", "z", "NX", "1"])).contains("syntax"));
         assert!(e(run(&mut s, &["ZADD", "z", "nan", "a"])).contains("float"));
         assert_eq!(run(&mut s, &["ZADD", "z", "inf", "top"]), Reply::Int(1));
         assert!(e(run(&mut s, &["ZINCRBY", "z", "-inf", "top"])).contains("NaN"));
@@ -786,6 +806,49 @@ mod tests {
         assert!(e(run(&mut s, &["ZRANGE", "z", "0", "1", "LIMIT", "0", "1"])));
         assert!(e(run(&mut s, &["ZRANGE", "l", "-", "+", "BYLEX", "WITHSCORES"])));
         assert!(e(run(&mut s, &["ZCOUNT", "z", "x", "1"])));
+    }
+
+    /// What a review against Redis found: score text, `-0`, out-of-range
+    /// floats, ZRANK WITHSCORE of no member, ZADD's arity, the bounds of
+    /// ZCOUNT checked before the key's type, reverse ranges with LIMIT.
+    #[test]
+    fn scores_print_and_parse_and_errors_come_as_redis_gives_them() {
+        use crate::kv::resp::double_text;
+        for (f, text) in [
+            (0.1 + 0.2, "0.30000000000000004"),
+            (1e16, "10000000000000000"),
+            (1e17, "1e+17"),
+            (1e300, "1e+300"),
+            (1e-7, "1e-07"),
+            (0.0001, "0.0001"),
+            (1234.5678901234567, "1234.5678901234567"),
+            (-2.5, "-2.5"),
+            (f64::INFINITY, "inf"),
+        ] {
+            assert_eq!(double_text(f), text);
+            assert_eq!(score_arg(text.as_bytes()), Some(f), "{text} reads back");
+        }
+        let mut s = Keyspace::default();
+        assert_eq!(run(&mut s, &["ZADD", "z", "-0", "a"]), Reply::Int(1));
+        let listed = wire(&run(&mut s, &["ZRANGE", "z", "0", "-1", "WITHSCORES"]), false);
+        assert!(!listed.contains("-0"), "-0 is stored as 0: {listed}");
+        let e = |r: Reply| match r {
+            Reply::Error(e) => e,
+            other => panic!("{other:?}"),
+        };
+        assert!(e(run(&mut s, &["ZADD", "z", "1e400", "a"])).contains("not a valid float"));
+        assert_eq!(run(&mut s, &["ZADD", "z", "-INF", "b"]), Reply::Int(1));
+        assert_eq!(run(&mut s, &["ZRANK", "z", "nope", "WITHSCORE"]), Reply::NullArray);
+        assert!(e(run(&mut s, &["ZADD", "z", "1"])).contains("wrong number of arguments"));
+        run(&mut s, &["SET", "str", "x"]);
+        assert!(e(run(&mut s, &["ZCOUNT", "str", "x", "y"])).contains("min or max"));
+        for i in 0..100 {
+            run(&mut s, &["ZADD", "big", &i.to_string(), &format!("m{i:02}")]);
+        }
+        let top = run(&mut s, &["ZREVRANGEBYSCORE", "big", "+inf", "-inf", "LIMIT", "0", "2"]);
+        assert_eq!(bulks(&top), ["m99", "m98"]);
+        let lex = run(&mut s, &["ZREVRANGEBYLEX", "big", "[m50", "-", "LIMIT", "1", "2"]);
+        assert_eq!(bulks(&lex), ["m49", "m48"]);
     }
 
     #[test]

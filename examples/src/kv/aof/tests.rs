@@ -201,6 +201,8 @@ fn moves_float_increments_renamenx_msetnx_and_set_options_replay_to_the_same_sta
         &["SETBIT", "bits", "0", "1"],
         &["SET", "bx", "x", "PX", "50"],
         &["SETBIT", "bx", "15", "1"], // keeps the deadline: gone at replay
+        &["SET", "gs", "a", "PX", "50"],
+        &["GETSET", "gs", "b"], // drops the deadline: kept at replay
     ];
     log_each(&mut aof, &mut ks, cmds, now);
     std::fs::write(gen_shard_file(&path, 0, 0), &aof.pending).unwrap();
@@ -234,6 +236,8 @@ fn moves_float_increments_renamenx_msetnx_and_set_options_replay_to_the_same_sta
     assert_eq!(run(ks, &["EXISTS", "past", "old"]), Reply::Int(0));
     assert_eq!(run(ks, &["LRANGE", "kept", "0", "-1"]), items(&["e"]), "the element moved");
     assert_eq!(run(ks, &["TTL", "kept"]), Reply::Int(-1));
+    assert_eq!(run(ks, &["GET", "gs"]), b("b"), "GETSET is a SET");
+    assert_eq!(run(ks, &["TTL", "gs"]), Reply::Int(-1));
     std::fs::remove_dir_all(&d).unwrap();
 }
 

@@ -601,3 +601,20 @@ fn bitpos_finds_bits_as_redis_does() {
         }
     }
 }
+
+/// GETSET is `SET key value GET` (the deadline goes, another type is
+/// WRONGTYPE); SUBSTR is GETRANGE under its old name.
+#[test]
+fn getset_and_substr_answer_as_their_modern_forms() {
+    let (mut ks, t) = (Keyspace::default(), Instant::now());
+    assert_eq!(run(&mut ks, t, "GETSET k a"), Reply::Nil);
+    assert_eq!(run(&mut ks, t, "SET k b EX 100"), Reply::Simple("OK"));
+    assert_eq!(run(&mut ks, t, "GETSET k c"), bulk("b"));
+    assert_eq!(run(&mut ks, t, "TTL k"), Reply::Int(-1), "GETSET drops the deadline");
+    assert_eq!(run(&mut ks, t, "RPUSH l x"), Reply::Int(1));
+    assert!(matches!(run(&mut ks, t, "GETSET l y"), Reply::Error(e) if e.starts_with("WRONGTYPE")));
+    assert!(matches!(run(&mut ks, t, "GETSET k"), Reply::Error(e) if e.contains("'getset'")));
+    assert_eq!(run(&mut ks, t, "SET s Hello"), Reply::Simple("OK"));
+    assert_eq!(run(&mut ks, t, "SUBSTR s 1 -2"), bulk("ell"));
+    assert!(matches!(run(&mut ks, t, "SUBSTR s 1"), Reply::Error(e) if e.contains("'substr'")));
+}

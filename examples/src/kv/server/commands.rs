@@ -52,6 +52,8 @@ pub(super) const QUEUEABLE: &[&[u8]] = &[
     b"ping",
     b"echo",
     b"getdel",
+    b"getset",
+    b"substr",
     b"setex",
     b"psetex",
     b"setnx",
@@ -187,6 +189,8 @@ pub(super) fn single_key(cmd: &[u8]) -> bool {
             | b"pexpireat"
             | b"ttl"
             | b"getdel"
+            | b"getset"
+            | b"substr"
             | b"setex"
             | b"psetex"
             | b"setnx"

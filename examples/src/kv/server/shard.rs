@@ -41,7 +41,10 @@ pub struct KeyShard {
 /// time, so the lock is never contended. Neither side ever waits for it:
 /// the worker uses `try_lock` and falls back to a message, the shard
 /// treats a held lock as the broken invariant it would be (a panic, not a
-/// wait; see [`KeyShard::state`]).
+/// wait; see [`KeyShard::state`]). A command that panics while run inline
+/// takes the worker down (its connections with it), where a message would
+/// have taken the shard; the shard goes on with the state as the command
+/// left it (the lock is poisoned; its handlers take the state as it is).
 pub(super) struct ShardState {
     pub(super) space: Keyspace,
     pub(super) aof: Option<Aof>,
@@ -65,6 +68,9 @@ pub(super) struct ShardState {
     /// while there are any, the worker runs nothing inline (its requests
     /// must not overtake them).
     pub(super) from_local: u32,
+    /// The shard actor stopped: its worker answers as a message to it
+    /// would be answered (the shard is unavailable), not from its state.
+    pub(super) stopped: bool,
 }
 
 /// What waits while a transaction across shards holds the shard.
@@ -394,6 +400,7 @@ impl Actor for KeyShard {
     fn stopped(&mut self, _ctx: &mut Context<Self>) {
         let mut state = self.state();
         let this = &mut *state;
+        this.stopped = true;
         if let Some(aof) = this.aof.as_mut() {
             aof.finish();
         }
@@ -634,6 +641,7 @@ impl ShardState {
     /// * clients are blocked here: a push must serve them, which answers
     ///   another worker by message;
     /// * the shard logs: replies wait for the log ([`ShardState::send`]);
+    /// * the shard actor stopped;
     /// * one of the requests is not a plain command ([`runs_inline`]).
     ///
     /// Otherwise it is what [`ShardState::run_batch_at`] does for such a
@@ -643,7 +651,8 @@ impl ShardState {
         reqs: &mut Vec<Req>,
         now: Instant,
     ) -> Option<Vec<(ConnId, u64, u32, Reply)>> {
-        let quiet = self.locked_by.is_none()
+        let quiet = !self.stopped
+            && self.locked_by.is_none()
             && self.deferred.is_empty()
             && self.from_local == 0
             && self.blocked.waiters.is_empty()
@@ -1018,6 +1027,7 @@ impl KeyShard {
             locked_at: None,
             deferred: VecDeque::new(),
             from_local: 0,
+            stopped: false,
         };
         KeyShard { state: Arc::new(Mutex::new(state)) }
     }
@@ -1105,6 +1115,10 @@ mod tests {
         ] {
             refused(&mut st, cmd);
         }
+        // The shard actor stopped.
+        st.stopped = true;
+        refused(&mut st, &["GET", "k"]);
+        st.stopped = false;
         // A batch sent before that has not arrived.
         st.from_local = 1;
         refused(&mut st, &["GET", "k"]);
