@@ -1,5 +1,6 @@
 //! The key-value service: a RESP2 parser/encoder ([`resp`]), the command
-//! engine over one keyspace partition ([`engine`]), and the service as an
+//! engine over one keyspace partition ([`engine`], with the aggregate
+//! types in [`types`] and sorted sets in [`zset`]), and the service as an
 //! actor graph ([`server`]: an acceptor, connection workers, keyspace
 //! shards), with optional append-only persistence ([`aof`]).
 
