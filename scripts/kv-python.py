@@ -150,6 +150,13 @@ def main():
     check(r.hset("hs", mapping={"a1": "1", "a2": "2", "b": "3"}) == 3, "HSET")
     check(dict(r.hscan_iter("hs", match="a*")) == {"a1": "1", "a2": "2"}, "HSCAN MATCH")
     check(set(r.sscan_iter("st")) == set(r.smembers("st")), "SSCAN")
+    check(r.sadd("bag", *range(10)) == 10, "SADD")
+    picked = r.srandmember("bag", 3)
+    check(len(set(picked)) == 3 and r.scard("bag") == 10, f"SRANDMEMBER {picked}")
+    popped = r.spop("bag", 4)
+    check(len(popped) == 4 and r.scard("bag") == 6 and not r.smismember("bag", popped)[0],
+          f"SPOP count {popped}")
+    check(r.spop("bag") is not None and r.scard("bag") == 5, "SPOP")
     with r.pipeline() as p:
         p.zadd("{tx}z", {"m": 1}).zincrby("{tx}z", 2, "m").zscore("{tx}z", "m")
         check(p.execute() == [1, 3.0, 3.0], "sorted-set commands in a transaction")

@@ -106,6 +106,7 @@ pub const WRITE_COMMANDS: &[&[u8]] = &[
     b"setnx",
     b"getdel",
     b"getset",
+    b"spop",
     b"persist",
     b"expire",
     b"pexpire",
@@ -319,6 +320,21 @@ impl Aof {
                 }
             }
             b"getset" if ok => push(&mut self.pending, &[b"SET", &args[1], &args[2]]),
+            // A random pop as what it removed, so that a replay removes
+            // the same members (as Redis propagates it).
+            b"spop" if !super::engine::changed_nothing(cmd.as_bytes(), reply) => {
+                let mut srem = vec![b"SREM".to_vec(), args[1].clone()];
+                match reply {
+                    Reply::Bulk(m) => srem.push(m.clone()),
+                    Reply::Set(ms) => srem.extend(ms.iter().filter_map(|m| match m {
+                        Reply::Bulk(m) => Some(m.clone()),
+                        _ => None,
+                    })),
+                    _ => return,
+                }
+                self.raw(&srem);
+                self.deadline_of(ks, &args[1], now);
+            }
             b"setnx" if matches!(reply, Reply::Int(1)) => {
                 push(&mut self.pending, &[b"SET", &args[1], &args[2]]);
             }

@@ -18,7 +18,7 @@
 //! later land above it. Every key present for the whole scan is returned
 //! at least once, Redis' guarantee.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use indexmap::IndexMap;
@@ -44,8 +44,11 @@ pub enum Value {
     /// A list (chunked, short elements inline: [`List`]; boxed, so an
     /// entry stays the size a hash's table makes it).
     List(Box<List>),
-    /// A set (members of up to 24 bytes inline, as a hash's fields).
-    Set(HashSet<Key>),
+    /// A set (members of up to 24 bytes inline, as a hash's fields),
+    /// over a dense vector: `SPOP` and `SRANDMEMBER` pick a position in
+    /// O(1), where a plain hash table would walk its buckets (boxed, as a
+    /// list is, so that an entry stays the size a hash's table makes it).
+    Set(Box<indexmap::IndexSet<Key>>),
     /// A sorted set (boxed, as a list is: [`super::zset::ZSet`]).
     ZSet(Box<super::zset::ZSet>),
 }
@@ -83,6 +86,9 @@ pub type Key = smallvec::SmallVec<[u8; 24]>;
 #[derive(Default)]
 pub struct Keyspace {
     pub(super) map: IndexMap<Key, Entry>,
+    /// The state of the random choices of `SPOP` and `SRANDMEMBER`
+    /// (xorshift64*, seeded from the clock on first use; 0 until then).
+    pub(super) rng: u64,
 }
 
 /// True when a write that answered `reply` changed nothing: an error, or
@@ -114,7 +120,10 @@ pub fn changed_nothing(cmd: &[u8], reply: &Reply) -> bool {
         ),
         // LINSERT with no such pivot.
         Reply::Int(-1) => cmd == b"linsert",
-        Reply::Nil => matches!(cmd, b"lmove" | b"rpoplpush" | b"lpop" | b"rpop" | b"zadd"),
+        Reply::Nil => {
+            matches!(cmd, b"lmove" | b"rpoplpush" | b"lpop" | b"rpop" | b"zadd" | b"spop")
+        }
+        Reply::Set(v) if v.is_empty() => cmd == b"spop",
         // A pop from no sorted set.
         Reply::Array(v) if v.is_empty() => matches!(cmd, b"zpopmin" | b"zpopmax"),
         Reply::Pairs(v) if v.is_empty() => matches!(cmd, b"zpopmin" | b"zpopmax"),

@@ -8,6 +8,8 @@
 //! `HGETALL`, `HKEYS`, `SMEMBERS` come in no particular order, as in Redis.
 
 use std::collections::{HashMap, HashSet};
+
+use indexmap::IndexSet;
 use std::time::Instant;
 
 use super::list::List;
@@ -57,6 +59,8 @@ const COMMANDS: &[&str] = &[
     "scard",
     "hscan",
     "sscan",
+    "spop",
+    "srandmember",
 ];
 
 /// A list end as `LMOVE` names it: `LEFT` (true) or `RIGHT` (false), any
@@ -88,7 +92,7 @@ impl Kind {
         match self {
             Kind::Hash => Value::Hash(HashMap::new()),
             Kind::List => Value::List(Box::new(List::new())),
-            Kind::Set => Value::Set(HashSet::new()),
+            Kind::Set => Value::Set(Box::new(IndexSet::new())),
             Kind::ZSet => Value::ZSet(Box::default()),
         }
     }
@@ -198,6 +202,7 @@ impl Keyspace {
             "lpush" | "rpush" | "lpushx" | "rpushx" | "lpop" | "rpop" | "lrange" | "llen"
             | "lindex" => self.list(cmd, k, rest, now),
             "hscan" => self.collection_scan(Kind::Hash, k, rest, now),
+            "spop" | "srandmember" => self.set_random(cmd == "spop", k, rest, now),
             "sscan" => self.collection_scan(Kind::Set, k, rest, now),
             _ => self.set_cmd(cmd, k, rest, now),
         };
@@ -600,6 +605,94 @@ impl Keyspace {
         Reply::Array(vec![Reply::Bulk(b"0".to_vec()), Reply::Array(items)])
     }
 
+    /// The most members `SRANDMEMBER key -count` repeats.
+    const MAX_REPEATS: i64 = 1 << 20;
+
+    /// A random number (xorshift64*; seeded from the clock on first use).
+    fn random(&mut self) -> u64 {
+        if self.rng == 0 {
+            let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+            self.rng = t.map_or(0x9E37_79B9_7F4A_7C15, |d| d.as_nanos() as u64) | 1;
+        }
+        self.rng ^= self.rng >> 12;
+        self.rng ^= self.rng << 25;
+        self.rng ^= self.rng >> 27;
+        self.rng.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// A random position below `n` (`n` > 0).
+    fn below(&mut self, n: usize) -> usize {
+        (self.random() % n as u64) as usize
+    }
+
+    /// `SPOP key [count]` (`pop`) and `SRANDMEMBER key [count]`: random
+    /// members, removed by `SPOP`. Without a count: one member, or nil.
+    /// With one: up to `count` distinct members (`SPOP` a set of them);
+    /// `SRANDMEMBER` with a negative count: that many, maybe repeated.
+    /// Each pick is a position in the set's vector: O(count), not O(n).
+    fn set_random(&mut self, pop: bool, k: &[u8], a: &[Vec<u8>], now: Instant) -> Reply {
+        let name = if pop { "spop" } else { "srandmember" };
+        let count = match a {
+            [] => None,
+            [n] => match int(n) {
+                Some(n) if pop && n < 0 => {
+                    return err("ERR value is out of range, must be positive")
+                }
+                // Repeats make a reply as long as asked, whatever the set
+                // holds: bounded, so that one request cannot fill memory.
+                Some(n) if n < -Self::MAX_REPEATS => return err("ERR value is out of range"),
+                Some(n) => Some(n),
+                None => return err(NOT_INT),
+            },
+            _ => return arity(name),
+        };
+        let len = match self.aggregate(k, Kind::Set, false, now) {
+            Err(e) => return e,
+            Ok(Some(Value::Set(s))) => s.len(),
+            Ok(_) => 0,
+        };
+        // The positions picked, in order.
+        let picks: Vec<usize> = match count {
+            _ if len == 0 => Vec::new(),
+            None => vec![self.below(len)],
+            Some(n) if n < 0 => (0..n.unsigned_abs()).map(|_| self.below(len)).collect(),
+            Some(n) if n as u64 >= len as u64 => (0..len).collect(),
+            Some(n) => {
+                // Floyd's sampling: `n` distinct positions in O(n).
+                let n = n as usize;
+                let mut chosen = Vec::with_capacity(n);
+                let mut seen = HashSet::with_capacity(n);
+                for j in len - n..len {
+                    let t = self.below(j + 1);
+                    let p = if seen.insert(t) { t } else { j };
+                    seen.insert(p);
+                    chosen.push(p);
+                }
+                chosen
+            }
+        };
+        let Ok(Some(Value::Set(s))) = self.aggregate(k, Kind::Set, false, now) else {
+            return match count {
+                None => Reply::Nil,
+                Some(_) if pop => Reply::Set(Vec::new()),
+                Some(_) => Reply::Array(Vec::new()),
+            };
+        };
+        let members: Vec<Vec<u8>> =
+            picks.iter().filter_map(|&p| s.get_index(p)).map(|m| m.to_vec()).collect();
+        if pop {
+            for m in &members {
+                s.swap_remove(&m[..]);
+            }
+        }
+        let mut bulks = members.into_iter().map(Reply::Bulk);
+        match count {
+            None => bulks.next().unwrap_or(Reply::Nil),
+            Some(_) if pop => Reply::Set(bulks.collect()),
+            Some(_) => Reply::Array(bulks.collect()),
+        }
+    }
+
     fn set_cmd(&mut self, cmd: &str, k: &[u8], a: &[Vec<u8>], now: Instant) -> Reply {
         let ok_arity = match cmd {
             "sadd" | "srem" | "smismember" => !a.is_empty(),
@@ -623,7 +716,7 @@ impl Keyspace {
         };
         match cmd {
             "sadd" => Reply::Int(a.iter().filter(|m| s.insert(Key::from_slice(m))).count() as i64),
-            "srem" => Reply::Int(a.iter().filter(|m| s.remove(&m[..])).count() as i64),
+            "srem" => Reply::Int(a.iter().filter(|m| s.swap_remove(&m[..])).count() as i64),
             "sismember" => Reply::Int(i64::from(s.contains(&a[0][..]))),
             "smismember" => {
                 Reply::Array(a.iter().map(|m| Reply::Int(i64::from(s.contains(&m[..])))).collect())
@@ -658,6 +751,50 @@ mod tests {
             .collect();
         out.sort();
         out
+    }
+
+    /// SPOP and SRANDMEMBER: random members, distinct with a positive
+    /// count, repeated with a negative one; SPOP removes what it returns
+    /// and deletes an emptied set.
+    #[test]
+    fn spop_and_srandmember_pick_members_at_random() {
+        let mut ks = Keyspace::default();
+        let all: Vec<String> = (0..50).map(|i| format!("m{i}")).collect();
+        run(&mut ks, &format!("SADD s {}", all.join(" ")));
+        let some = sorted(run(&mut ks, "SRANDMEMBER s 10"));
+        let mut distinct = some.clone();
+        distinct.dedup();
+        assert_eq!((some.len(), distinct.len()), (10, 10), "ten distinct members");
+        assert_eq!(sorted(run(&mut ks, "SRANDMEMBER s 80")).len(), 50, "at most all");
+        assert_eq!(sorted(run(&mut ks, "SRANDMEMBER s -80")).len(), 80, "repeats allowed");
+        assert_eq!(run(&mut ks, "SCARD s"), Reply::Int(50), "SRANDMEMBER removes nothing");
+        // Over many draws, every member comes up (not always the same few).
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..500 {
+            let Reply::Bulk(m) = run(&mut ks, "SRANDMEMBER s") else { panic!() };
+            seen.insert(m);
+        }
+        assert!(seen.len() > 40, "{} of 50 members drawn in 500 tries", seen.len());
+        let Reply::Bulk(one) = run(&mut ks, "SPOP s") else { panic!() };
+        let popped = sorted(run(&mut ks, "SPOP s 20"));
+        assert_eq!(popped.len(), 20);
+        assert!(!popped.contains(&one));
+        assert_eq!(run(&mut ks, "SCARD s"), Reply::Int(29));
+        for m in popped.iter().chain([&one]) {
+            let ismember = format!("SISMEMBER s {}", String::from_utf8_lossy(m));
+            assert_eq!(run(&mut ks, &ismember), Reply::Int(0), "popped members are gone");
+        }
+        assert_eq!(sorted(run(&mut ks, "SPOP s 100")).len(), 29);
+        assert_eq!(run(&mut ks, "EXISTS s"), Reply::Int(0), "an emptied set is deleted");
+        assert_eq!(run(&mut ks, "SPOP s"), Reply::Nil);
+        assert_eq!(run(&mut ks, "SPOP s 3"), Reply::Set(Vec::new()));
+        assert_eq!(run(&mut ks, "SRANDMEMBER s 3"), Reply::Array(Vec::new()));
+        let e = |r: Reply| matches!(r, Reply::Error(_));
+        assert!(e(run(&mut ks, "SPOP s -1")));
+        assert!(e(run(&mut ks, "SRANDMEMBER s x")));
+        assert!(e(run(&mut ks, "SRANDMEMBER s -99999999999")), "a bounded reply");
+        run(&mut ks, "SET str x");
+        assert!(e(run(&mut ks, "SPOP str")));
     }
 
     /// HSCAN, SSCAN and ZSCAN: every matching element in one reply, cursor

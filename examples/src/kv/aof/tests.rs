@@ -326,3 +326,43 @@ fn sorted_sets_replay_to_the_same_scores() {
     assert_eq!(run(&mut again[0], &["ZSCORE", "z", "c"]), Reply::Double(0.1 + 0.2));
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+/// A random pop is logged as the `SREM` of what it removed: the replay
+/// removes the same members, whatever a second draw would pick.
+#[test]
+fn spop_replays_as_the_members_it_removed() {
+    let d = dir("spop");
+    let path = d.join("kv.aof");
+    let mut aof = Aof::open(&gen_shard_file(&path, 0, 0), Fsync::Everysec).unwrap();
+    let mut ks = Keyspace::default();
+    let now = Instant::now();
+    let members: Vec<String> = (0..40).map(|i| format!("m{i}")).collect();
+    let mut sadd = vec!["SADD", "s"];
+    sadd.extend(members.iter().map(String::as_str));
+    let cmds: &[&[&str]] = &[&sadd, &["SPOP", "s"], &["SPOP", "s", "15"], &["SPOP", "none"]];
+    log_each(&mut aof, &mut ks, cmds, now);
+    let logged = String::from_utf8_lossy(&aof.pending).into_owned();
+    assert!(!logged.contains("SPOP") && !logged.contains("none"), "{logged}");
+    std::fs::write(gen_shard_file(&path, 0, 0), &aof.pending).unwrap();
+    let mut shards = vec![Keyspace::default()];
+    load_and_rewrite(&path, &mut shards).unwrap();
+    let t = Instant::now();
+    let members_of = |ks: &mut Keyspace| {
+        let Some(Reply::Set(v)) = ks.execute(&[b"SMEMBERS".to_vec(), b"s".to_vec()], t) else {
+            panic!("a set")
+        };
+        let mut v: Vec<String> = v
+            .into_iter()
+            .map(|m| match m {
+                Reply::Bulk(b) => String::from_utf8(b).unwrap(),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let (replayed, live) = (members_of(&mut shards[0]), members_of(&mut ks));
+    assert_eq!(replayed.len(), 24);
+    assert_eq!(replayed, live, "the same members left");
+    std::fs::remove_dir_all(&d).unwrap();
+}

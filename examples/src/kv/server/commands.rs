@@ -54,6 +54,8 @@ pub(super) const QUEUEABLE: &[&[u8]] = &[
     b"getdel",
     b"getset",
     b"substr",
+    b"spop",
+    b"srandmember",
     b"setex",
     b"psetex",
     b"setnx",
@@ -191,6 +193,8 @@ pub(super) fn single_key(cmd: &[u8]) -> bool {
             | b"getdel"
             | b"getset"
             | b"substr"
+            | b"spop"
+            | b"srandmember"
             | b"setex"
             | b"psetex"
             | b"setnx"
