@@ -61,6 +61,7 @@ const COMMANDS: &[&str] = &[
     "sscan",
     "spop",
     "srandmember",
+    "lpos",
 ];
 
 /// A list end as `LMOVE` names it: `LEFT` (true) or `RIGHT` (false), any
@@ -203,6 +204,7 @@ impl Keyspace {
             | "lindex" => self.list(cmd, k, rest, now),
             "hscan" => self.collection_scan(Kind::Hash, k, rest, now),
             "spop" | "srandmember" => self.set_random(cmd == "spop", k, rest, now),
+            "lpos" => self.lpos(k, rest, now),
             "sscan" => self.collection_scan(Kind::Set, k, rest, now),
             _ => self.set_cmd(cmd, k, rest, now),
         };
@@ -605,8 +607,9 @@ impl Keyspace {
         Reply::Array(vec![Reply::Bulk(b"0".to_vec()), Reply::Array(items)])
     }
 
-    /// The most members `SRANDMEMBER key -count` repeats.
-    const MAX_REPEATS: i64 = 1 << 20;
+    /// The most members `SRANDMEMBER key -count` repeats (and
+    /// `ZRANDMEMBER`).
+    pub(super) const MAX_REPEATS: i64 = 1 << 20;
 
     /// A random number (xorshift64*; seeded from the clock on first use).
     fn random(&mut self) -> u64 {
@@ -623,6 +626,85 @@ impl Keyspace {
     /// A random position below `n` (`n` > 0).
     fn below(&mut self, n: usize) -> usize {
         (self.random() % n as u64) as usize
+    }
+
+    /// `LPOS key element [RANK r] [COUNT n] [MAXLEN m]`: the position of
+    /// the `r`-th match (from the tail when negative), or with `COUNT` the
+    /// positions of up to `n` matches (0: all), comparing at most `m`
+    /// elements from the end searched from (0: all). O(n).
+    fn lpos(&mut self, k: &[u8], a: &[Vec<u8>], now: Instant) -> Reply {
+        let [elem, opts @ ..] = a else { return arity("lpos") };
+        let (mut rank, mut count, mut maxlen) = (1i64, None, 0i64);
+        if !opts.len().is_multiple_of(2) {
+            return err("ERR syntax error");
+        }
+        for o in opts.chunks(2) {
+            let Some(n) = int(&o[1]) else { return err(NOT_INT) };
+            match o[0].to_ascii_lowercase().as_slice() {
+                b"rank" if n == 0 || n == i64::MIN => {
+                    return err("ERR RANK can't be zero: use 1 to start from the first match, \
+                                2 from the second ... or use negative to start from the end \
+                                of the list");
+                }
+                b"rank" => rank = n,
+                b"count" if n < 0 => return err("ERR COUNT can't be negative"),
+                b"count" => count = Some(n as usize),
+                b"maxlen" if n < 0 => return err("ERR MAXLEN can't be negative"),
+                b"maxlen" => maxlen = n,
+                _ => return err("ERR syntax error"),
+            }
+        }
+        let found: Vec<Reply> = match self.aggregate(k, Kind::List, false, now) {
+            Err(e) => return e,
+            Ok(Some(Value::List(l))) => {
+                let len = l.len();
+                let looked = if maxlen == 0 { len } else { (maxlen as usize).min(len) };
+                let want = match count {
+                    None => 1,
+                    Some(0) => usize::MAX,
+                    Some(c) => c,
+                };
+                let skip = (rank.unsigned_abs() - 1) as usize;
+                let at = |(i, v): (usize, &[u8])| (v == elem.as_slice()).then_some(i);
+                let hits: Vec<usize> = if rank > 0 {
+                    l.iter().take(looked).enumerate().filter_map(at).skip(skip).take(want).collect()
+                } else {
+                    let tail: Vec<usize> =
+                        l.iter().enumerate().skip(len - looked).filter_map(at).collect();
+                    tail.into_iter().rev().skip(skip).take(want).collect()
+                };
+                hits.into_iter().map(|i| Reply::Int(i as i64)).collect()
+            }
+            Ok(_) => Vec::new(),
+        };
+        match count {
+            Some(_) => Reply::Array(found),
+            None => found.into_iter().next().unwrap_or(Reply::Nil),
+        }
+    }
+
+    /// Random positions below `len`: one without a count; `count`
+    /// distinct ones (at most `len`); `-count` ones that may repeat (the
+    /// caller bounds it). Floyd's sampling: O(count), whatever `len`.
+    pub(super) fn random_picks(&mut self, len: usize, count: Option<i64>) -> Vec<usize> {
+        match count {
+            _ if len == 0 => Vec::new(),
+            None => vec![self.below(len)],
+            Some(n) if n < 0 => (0..n.unsigned_abs()).map(|_| self.below(len)).collect(),
+            Some(n) if n as u64 >= len as u64 => (0..len).collect(),
+            Some(n) => {
+                let n = n as usize;
+                let mut chosen = Vec::with_capacity(n);
+                let mut seen = HashSet::with_capacity(n);
+                for j in len - n..len {
+                    let t = self.below(j + 1);
+                    let p = if seen.insert(t) { t } else { j };
+                    seen.insert(p);
+                    chosen.push(p);
+                }
+                chosen
+            }
+        }
     }
 
     /// `SPOP key [count]` (`pop`) and `SRANDMEMBER key [count]`: random
@@ -651,26 +733,7 @@ impl Keyspace {
             Ok(Some(Value::Set(s))) => s.len(),
             Ok(_) => 0,
         };
-        // The positions picked, in order.
-        let picks: Vec<usize> = match count {
-            _ if len == 0 => Vec::new(),
-            None => vec![self.below(len)],
-            Some(n) if n < 0 => (0..n.unsigned_abs()).map(|_| self.below(len)).collect(),
-            Some(n) if n as u64 >= len as u64 => (0..len).collect(),
-            Some(n) => {
-                // Floyd's sampling: `n` distinct positions in O(n).
-                let n = n as usize;
-                let mut chosen = Vec::with_capacity(n);
-                let mut seen = HashSet::with_capacity(n);
-                for j in len - n..len {
-                    let t = self.below(j + 1);
-                    let p = if seen.insert(t) { t } else { j };
-                    seen.insert(p);
-                    chosen.push(p);
-                }
-                chosen
-            }
-        };
+        let picks = self.random_picks(len, count);
         let Ok(Some(Value::Set(s))) = self.aggregate(k, Kind::Set, false, now) else {
             return match count {
                 None => Reply::Nil,
@@ -751,6 +814,33 @@ mod tests {
             .collect();
         out.sort();
         out
+    }
+
+    /// LPOS, with the examples of Redis' documentation and its errors.
+    #[test]
+    fn lpos_finds_matches_by_rank_count_and_maxlen() {
+        let mut ks = Keyspace::default();
+        run(&mut ks, "RPUSH l a b c 1 2 3 c c");
+        let ints = |v: &[i64]| Reply::Array(v.iter().map(|&i| Reply::Int(i)).collect());
+        assert_eq!(run(&mut ks, "LPOS l c"), Reply::Int(2));
+        assert_eq!(run(&mut ks, "LPOS l c RANK 2"), Reply::Int(6));
+        assert_eq!(run(&mut ks, "LPOS l c RANK -1"), Reply::Int(7));
+        assert_eq!(run(&mut ks, "LPOS l c COUNT 2"), ints(&[2, 6]));
+        assert_eq!(run(&mut ks, "LPOS l c RANK -1 COUNT 2"), ints(&[7, 6]));
+        assert_eq!(run(&mut ks, "LPOS l c COUNT 0"), ints(&[2, 6, 7]));
+        assert_eq!(run(&mut ks, "LPOS l c MAXLEN 2"), Reply::Nil);
+        assert_eq!(run(&mut ks, "LPOS l c RANK -1 MAXLEN 1"), Reply::Int(7));
+        assert_eq!(run(&mut ks, "LPOS l c COUNT 0 MAXLEN 7"), ints(&[2, 6]));
+        assert_eq!(run(&mut ks, "LPOS l x"), Reply::Nil);
+        assert_eq!(run(&mut ks, "LPOS none x COUNT 1"), ints(&[]));
+        let e = |r: Reply| match r {
+            Reply::Error(e) => e,
+            other => panic!("{other:?}"),
+        };
+        assert!(e(run(&mut ks, "LPOS l c RANK 0")).contains("RANK can't be zero"));
+        assert!(e(run(&mut ks, "LPOS l c COUNT -1")).contains("COUNT can't be negative"));
+        assert!(e(run(&mut ks, "LPOS l c MAXLEN -1")).contains("MAXLEN can't be negative"));
+        assert!(e(run(&mut ks, "LPOS l c RANK")).contains("syntax"));
     }
 
     /// SPOP and SRANDMEMBER: random members, distinct with a positive

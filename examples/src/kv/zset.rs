@@ -19,7 +19,9 @@
 //! [`Reply::Pairs`]: flat in RESP2, two-element arrays in RESP3, as Redis
 //! answers each protocol.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
+
+use indexmap::IndexMap;
 use std::ops::Bound;
 use std::time::Instant;
 
@@ -51,6 +53,7 @@ const COMMANDS: &[&str] = &[
     "zremrangebyscore",
     "zremrangebylex",
     "zscan",
+    "zrandmember",
 ];
 
 /// Whether `cmd` (lower case) is a sorted-set command.
@@ -85,7 +88,8 @@ type Members<'a> = Box<dyn Iterator<Item = (&'a [u8], f64)> + 'a>;
 /// A sorted set (see the module docs).
 #[derive(Default, Debug, Clone)]
 pub struct ZSet {
-    scores: HashMap<Key, f64>,
+    /// Over a dense vector, so that `ZRANDMEMBER` picks a position.
+    scores: IndexMap<Key, f64>,
     order: BTreeSet<(Score, Key)>,
 }
 
@@ -138,7 +142,7 @@ impl ZSet {
 
     /// Removes `member`; true when it was one.
     pub fn remove(&mut self, member: &[u8]) -> bool {
-        match self.scores.remove_entry(member) {
+        match self.scores.swap_remove_entry(member) {
             Some((key, score)) => {
                 self.order.remove(&(Score(score), key));
                 true
@@ -348,6 +352,7 @@ impl Keyspace {
                 self.zremrange(cmd, k, rest, now)
             }
             "zscan" => self.collection_scan(Kind::ZSet, k, rest, now),
+            "zrandmember" => self.zrandmember(k, rest, now),
             _ => self.zread(cmd, k, rest, now),
         };
         self.drop_if_empty(k);
@@ -365,6 +370,47 @@ impl Keyspace {
         match self.aggregate(k, Kind::ZSet, create, now)? {
             Some(Value::ZSet(z)) => Ok(Some(z)),
             _ => Ok(None),
+        }
+    }
+
+    /// `ZRANDMEMBER key [count [WITHSCORES]]`: random members, as
+    /// `SRANDMEMBER` picks them (distinct with a positive count, repeated
+    /// with a negative one, bounded), with their scores if asked.
+    fn zrandmember(&mut self, k: &[u8], a: &[Vec<u8>], now: Instant) -> Reply {
+        let (count, with_scores) = match a {
+            [] => (None, false),
+            [n, rest @ ..] => {
+                let with = match rest {
+                    [] => false,
+                    [w] if w.eq_ignore_ascii_case(b"withscores") => true,
+                    _ => return err(SYNTAX),
+                };
+                match int(n) {
+                    Some(n) if n < -Self::MAX_REPEATS => return err("ERR value is out of range"),
+                    Some(n) => (Some(n), with),
+                    None => return err(NOT_INT),
+                }
+            }
+        };
+        let len = match self.zset_mut(k, false, now) {
+            Err(e) => return e,
+            Ok(z) => z.map_or(0, |z| z.len()),
+        };
+        let picks = self.random_picks(len, count);
+        let items: Vec<(Vec<u8>, f64)> = match self.zset_mut(k, false, now) {
+            Ok(Some(z)) => picks
+                .iter()
+                .filter_map(|&p| z.scores.get_index(p))
+                .map(|(m, s)| (m.to_vec(), *s))
+                .collect(),
+            _ => Vec::new(),
+        };
+        match count {
+            None => items.into_iter().next().map_or(Reply::Nil, |(m, _)| Reply::Bulk(m)),
+            Some(_) if with_scores => Reply::Pairs(
+                items.into_iter().map(|(m, s)| (Reply::Bulk(m), Reply::Double(s))).collect(),
+            ),
+            Some(_) => Reply::Array(items.into_iter().map(|(m, _)| Reply::Bulk(m)).collect()),
         }
     }
 
@@ -849,6 +895,30 @@ mod tests {
         assert_eq!(bulks(&top), ["m99", "m98"]);
         let lex = run(&mut s, &["ZREVRANGEBYLEX", "big", "[m50", "-", "LIMIT", "1", "2"]);
         assert_eq!(bulks(&lex), ["m49", "m48"]);
+    }
+
+    #[test]
+    fn zrandmember_picks_members_with_their_scores() {
+        let mut s = Keyspace::default();
+        run(&mut s, &["ZADD", "z", "1", "a", "2", "b", "3", "c"]);
+        let Reply::Bulk(one) = run(&mut s, &["ZRANDMEMBER", "z"]) else { panic!() };
+        assert!(["a", "b", "c"].contains(&std::str::from_utf8(&one).unwrap()));
+        let mut all = bulks(&run(&mut s, &["ZRANDMEMBER", "z", "5"]));
+        all.sort();
+        assert_eq!(all, ["a", "b", "c"], "distinct, at most all");
+        assert_eq!(bulks(&run(&mut s, &["ZRANDMEMBER", "z", "-7"])).len(), 7, "repeats");
+        let Reply::Pairs(pairs) = run(&mut s, &["ZRANDMEMBER", "z", "2", "WITHSCORES"]) else {
+            panic!()
+        };
+        for (m, score) in &pairs {
+            let Reply::Bulk(m) = m else { panic!() };
+            let want = run(&mut s, &["ZSCORE", "z", std::str::from_utf8(m).unwrap()]);
+            assert_eq!(score, &want, "a member with its own score");
+        }
+        assert_eq!(run(&mut s, &["ZRANDMEMBER", "none"]), Reply::Nil);
+        assert_eq!(run(&mut s, &["ZCARD", "z"]), Reply::Int(3), "nothing removed");
+        assert!(matches!(run(&mut s, &["ZRANDMEMBER", "z", "1", "x"]), Reply::Error(_)));
+        assert!(matches!(run(&mut s, &["ZRANDMEMBER", "z", "-9999999999"]), Reply::Error(_)));
     }
 
     #[test]

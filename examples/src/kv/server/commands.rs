@@ -56,6 +56,8 @@ pub(super) const QUEUEABLE: &[&[u8]] = &[
     b"substr",
     b"spop",
     b"srandmember",
+    b"lpos",
+    b"zrandmember",
     b"setex",
     b"psetex",
     b"setnx",
@@ -195,6 +197,8 @@ pub(super) fn single_key(cmd: &[u8]) -> bool {
             | b"substr"
             | b"spop"
             | b"srandmember"
+            | b"lpos"
+            | b"zrandmember"
             | b"setex"
             | b"psetex"
             | b"setnx"
