@@ -109,6 +109,31 @@ impl Kind {
     }
 }
 
+/// The most bytes of members a random pick with repeats copies into one
+/// reply: repeats make a reply as long as asked, whatever the collection
+/// holds, so one request (`SRANDMEMBER key -1000000` on a set of large
+/// members) must not fill memory.
+pub(super) const MAX_PICKED_BYTES: usize = 64 << 20;
+
+/// Refused when a pick would pass [`MAX_PICKED_BYTES`].
+pub(super) const REPLY_TOO_LARGE: &str =
+    "ERR value is out of range: the members picked would exceed 64 MiB";
+
+/// The members `picked`, copied, unless their bytes pass
+/// [`MAX_PICKED_BYTES`] (then none: checked before anything is copied).
+pub(super) fn within_reply_bound<'a>(
+    picked: impl Iterator<Item = &'a [u8]> + Clone,
+) -> Option<Vec<Vec<u8>>> {
+    let mut total = 0usize;
+    for m in picked.clone() {
+        total = total.saturating_add(m.len());
+        if total > MAX_PICKED_BYTES {
+            return None;
+        }
+    }
+    Some(picked.map(<[u8]>::to_vec).collect())
+}
+
 fn bulks<'a>(items: impl Iterator<Item = &'a Vec<u8>>) -> Vec<Reply> {
     items.map(|x| Reply::Bulk(x.clone())).collect()
 }
@@ -608,7 +633,7 @@ impl Keyspace {
     }
 
     /// The most members `SRANDMEMBER key -count` repeats (and
-    /// `ZRANDMEMBER`).
+    /// `ZRANDMEMBER`); their bytes are bounded too ([`within_reply_bound`]).
     pub(super) const MAX_REPEATS: i64 = 1 << 20;
 
     /// A random number (xorshift64*; seeded from the clock on first use).
@@ -635,13 +660,16 @@ impl Keyspace {
     fn lpos(&mut self, k: &[u8], a: &[Vec<u8>], now: Instant) -> Reply {
         let [elem, opts @ ..] = a else { return arity("lpos") };
         let (mut rank, mut count, mut maxlen) = (1i64, None, 0i64);
-        if !opts.len().is_multiple_of(2) {
-            return err("ERR syntax error");
-        }
+        // Options in order, each checked as it comes (as Redis does).
         for o in opts.chunks(2) {
+            let name = o[0].to_ascii_lowercase();
+            if !matches!(name.as_slice(), b"rank" | b"count" | b"maxlen") || o.len() < 2 {
+                return err("ERR syntax error");
+            }
             let Some(n) = int(&o[1]) else { return err(NOT_INT) };
-            match o[0].to_ascii_lowercase().as_slice() {
-                b"rank" if n == 0 || n == i64::MIN => {
+            match name.as_slice() {
+                b"rank" if n == i64::MIN => return err("ERR value is out of range"),
+                b"rank" if n == 0 => {
                     return err("ERR RANK can't be zero: use 1 to start from the first match, \
                                 2 from the second ... or use negative to start from the end \
                                 of the list");
@@ -669,9 +697,18 @@ impl Keyspace {
                 let hits: Vec<usize> = if rank > 0 {
                     l.iter().take(looked).enumerate().filter_map(at).skip(skip).take(want).collect()
                 } else {
-                    let tail: Vec<usize> =
-                        l.iter().enumerate().skip(len - looked).filter_map(at).collect();
-                    tail.into_iter().rev().skip(skip).take(want).collect()
+                    // The list is walked from its head: only the last
+                    // `skip + want` matches are kept (memory by the reply,
+                    // not by the list).
+                    let keep = skip.saturating_add(want);
+                    let mut last = std::collections::VecDeque::new();
+                    for i in l.iter().enumerate().skip(len - looked).filter_map(at) {
+                        if last.len() == keep {
+                            last.pop_front();
+                        }
+                        last.push_back(i);
+                    }
+                    last.into_iter().rev().skip(skip).take(want).collect()
                 };
                 hits.into_iter().map(|i| Reply::Int(i as i64)).collect()
             }
@@ -713,7 +750,6 @@ impl Keyspace {
     /// `SRANDMEMBER` with a negative count: that many, maybe repeated.
     /// Each pick is a position in the set's vector: O(count), not O(n).
     fn set_random(&mut self, pop: bool, k: &[u8], a: &[Vec<u8>], now: Instant) -> Reply {
-        let name = if pop { "spop" } else { "srandmember" };
         let count = match a {
             [] => None,
             [n] => match int(n) {
@@ -726,7 +762,7 @@ impl Keyspace {
                 Some(n) => Some(n),
                 None => return err(NOT_INT),
             },
-            _ => return arity(name),
+            _ => return err("ERR syntax error"),
         };
         let len = match self.aggregate(k, Kind::Set, false, now) {
             Err(e) => return e,
@@ -741,8 +777,8 @@ impl Keyspace {
                 Some(_) => Reply::Array(Vec::new()),
             };
         };
-        let members: Vec<Vec<u8>> =
-            picks.iter().filter_map(|&p| s.get_index(p)).map(|m| m.to_vec()).collect();
+        let picked = picks.iter().filter_map(|&p| s.get_index(p).map(|m| &m[..]));
+        let Some(members) = within_reply_bound(picked) else { return err(REPLY_TOO_LARGE) };
         if pop {
             for m in &members {
                 s.swap_remove(&m[..]);
@@ -841,6 +877,12 @@ mod tests {
         assert!(e(run(&mut ks, "LPOS l c COUNT -1")).contains("COUNT can't be negative"));
         assert!(e(run(&mut ks, "LPOS l c MAXLEN -1")).contains("MAXLEN can't be negative"));
         assert!(e(run(&mut ks, "LPOS l c RANK")).contains("syntax"));
+        assert!(e(run(&mut ks, "LPOS l c FOO x")).contains("syntax"), "the name first");
+        assert!(e(run(&mut ks, "LPOS l c RANK 0 COUNT")).contains("RANK"), "in order");
+        // A negative rank keeps only the matches it may return.
+        run(&mut ks, &format!("RPUSH many {}", vec!["m"; 10_000].join(" ")));
+        assert_eq!(run(&mut ks, "LPOS many m RANK -2"), Reply::Int(9998));
+        assert_eq!(run(&mut ks, "LPOS many m RANK -3 COUNT 2"), ints(&[9997, 9996]));
     }
 
     /// SPOP and SRANDMEMBER: random members, distinct with a positive
@@ -883,6 +925,13 @@ mod tests {
         assert!(e(run(&mut ks, "SPOP s -1")));
         assert!(e(run(&mut ks, "SRANDMEMBER s x")));
         assert!(e(run(&mut ks, "SRANDMEMBER s -99999999999")), "a bounded reply");
+        assert!(e(run(&mut ks, "SPOP s 1 2")), "a syntax error");
+        // Repeats of large members: bounded by bytes, not only by count.
+        run(&mut ks, &format!("SADD big {}", "x".repeat(1 << 20)));
+        assert!(
+            matches!(run(&mut ks, "SRANDMEMBER big -100"), Reply::Error(m) if m.contains("64 MiB"))
+        );
+        assert_eq!(sorted(run(&mut ks, "SRANDMEMBER big -3")).len(), 3);
         run(&mut ks, "SET str x");
         assert!(e(run(&mut ks, "SPOP str")));
     }

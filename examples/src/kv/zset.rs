@@ -27,7 +27,7 @@ use std::time::Instant;
 
 use super::engine::{arity, err, int, range, Key, Keyspace, Value, NOT_INT};
 use super::resp::Reply;
-use super::types::Kind;
+use super::types::{within_reply_bound, Kind, REPLY_TOO_LARGE};
 
 /// The commands of this module (lower case).
 const COMMANDS: &[&str] = &[
@@ -380,15 +380,15 @@ impl Keyspace {
         let (count, with_scores) = match a {
             [] => (None, false),
             [n, rest @ ..] => {
-                let with = match rest {
-                    [] => false,
-                    [w] if w.eq_ignore_ascii_case(b"withscores") => true,
-                    _ => return err(SYNTAX),
-                };
-                match int(n) {
+                let n = match int(n) {
                     Some(n) if n < -Self::MAX_REPEATS => return err("ERR value is out of range"),
-                    Some(n) => (Some(n), with),
+                    Some(n) => n,
                     None => return err(NOT_INT),
+                };
+                match rest {
+                    [] => (Some(n), false),
+                    [w] if w.eq_ignore_ascii_case(b"withscores") => (Some(n), true),
+                    _ => return err(SYNTAX),
                 }
             }
         };
@@ -398,11 +398,13 @@ impl Keyspace {
         };
         let picks = self.random_picks(len, count);
         let items: Vec<(Vec<u8>, f64)> = match self.zset_mut(k, false, now) {
-            Ok(Some(z)) => picks
-                .iter()
-                .filter_map(|&p| z.scores.get_index(p))
-                .map(|(m, s)| (m.to_vec(), *s))
-                .collect(),
+            Ok(Some(z)) => {
+                let picked = picks.iter().filter_map(|&p| z.scores.get_index(p));
+                let Some(members) = within_reply_bound(picked.clone().map(|(m, _)| &m[..])) else {
+                    return err(REPLY_TOO_LARGE);
+                };
+                members.into_iter().zip(picked.map(|(_, s)| *s)).collect()
+            }
             _ => Vec::new(),
         };
         match count {
