@@ -886,6 +886,70 @@ fn info_reports_clients_commands_keyspace_persistence_and_the_frameworks_counter
     system.shutdown();
 }
 
+/// Sorted sets, the collection scans and the random picks through the Rust
+/// `redis` crate, on three rings (each key on its own shard), also inside
+/// a transaction, with a `WATCH` that a `ZINCRBY` from another client
+/// aborts.
+#[test]
+fn sorted_sets_scans_and_random_picks_through_a_redis_client() {
+    let (system, srv) = serve(3);
+    let mut c = client(&srv);
+    let added: i64 = c.zadd_multiple("board", &[(10, "ann"), (30, "bob"), (20, "cy")]).unwrap();
+    assert_eq!(added, 3);
+    assert_eq!(c.zincr::<_, _, _, f64>("board", "cy", 15).unwrap(), 35.0);
+    let top: Vec<(String, f64)> = c.zrevrange_withscores("board", 0, 1).unwrap();
+    assert_eq!(top, [("cy".to_string(), 35.0), ("bob".to_string(), 30.0)]);
+    assert_eq!(c.zrank::<_, _, Option<i64>>("board", "ann").unwrap(), Some(0));
+    assert_eq!(c.zscore::<_, _, Option<f64>>("board", "nobody").unwrap(), None);
+    let due: Vec<String> = c.zrangebyscore("board", "-inf", "(30").unwrap();
+    assert_eq!(due, ["ann"]);
+    let popped: Vec<(String, f64)> = c.zpopmin("board", 1).unwrap();
+    assert_eq!(popped, [("ann".to_string(), 10.0)]);
+    assert_eq!(c.zcard::<_, i64>("board").unwrap(), 2);
+    let mut scanned: Vec<(String, f64)> =
+        c.zscan::<_, (String, f64)>("board").unwrap().map(Result::unwrap).collect();
+    scanned.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(scanned, [("bob".to_string(), 30.0), ("cy".to_string(), 35.0)]);
+    let k: String = cmd("TYPE").arg("board").query(&mut c).unwrap();
+    assert_eq!(k, "zset");
+    // Random picks: distinct, and SPOP removes what it returns.
+    let _: i64 = c.sadd("bag", (0..20).collect::<Vec<i32>>()).unwrap();
+    let mut some: Vec<i32> = c.srandmember_multiple("bag", 5).unwrap();
+    some.sort_unstable();
+    some.dedup();
+    assert_eq!(some.len(), 5);
+    let gone: Vec<i32> = cmd("SPOP").arg("bag").arg(6).query(&mut c).unwrap();
+    assert_eq!(gone.len(), 6);
+    assert_eq!(c.scard::<_, i64>("bag").unwrap(), 14);
+    for m in gone {
+        assert!(!c.sismember::<_, _, bool>("bag", m).unwrap());
+    }
+    let _: i64 = c.rpush("l", &["a", "b", "a"]).unwrap();
+    let at: Vec<i64> = cmd("LPOS").arg("l").arg("a").arg("COUNT").arg(0).query(&mut c).unwrap();
+    assert_eq!(at, [0, 2]);
+    // In a transaction, WATCHed: another client's ZINCRBY aborts it.
+    let mut other = client(&srv);
+    let _: () = cmd("WATCH").arg("board").query(&mut c).unwrap();
+    let _: f64 = other.zincr("board", "bob", 1).unwrap();
+    let aborted: Option<(i64, f64)> = redis::pipe()
+        .atomic()
+        .zadd("board", "dan", 1)
+        .zincr("board", "dan", 1)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(aborted, None, "the watched sorted set changed");
+    let ran: (i64, f64) = redis::pipe()
+        .atomic()
+        .zadd("board", "dan", 1)
+        .zincr("board", "dan", 1)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(ran, (1, 2.0));
+    drop((c, other));
+    all_closed(&srv);
+    system.shutdown();
+}
+
 #[test]
 fn hashes_lists_sets_and_the_newer_string_and_key_commands_through_a_redis_client() {
     let (system, srv) = serve(3);
