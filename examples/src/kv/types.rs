@@ -1,4 +1,6 @@
-//! Hashes, lists and sets: their commands, with Redis' replies and errors.
+//! Hashes, lists and sets: their commands, with Redis' replies and errors;
+//! the collection scans (`HSCAN`, `SSCAN`, `ZSCAN`) and the random picks
+//! that sets and sorted sets share.
 //!
 //! A command on a key of another type gets `WRONGTYPE`; a write to a
 //! missing key creates it; an aggregate left empty is deleted (so `EXISTS`

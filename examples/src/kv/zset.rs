@@ -2,11 +2,13 @@
 //! and errors (`ZADD` and its flags, `ZINCRBY`, `ZREM`, `ZSCORE`,
 //! `ZMSCORE`, `ZCARD`, `ZCOUNT`, `ZLEXCOUNT`, `ZRANK`/`ZREVRANK`, `ZRANGE`
 //! with `BYSCORE`/`BYLEX`/`REV`/`LIMIT`/`WITHSCORES` and its older forms,
-//! `ZPOPMIN`/`ZPOPMAX`, `ZREMRANGEBY{RANK,SCORE,LEX}`).
+//! `ZPOPMIN`/`ZPOPMAX`, `ZREMRANGEBY{RANK,SCORE,LEX}`, `ZRANDMEMBER`;
+//! `ZSCAN` is `types.rs`' collection scan).
 //!
-//! A [`ZSet`] keeps each member twice: in a hash table (member -> score,
-//! for `ZSCORE` and updates in O(1)) and in a B-tree ordered by (score,
-//! member), Redis' order, for ranges by score or by member in O(log n + k).
+//! A [`ZSet`] keeps each member twice: in a hash table over a dense vector
+//! (member -> score, for `ZSCORE` and updates in O(1), and a position for
+//! `ZRANDMEMBER`) and in a B-tree ordered by (score, member), Redis'
+//! order, for ranges by score or by member in O(log n + k).
 //! A rank (`ZRANK`, `ZRANGE` by index, `ZREMRANGEBYRANK`) walks the tree
 //! from the end it counts from (the lowest score, or the highest for
 //! `ZREVRANK` and `REV`): O(rank), where Redis' skip list with spans takes

@@ -629,8 +629,8 @@ impl ShardState {
 // ANCHOR_END: shard
 
 impl ShardState {
-    /// Runs the worker on this ring's requests now, inside the worker's
-    /// own handler, instead of as a [`Batch`] message: the replies, in
+    /// Runs the requests of the worker on this ring now, inside that
+    /// worker's handler, instead of as a [`Batch`] message: the replies, in
     /// order, with `reqs` left empty. `None` (and `reqs` untouched) when
     /// the batch must go as a message because running it now could be
     /// told apart from running it in turn:
