@@ -927,6 +927,14 @@ fn sorted_sets_scans_and_random_picks_through_a_redis_client() {
     let _: i64 = c.rpush("l", &["a", "b", "a"]).unwrap();
     let at: Vec<i64> = cmd("LPOS").arg("l").arg("a").arg("COUNT").arg(0).query(&mut c).unwrap();
     assert_eq!(at, [0, 2]);
+    // RANDOMKEY: each shard picks one of its keys, the worker one of those.
+    let mut picked = std::collections::HashSet::new();
+    for _ in 0..100 {
+        let k: String = cmd("RANDOMKEY").query(&mut c).unwrap();
+        assert!(c.exists::<_, bool>(&k).unwrap(), "{k} exists");
+        picked.insert(k);
+    }
+    assert!(picked.len() > 1, "more than one key picked: {picked:?}");
     // In a transaction, WATCHed: another client's ZINCRBY aborts it.
     let mut other = client(&srv);
     let _: () = cmd("WATCH").arg("board").query(&mut c).unwrap();
@@ -945,6 +953,9 @@ fn sorted_sets_scans_and_random_picks_through_a_redis_client() {
         .query(&mut c)
         .unwrap();
     assert_eq!(ran, (1, 2.0));
+    let _: () = cmd("FLUSHALL").query(&mut c).unwrap();
+    let none: Option<String> = cmd("RANDOMKEY").query(&mut c).unwrap();
+    assert_eq!(none, None);
     drop((c, other));
     all_closed(&srv);
     system.shutdown();

@@ -653,6 +653,18 @@ impl Keyspace {
                 },
                 _ => arity(cmd),
             },
+            // A live key picked at random (a few tries past expired ones).
+            "randomkey" => match a {
+                [] => (0..64)
+                    .find_map(|_| {
+                        let len = self.map.len();
+                        let i = (len > 0).then(|| self.below(len))?;
+                        let (k, e) = self.map.get_index(i)?;
+                        e.expires.is_none_or(|t| t > now).then(|| Reply::Bulk(k.to_vec()))
+                    })
+                    .unwrap_or(Reply::Nil),
+                _ => arity(cmd),
+            },
             "dbsize" => match a {
                 [] => Reply::Int(
                     self.map.values().filter(|e| e.expires.is_none_or(|t| t > now)).count() as i64,

@@ -651,7 +651,7 @@ impl Keyspace {
     }
 
     /// A random position below `n` (`n` > 0).
-    fn below(&mut self, n: usize) -> usize {
+    pub(super) fn below(&mut self, n: usize) -> usize {
         (self.random() % n as u64) as usize
     }
 

@@ -618,3 +618,29 @@ fn getset_and_substr_answer_as_their_modern_forms() {
     assert_eq!(run(&mut ks, t, "SUBSTR s 1 -2"), bulk("ell"));
     assert!(matches!(run(&mut ks, t, "SUBSTR s 1"), Reply::Error(e) if e.contains("'substr'")));
 }
+
+/// RANDOMKEY: a live key at random, nil with none (or only expired ones).
+#[test]
+fn randomkey_picks_a_live_key() {
+    let (mut ks, t) = (Keyspace::default(), Instant::now());
+    assert_eq!(run(&mut ks, t, "RANDOMKEY"), Reply::Nil);
+    assert_eq!(run(&mut ks, t, "SET gone x PX 10"), Reply::Simple("OK"));
+    assert_eq!(run(&mut ks, t + Duration::from_secs(1), "RANDOMKEY"), Reply::Nil);
+    let mut seen = std::collections::HashSet::new();
+    for k in ["a", "b", "c"] {
+        run(&mut ks, t, &format!("SET {k} 1"));
+    }
+    for _ in 0..200 {
+        match run(&mut ks, t + Duration::from_secs(1), "RANDOMKEY") {
+            Reply::Bulk(k) => {
+                assert_ne!(k, b"gone", "an expired key is never picked");
+                seen.insert(k);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    let mut seen: Vec<Vec<u8>> = seen.into_iter().collect();
+    seen.sort();
+    assert_eq!(seen, [b"a".to_vec(), b"b".to_vec(), b"c".to_vec()], "every live key, no other");
+    assert!(matches!(run(&mut ks, t, "RANDOMKEY x"), Reply::Error(_)));
+}

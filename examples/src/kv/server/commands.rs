@@ -58,6 +58,7 @@ pub(super) const QUEUEABLE: &[&[u8]] = &[
     b"srandmember",
     b"lpos",
     b"zrandmember",
+    b"randomkey",
     b"setex",
     b"psetex",
     b"setnx",
@@ -434,7 +435,7 @@ pub(super) fn keys_of(args: &[Vec<u8>]) -> Keys<'_> {
             args[1..].iter().take(2).collect()
         }
         b"mset" | b"msetnx" => args[1..].iter().step_by(2).collect(),
-        b"dbsize" | b"flushall" | b"flushdb" | b"keys" => return Keys::All,
+        b"dbsize" | b"flushall" | b"flushdb" | b"keys" | b"randomkey" => return Keys::All,
         b"ping" | b"echo" => Vec::new(),
         _ => args.get(1).into_iter().collect(),
     })

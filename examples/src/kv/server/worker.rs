@@ -61,6 +61,9 @@ pub(super) enum Combine {
     Exec { watched: bool, splits: Vec<(usize, Vec<usize>, Combine)> },
     /// Arrays from every shard, joined (KEYS).
     Concat,
+    /// One of the shards' keys, picked at random; nil when none has one
+    /// (RANDOMKEY: each shard picks one of its own).
+    AnyOne,
     /// Every shard's counts, then the text (`INFO`, with these sections).
     Info(Arc<ServerInfo>, Vec<Vec<u8>>),
     /// A `SCAN` step: its local cursor made global. A shard that ends
@@ -193,6 +196,27 @@ impl Pending {
                 let mut sum = ShardInfo::default();
                 parts.for_each(|p| sum.add(p));
                 Reply::Bulk(info.render(sections, &sum).into_bytes())
+            }
+            Combine::AnyOne => {
+                let mut keys = Vec::new();
+                for p in parts {
+                    match p {
+                        Reply::Bulk(k) => keys.push(k),
+                        Reply::Nil => {}
+                        other => {
+                            self.done = Some(other);
+                            return;
+                        }
+                    }
+                }
+                // Which shard's key: any clock bits do (not a secret).
+                let nanos = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.subsec_nanos() as usize);
+                match keys.len() {
+                    0 => Reply::Nil,
+                    n => Reply::Bulk(keys.swap_remove(nanos % n)),
+                }
             }
             Combine::Concat => {
                 let mut all = Vec::new();
@@ -740,13 +764,15 @@ impl KvWorker {
             b"mset" if args.len() >= 3 && args.len() % 2 == 1 => {
                 self.split(conn, seq, &args[0], &args[1..], 2, 3)
             }
-            b"dbsize" | b"flushall" | b"flushdb" | b"keys" => {
+            b"randomkey" if args.len() != 1 => Pending::ready(wrong_arity("randomkey")),
+            b"dbsize" | b"flushall" | b"flushdb" | b"keys" | b"randomkey" => {
                 for (s, out) in self.outgoing.iter_mut().enumerate() {
                     out.push(Req { conn, seq, part: s as u32, args: args.clone() });
                 }
                 let combine = match cmd.as_bytes() {
                     b"dbsize" => Combine::Sum,
                     b"keys" => Combine::Concat,
+                    b"randomkey" => Combine::AnyOne,
                     _ => Combine::AllOk,
                 };
                 Pending::awaiting(n, combine)
