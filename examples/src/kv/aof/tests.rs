@@ -163,6 +163,21 @@ fn log_each(aof: &mut Aof, ks: &mut Keyspace, cmds: &[&[&str]], now: Instant) {
     }
 }
 
+/// Writes `aof`'s records as generation 0 of shard 0 at `path`, and
+/// replays (and rewrites) them into one keyspace.
+fn replay_one(aof: &Aof, path: &std::path::Path) -> Keyspace {
+    std::fs::write(gen_shard_file(path, 0, 0), &aof.pending).unwrap();
+    let mut shards = vec![Keyspace::default()];
+    load_and_rewrite(path, &mut shards).unwrap();
+    shards.pop().expect("one shard")
+}
+
+/// Runs `c` on `ks` now.
+fn exec(ks: &mut Keyspace, c: &[&str]) -> Reply {
+    let args: Vec<Vec<u8>> = c.iter().map(|a| a.as_bytes().to_vec()).collect();
+    ks.execute(&args, Instant::now()).unwrap()
+}
+
 #[test]
 fn moves_float_increments_renamenx_msetnx_and_set_options_replay_to_the_same_state() {
     let d = dir("newer");
@@ -265,19 +280,11 @@ fn list_edits_replay_to_the_same_state() {
     log_each(&mut aof, &mut ks, cmds, now);
     let logged = String::from_utf8_lossy(&aof.pending).into_owned();
     assert!(!logged.contains("nope"), "a no-op edit was logged: {logged}");
-    std::fs::write(gen_shard_file(&path, 0, 0), &aof.pending).unwrap();
-    let mut shards = vec![Keyspace::default()];
-    load_and_rewrite(&path, &mut shards).unwrap();
-    let t = Instant::now();
-    let run = |ks: &mut Keyspace, c: &[&str]| {
-        let args: Vec<Vec<u8>> = c.iter().map(|a| a.as_bytes().to_vec()).collect();
-        ks.execute(&args, t).unwrap()
-    };
+    let ks = &mut replay_one(&aof, &path);
     let items =
         |v: &[&str]| Reply::Array(v.iter().map(|s| Reply::Bulk(s.as_bytes().to_vec())).collect());
-    let ks = &mut shards[0];
-    assert_eq!(run(ks, &["LRANGE", "l", "0", "-1"]), items(&["x", "c", "y", "d", "e"]));
-    assert_eq!(run(ks, &["EXISTS", "gone"]), Reply::Int(0));
+    assert_eq!(exec(ks, &["LRANGE", "l", "0", "-1"]), items(&["x", "c", "y", "d", "e"]));
+    assert_eq!(exec(ks, &["EXISTS", "gone"]), Reply::Int(0));
     std::fs::remove_dir_all(&d).unwrap();
 }
 
@@ -306,24 +313,17 @@ fn sorted_sets_replay_to_the_same_scores() {
     log_each(&mut aof, &mut ks, cmds, now);
     let logged = String::from_utf8_lossy(&aof.pending).into_owned();
     assert!(!logged.contains("nope"), "a no-op write was logged: {logged}");
-    std::fs::write(gen_shard_file(&path, 0, 0), &aof.pending).unwrap();
-    let mut shards = vec![Keyspace::default()];
-    load_and_rewrite(&path, &mut shards).unwrap();
-    let t = Instant::now();
-    let run = |ks: &mut Keyspace, c: &[&str]| {
-        let args: Vec<Vec<u8>> = c.iter().map(|a| a.as_bytes().to_vec()).collect();
-        ks.execute(&args, t).unwrap()
-    };
+    let replayed = &mut replay_one(&aof, &path);
     for m in ["a", "b", "c", "d", "e"] {
-        assert_eq!(run(&mut shards[0], &["ZSCORE", "z", m]), run(&mut ks, &["ZSCORE", "z", m]));
+        assert_eq!(exec(replayed, &["ZSCORE", "z", m]), exec(&mut ks, &["ZSCORE", "z", m]));
     }
-    assert_eq!(run(&mut shards[0], &["ZSCORE", "z", "c"]), Reply::Double(0.1 + 0.2));
-    assert_eq!(run(&mut shards[0], &["ZCARD", "z"]), Reply::Int(3));
-    assert_eq!(run(&mut shards[0], &["EXISTS", "gone"]), Reply::Int(0));
+    assert_eq!(exec(replayed, &["ZSCORE", "z", "c"]), Reply::Double(0.1 + 0.2));
+    assert_eq!(exec(replayed, &["ZCARD", "z"]), Reply::Int(3));
+    assert_eq!(exec(replayed, &["EXISTS", "gone"]), Reply::Int(0));
     // And from the rewritten log (made by `load_and_rewrite`) as well.
     let mut again = vec![Keyspace::default()];
     load_and_rewrite(&path, &mut again).unwrap();
-    assert_eq!(run(&mut again[0], &["ZSCORE", "z", "c"]), Reply::Double(0.1 + 0.2));
+    assert_eq!(exec(&mut again[0], &["ZSCORE", "z", "c"]), Reply::Double(0.1 + 0.2));
     std::fs::remove_dir_all(&d).unwrap();
 }
 
@@ -343,14 +343,9 @@ fn spop_replays_as_the_members_it_removed() {
     log_each(&mut aof, &mut ks, cmds, now);
     let logged = String::from_utf8_lossy(&aof.pending).into_owned();
     assert!(!logged.contains("SPOP") && !logged.contains("none"), "{logged}");
-    std::fs::write(gen_shard_file(&path, 0, 0), &aof.pending).unwrap();
-    let mut shards = vec![Keyspace::default()];
-    load_and_rewrite(&path, &mut shards).unwrap();
-    let t = Instant::now();
+    let mut shard = replay_one(&aof, &path);
     let members_of = |ks: &mut Keyspace| {
-        let Some(Reply::Set(v)) = ks.execute(&[b"SMEMBERS".to_vec(), b"s".to_vec()], t) else {
-            panic!("a set")
-        };
+        let Reply::Set(v) = exec(ks, &["SMEMBERS", "s"]) else { panic!("a set") };
         let mut v: Vec<String> = v
             .into_iter()
             .map(|m| match m {
@@ -361,7 +356,7 @@ fn spop_replays_as_the_members_it_removed() {
         v.sort();
         v
     };
-    let (replayed, live) = (members_of(&mut shards[0]), members_of(&mut ks));
+    let (replayed, live) = (members_of(&mut shard), members_of(&mut ks));
     assert_eq!(replayed.len(), 24);
     assert_eq!(replayed, live, "the same members left");
     std::fs::remove_dir_all(&d).unwrap();
