@@ -357,13 +357,34 @@ fn the_append_only_file_survives_a_restart_with_another_ring_count() {
         assert_eq!(cmd("GETDEL").arg("gd").query::<String>(&mut c).unwrap(), "v");
         let _: () = cmd("SET").arg("keep").arg("v").arg("PX").arg(100).query(&mut c).unwrap();
         assert_eq!(cmd("PERSIST").arg("keep").query::<i64>(&mut c).unwrap(), 1);
+        // Moves across shards inside MULTI: each shard logs its writes.
+        let (ra, rb, la, lb) = across_two();
+        let (ok, moved): (String, String) = redis::pipe()
+            .atomic()
+            .set(&ra, "v")
+            .ignore()
+            .rename(&ra, &rb)
+            .rpush(&la, "x")
+            .ignore()
+            .cmd("LMOVE")
+            .arg(&la)
+            .arg(&lb)
+            .arg("LEFT")
+            .arg("LEFT")
+            .query(&mut c)
+            .unwrap();
+        assert_eq!((ok.as_str(), moved.as_str()), ("OK", "x"));
         assert!(srv.sync_aof(Duration::from_secs(10)), "the logs are written and synced");
         system.shutdown();
     }
     std::thread::sleep(Duration::from_millis(200)); // `gone` expires meanwhile
     let (system, srv) = start(3);
     let mut c = client(&srv);
-    assert_eq!(cmd("DBSIZE").query::<i64>(&mut c).unwrap(), 197 + 3 + 3);
+    assert_eq!(cmd("DBSIZE").query::<i64>(&mut c).unwrap(), 197 + 3 + 3 + 2);
+    let (ra, rb, la, lb) = across_two();
+    let moved: (Option<String>, String, i64, Vec<String>) =
+        redis::pipe().get(&ra).get(&rb).exists(&la).lrange(&lb, 0, -1).query(&mut c).unwrap();
+    assert_eq!(moved, (None, "v".into(), 0, vec!["x".into()]), "the moves replayed");
     let sx: i64 = c.ttl("sx").unwrap();
     assert!((990..=1000).contains(&sx), "SETEX's deadline survived: {sx}");
     assert_eq!(c.get::<_, String>("nx").unwrap(), "first");
@@ -386,6 +407,16 @@ fn the_append_only_file_survives_a_restart_with_another_ring_count() {
     assert!(ringmail_examples::kv::aof::shard_file(&path, 2).exists());
     assert!(!ringmail_examples::kv::aof::shard_file(&path, 3).exists());
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Two pairs of keys, each pair's two on different shards of a server of 2.
+fn across_two() -> (String, String, String, String) {
+    use ringmail_examples::kv::server::shard_of;
+    let other = |k: &str| {
+        let s = shard_of(k.as_bytes(), 2);
+        (0..).map(|i| format!("{k}{i}")).find(|o| shard_of(o.as_bytes(), 2) != s).unwrap()
+    };
+    ("mv".into(), other("mv"), "ml".into(), other("ml"))
 }
 
 /// Sends `req` (raw RESP) and reads until the answer ends with `last`.
@@ -704,22 +735,25 @@ fn transactions_on_one_shard_run_whole_and_alone() {
         t.join().unwrap();
     }
     // One command's keys on two shards (one that does not split by shard):
-    // refused as Redis Cluster does, nothing runs.
+    // a move across them, in its place (Redis Cluster refuses it; a single
+    // Redis runs it).
     let other = (0..100)
         .map(|i| format!("k{i}"))
         .find(|k| shard_of(k.as_bytes(), 2) != shard_of(a.as_bytes(), 2))
         .unwrap();
-    let r: RedisResult<(String, String)> = redis::pipe()
+    let r: (String, String, Option<String>, String) = redis::pipe()
         .atomic()
         .set(a, "bob")
         .cmd("RENAME")
         .arg(a)
         .arg(other.as_str())
-        .query(&mut con);
-    let e = r.unwrap_err().to_string();
-    assert!(e.to_lowercase().contains("crossslot"), "{e}");
-    let still: String = con.get(a).unwrap();
-    assert_eq!(still, "ada", "a refused transaction changed nothing");
+        .get(a)
+        .get(other.as_str())
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(r, ("OK".into(), "OK".into(), None, "bob".into()));
+    let _: () = con.rename(other.as_str(), a).unwrap();
+    let _: () = con.set(a, "ada").unwrap();
     // Errors as in Redis.
     let raw = raw_exchange(
         &srv,
@@ -1361,13 +1395,10 @@ fn blpop_waits_as_shard_state_and_is_woken_by_a_push_from_another_client() {
     system.shutdown();
 }
 
-/// True when `k1` and `k2` live on different shards: a two-key command
-/// is refused inside `MULTI` then (`CROSSSLOT`), queued otherwise.
-fn on_two_shards(c: &mut Connection, k1: &str, k2: &str) -> bool {
-    let _: () = cmd("MULTI").query(c).unwrap();
-    let r: RedisResult<String> = cmd("RENAME").arg(k1).arg(k2).query(c);
-    let _: () = cmd("DISCARD").query(c).unwrap();
-    matches!(r, Err(e) if e.to_string().contains("same slot"))
+/// True when `k1` and `k2` live on different shards of a server of 3.
+fn on_two_shards(k1: &str, k2: &str) -> bool {
+    use ringmail_examples::kv::server::shard_of;
+    shard_of(k1.as_bytes(), 3) != shard_of(k2.as_bytes(), 3)
 }
 
 #[test]
@@ -1379,7 +1410,7 @@ fn blpop_over_keys_on_several_shards_pops_once_in_key_order_and_is_woken_from_an
     let (x, y) = names
         .iter()
         .flat_map(|a| names.iter().map(move |b| (a.clone(), b.clone())))
-        .find(|(a, b)| a != b && on_two_shards(&mut c, a, b))
+        .find(|(a, b)| a != b && on_two_shards(a, b))
         .expect("two keys on two of 3 shards");
     let (x, y) = (x.as_str(), y.as_str());
     // Elements there at once: the first non-empty key in the order given.
@@ -1496,13 +1527,20 @@ fn blpop_over_keys_on_several_shards_pops_once_in_key_order_and_is_woken_from_an
     assert!(e.contains("WRONGTYPE"), "{e}");
     assert_eq!(pusher.lrange::<_, Vec<String>>(x, 0, -1).unwrap(), ["stays"]);
     let _: () = pusher.del(&[x, y]).unwrap();
-    // Inside MULTI a blocking move between two shards is refused when
-    // queued (CROSSSLOT, as any such command), and the worker goes on.
-    let _: () = cmd("MULTI").query(&mut c).unwrap();
-    let e = err_text(cmd("BRPOPLPUSH").arg(x).arg(y).arg(0).query::<()>(&mut c));
-    assert!(e.contains("same slot"), "{e}");
-    let e = err_text(cmd("EXEC").query::<()>(&mut c));
-    assert!(e.contains("EXECABORT"), "{e}");
+    // Inside MULTI a blocking move between two shards runs as RPOPLPUSH
+    // (it does not block there, as in Redis), in its place.
+    let _: () = pusher.rpush(x, "t1").unwrap();
+    let (moved, dst): (String, Vec<String>) = redis::pipe()
+        .atomic()
+        .cmd("BRPOPLPUSH")
+        .arg(x)
+        .arg(y)
+        .arg(0)
+        .lrange(y, 0, -1)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!((moved.as_str(), dst), ("t1", vec!["t1".to_string()]));
+    let _: () = pusher.del(&[x, y]).unwrap();
     assert_eq!(cmd("PING").query::<String>(&mut c).unwrap(), "PONG");
     // A key of another type, after the empty ones: WRONGTYPE, as on one shard.
     let _: () = pusher.set(y, "str").unwrap();
@@ -1924,9 +1962,9 @@ fn nothing_after_a_quit_that_arrived_in_pieces_runs() {
 #[test]
 fn a_token_renamed_around_keys_on_every_shard_is_always_exactly_in_one_place() {
     // Atomic moves across shards: RENAME from each holder to the next and
-    // RPOPLPUSH between lists, by 4 clients, while a reader counts in one
-    // MULTI (all shards held at once) where the token and the item are.
-    // Never both places, never neither.
+    // RPOPLPUSH between lists, by 4 clients (two of them inside MULTI),
+    // while a reader counts in one MULTI (all shards held at once) where
+    // the token and the item are. Never both places, never neither.
     let (system, srv) = serve(3);
     let names: Vec<String> = (0..8).map(|i| format!("place{i}")).collect();
     let lists: Vec<String> = (0..8).map(|i| format!("queue{i}")).collect();
@@ -1943,11 +1981,29 @@ fn a_token_renamed_around_keys_on_every_shard_is_always_exactly_in_one_place() {
                 let mut i = m;
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     let (from, to) = (&names[i % 8], &names[(i + 1) % 8]);
+                    let (src, dst) = (&lists[i % 8], &lists[(i + 3) % 8]);
+                    if m % 2 == 1 {
+                        // Half the movers move inside one MULTI, in which
+                        // a command after the rename sees it whole.
+                        let _: () = cmd("MULTI").query(&mut c).unwrap();
+                        let _: () = cmd("RENAME").arg(from).arg(to).query(&mut c).unwrap();
+                        let _: () = cmd("EXISTS").arg(from).arg(to).query(&mut c).unwrap();
+                        let _: () = cmd("RPOPLPUSH").arg(src).arg(dst).query(&mut c).unwrap();
+                        let exec = cmd("EXEC").get_packed_command();
+                        let v = redis::ConnectionLike::req_packed_command(&mut c, &exec).unwrap();
+                        let Value::Array(v) = v else { panic!("EXEC answered {v:?}") };
+                        if v[0] == Value::Okay {
+                            assert_eq!(v[1], Value::Int(1), "renamed: in one of the two places");
+                            moves += 1;
+                        }
+                        moves += u64::from(v[2] != Value::Nil);
+                        i += 1;
+                        continue;
+                    }
                     // Only the holder's rename succeeds; the others find no key.
                     if c.rename::<_, _, ()>(from, to).is_ok() {
                         moves += 1;
                     }
-                    let (src, dst) = (&lists[i % 8], &lists[(i + 3) % 8]);
                     let got: Option<String> =
                         cmd("RPOPLPUSH").arg(src).arg(dst).query(&mut c).unwrap();
                     moves += u64::from(got.is_some());
@@ -1976,11 +2032,104 @@ fn a_token_renamed_around_keys_on_every_shard_is_always_exactly_in_one_place() {
         checks += 1;
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let moves: u64 = movers.into_iter().map(|h| h.join().unwrap()).sum();
+    let each: Vec<u64> = movers.into_iter().map(|h| h.join().unwrap()).collect();
+    let moves: u64 = each.iter().sum();
     assert!(moves > 100 && checks > 10, "{moves} moves, {checks} checks");
+    assert!(each.iter().all(|&m| m > 0), "every mover moved, in MULTI or not: {each:?}");
     let total: i64 = c.exists(&names).unwrap();
     assert_eq!(total, 1);
     drop(c);
+    all_closed(&srv);
+    system.shutdown();
+}
+
+#[test]
+fn two_key_commands_across_shards_run_inside_multi_in_their_place() {
+    use ringmail_examples::kv::server::shard_of;
+    let (system, srv) = serve(3);
+    let mut c = client(&srv);
+    let mut other = client(&srv);
+    // Keys on each of the 3 shards.
+    let on =
+        |s: usize| (0..).map(|i| format!("k{i}")).filter(move |k| shard_of(k.as_bytes(), 3) == s);
+    let mut keys = (0..3).map(|s| on(s).take(3).collect::<Vec<_>>());
+    let (k0, k1, k2) = (keys.next().unwrap(), keys.next().unwrap(), keys.next().unwrap());
+    let _: () = c.rpush(&k0[1], &["x", "y"]).unwrap();
+    // Each move sees what the commands queued before it did, and the ones
+    // after it see what it did, whatever shards they are on; an error is
+    // answered in its place and the rest runs.
+    let args = |a: &[&str]| {
+        let mut c = cmd(a[0]);
+        a[1..].iter().for_each(|x| {
+            c.arg(*x);
+        });
+        c
+    };
+    let cmds = [
+        args(&["SET", &k0[0], "1"]),
+        args(&["RENAME", &k0[0], &k1[0]]),
+        args(&["GET", &k0[0]]),
+        args(&["GET", &k1[0]]),
+        args(&["INCR", &k1[0]]),
+        args(&["LMOVE", &k0[1], &k2[1], "LEFT", "RIGHT"]),
+        args(&["LRANGE", &k2[1], "0", "-1"]),
+        args(&["MSETNX", &k0[2], "a", &k1[2], "b"]),
+        args(&["MSETNX", &k1[2], "c", &k2[2], "d"]),
+        args(&["BLPOP", &k2[0], &k0[1], "0"]),
+        args(&["RENAME", "missing", &k2[0]]),
+        args(&["RENAMENX", &k1[0], &k0[2]]),
+        args(&["RENAMENX", &k1[0], &k2[0]]),
+        args(&["GET", &k2[0]]),
+    ];
+    let _: () = cmd("MULTI").query(&mut c).unwrap();
+    for q in &cmds {
+        assert_eq!(q.query::<String>(&mut c).unwrap(), "QUEUED");
+    }
+    // (Read as it comes: `query` would turn the error inside into an Err.)
+    let v = redis::ConnectionLike::req_packed_command(&mut c, &cmd("EXEC").get_packed_command())
+        .unwrap();
+    let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+    let Value::Array(got) = v else { panic!("EXEC answered {v:?}") };
+    assert_eq!(got.len(), 14, "{got:?}");
+    assert_eq!(got[0], Value::Okay);
+    assert_eq!(got[1], Value::Okay, "RENAME across shards");
+    assert_eq!((&got[2], &got[3]), (&Value::Nil, &bulk("1")), "the rename seen after it");
+    assert_eq!(got[4], Value::Int(2));
+    assert_eq!(got[5], bulk("x"), "LMOVE across shards");
+    assert_eq!(got[6], Value::Array(vec![bulk("x")]));
+    assert_eq!((&got[7], &got[8]), (&Value::Int(1), &Value::Int(0)), "MSETNX across shards");
+    assert_eq!(got[9], Value::Array(vec![bulk(&k0[1]), bulk("y")]), "BLPOP: the first list");
+    let no_key = matches!(&got[10], Value::ServerError(e) if e.details() == Some("no such key"));
+    assert!(no_key, "an error in its place: {:?}", got[10]);
+    assert_eq!((&got[11], &got[12]), (&Value::Int(0), &Value::Int(1)), "RENAMENX across shards");
+    assert_eq!(got[13], bulk("2"));
+    // What it left, seen from another client.
+    let after: (Option<String>, Option<String>, Vec<String>, i64) = redis::pipe()
+        .get(&k1[0])
+        .get(&k2[0])
+        .lrange(&k0[1], 0, -1)
+        .exists(&[&k0[2], &k1[2], &k2[2]])
+        .query(&mut other)
+        .unwrap();
+    assert_eq!(after, (None, Some("2".into()), vec![], 2));
+    // A watched key changed: nothing runs, the move neither.
+    let _: () = cmd("WATCH").arg(&k2[0]).query(&mut c).unwrap();
+    let _: () = other.set(&k2[0], "3").unwrap();
+    let v: Value =
+        redis::pipe().atomic().cmd("RENAME").arg(&k2[0]).arg(&k0[0]).query(&mut c).unwrap();
+    assert_eq!(v, Value::Nil);
+    assert_eq!(other.exists::<_, i64>(&[&k2[0], &k0[0]]).unwrap(), 1);
+    assert_eq!(other.get::<_, String>(&k2[0]).unwrap(), "3");
+    // A wrong argument count or syntax is refused when queued, as Redis
+    // does, and EXEC then aborts.
+    let _: () = cmd("MULTI").query(&mut c).unwrap();
+    let e =
+        err_text(cmd("LMOVE").arg(&k0[1]).arg(&k2[1]).arg("UP").arg("LEFT").query::<()>(&mut c));
+    assert!(e.contains("syntax error"), "{e}");
+    let e = err_text(cmd("EXEC").query::<()>(&mut c));
+    assert!(e.contains("EXECABORT"), "{e}");
+    assert_eq!(other.lrange::<_, Vec<String>>(&k2[1], 0, -1).unwrap(), ["x"]);
+    drop((c, other));
     all_closed(&srv);
     system.shutdown();
 }
@@ -2075,11 +2224,12 @@ fn two_key_commands_run_whether_their_keys_share_a_shard_or_not() {
     let (_, got): ((), Option<String>) =
         redis::pipe().cmd("RENAME").arg(&b).arg(a).cmd("GET").arg(a).query(&mut c).unwrap();
     assert_eq!(got.as_deref(), Some("text"));
-    // Inside MULTI, keys on two shards are still refused.
-    // (refused when queued, so EXEC aborts)
-    let e = err_text(redis::pipe().atomic().cmd("RENAME").arg(a).arg(&b).query::<()>(&mut c));
-    assert!(e.contains("EXECABORT"), "{e}");
-    assert_eq!(c.exists::<_, i64>(a).unwrap(), 1, "not renamed");
+    // Inside MULTI as well, in a stage of the transaction of its own.
+    let (ok, left): (String, i64) =
+        redis::pipe().atomic().cmd("RENAME").arg(a).arg(&b).exists(a).query(&mut c).unwrap();
+    assert_eq!((ok.as_str(), left), ("OK", 0));
+    let _: () = c.rename(&b, a).unwrap();
+    assert_eq!(c.exists::<_, i64>(a).unwrap(), 1, "renamed back");
     // In a transaction, with their keys together.
     let (moved, ok): (String, i64) = redis::pipe()
         .atomic()

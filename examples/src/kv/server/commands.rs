@@ -1,11 +1,11 @@
 //! What a worker answers itself or decides before any shard sees a
 //! request: connection commands (`HELLO`, `AUTH`, `CLIENT`, `SELECT`, ...),
 //! a connection's transaction state (`MULTI` queueing, which commands may
-//! be queued, `CROSSSLOT`), and which shard owns a key (`shard_of`, hash
-//! tags).
+//! be queued, and their arguments checked when they cross shards), and
+//! which shard owns a key (`shard_of`, hash tags).
 
 use super::info::ServerInfo;
-use super::worker::Client;
+use super::worker::{moves, Client};
 use crate::kv::resp::{Lower, Reply};
 
 /// What a request means for a connection's transaction state.
@@ -279,10 +279,13 @@ pub(super) fn single_key(cmd: &[u8]) -> bool {
 }
 
 /// `MULTI` / `EXEC` / `DISCARD`, and queueing between them, as Redis does.
-/// `n`: the number of shards. As in Redis Cluster, a queued command whose
-/// keys are on two shards is refused with `CROSSSLOT`, and the transaction
-/// is then aborted at `EXEC`; different commands may live on different
-/// shards (see [`KvWorker::exec_across`]).
+/// `n`: the number of shards. Different commands may live on different
+/// shards, and one command's keys on several: split by shard (`MGET`,
+/// `MSET`, `DEL`, ...) or moved across them in a stage of its own
+/// (`RENAME`, `LMOVE`, `MSETNX`, a pop over several lists; see
+/// `worker/moves.rs`), whose arguments are checked when it is queued, as
+/// Redis checks them (an error then aborts the transaction at `EXEC`).
+/// See [`KvWorker::exec_across`].
 pub(super) fn transaction_step(c: &mut Client, args: Vec<Vec<u8>>, n: usize) -> Step {
     let cmd = Lower::of(&args[0]);
     match (cmd.as_bytes(), c.multi.is_some()) {
@@ -358,8 +361,18 @@ pub(super) fn transaction_step(c: &mut Client, args: Vec<Vec<u8>>, n: usize) -> 
             shards.sort_unstable();
             shards.dedup();
             if shards.len() > 1 && splits(&args).is_none() {
-                c.multi_failed = true;
-                return Step::Answer(Reply::Error(CROSSSLOT_COMMAND.into()));
+                // A two-key command across shards moves at EXEC, in its own
+                // stage (`worker/moves.rs`); its arguments are checked now,
+                // as Redis checks a queued command's.
+                let refused = if moves::is_move(cmd.as_bytes()) {
+                    moves::reads_of(&args, n).err()
+                } else {
+                    Some(Reply::Error(CROSSSLOT_COMMAND.into()))
+                };
+                if let Some(e) = refused {
+                    c.multi_failed = true;
+                    return Step::Answer(e);
+                }
             }
             c.multi.as_mut().expect("in MULTI").push(args);
             Step::Answer(Reply::Simple("QUEUED"))

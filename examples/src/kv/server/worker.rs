@@ -29,7 +29,7 @@ use crate::kv::resp::{self, Limits, Lower, Parsed, Reply};
 // ANCHOR_END: uses
 
 mod block;
-mod moves;
+pub(super) mod moves;
 mod subscribe;
 mod tx;
 
@@ -333,6 +333,9 @@ pub(super) struct CrossTx {
     /// A two-key command moving across shards, not an `EXEC` (see
     /// `worker/moves.rs`).
     pub(super) mv: Option<moves::Move>,
+    /// A transaction with moves across shards among its commands, run in
+    /// stages (see [`moves::Staged`]).
+    pub(super) staged: Option<moves::Staged>,
 }
 
 impl Actor for KvWorker {

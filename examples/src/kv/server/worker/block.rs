@@ -26,7 +26,8 @@
 //! blocked clients strictly first come, first served; across shards this
 //! server does not). Inside `MULTI` blocking commands run without
 //! blocking, as in Redis (`commands::non_blocking`); one whose keys span
-//! shards is refused there (`CROSSSLOT`), as any such command is.
+//! shards is then a move across them in its own stage of the transaction
+//! (`worker/moves.rs`): the first key holding a list is popped.
 //!
 //! `BRPOPLPUSH`/`BLMOVE` with their two keys on two shards go the same way
 //! with one key, the source: a round's try is the `LMOVE` across both

@@ -22,8 +22,16 @@
 //! records its own writes: after a crash between the two shards' appends,
 //! a renamed key may come back under both names or under neither (as any
 //! write of the last moments may be lost with `appendfsync everysec`).
-//! Inside `MULTI`,
-//! commands with keys on two shards are still refused with `CROSSSLOT`.
+//!
+//! Inside `MULTI` a move is one step of the transaction ([`Staged`]): the
+//! transaction's shards are held as any transaction across shards holds
+//! them, and it runs in stages, each ending with a move's reads; the
+//! worker decides the move and its writes lead the next stage. So the
+//! commands queued before a move are done when it reads, the ones after it
+//! see its writes, and no other client sees anything in between. A pop
+//! over lists on several shards (`BLPOP` in a transaction, which does not
+//! block there) is such a move too. The cost is one round trip to the
+//! transaction's shards per move, on top of the transaction's own.
 
 // The worker's own room: its types, imports and helpers.
 use super::*;
@@ -48,6 +56,46 @@ pub(in crate::kv::server) struct Move {
     writes_left: usize,
 }
 
+/// A transaction whose queued commands include moves across shards: it
+/// runs in stages once all its shards are held. A stage sends each shard
+/// the commands up to the next move, with that move's reads behind them
+/// ([`TxStep`]; the shards stay held); once the reads are in, the worker
+/// decides the move, and its writes open the next stage. The last stage
+/// is a [`TxRun`], which frees the shards. Only a move's reads are waited
+/// for: each shard runs what it is sent in order, so a read sees every
+/// command queued before it, and a command after it sees its writes.
+pub(in crate::kv::server) struct Staged {
+    /// What is left to send, in the transaction's order.
+    pub(super) plan: VecDeque<Item>,
+    /// The move whose reads are awaited: its command's index, its state.
+    pub(super) reading: Option<(u32, Move)>,
+    /// Moves whose writes are awaited, by command index: each is answered
+    /// once its writes are done (after the log has them).
+    pub(super) writing: FxHashMap<u32, Move>,
+    /// The last stage went out (the shards are free).
+    pub(super) sent_all: bool,
+}
+
+/// One queued command of a staged transaction.
+pub(in crate::kv::server) enum Item {
+    /// A command for one shard (its index among the transaction's shards).
+    Req(usize, Req),
+    /// A move across shards: its command's index, its arguments.
+    Move(u32, Vec<Vec<u8>>),
+}
+
+impl Staged {
+    pub(super) fn new(plan: Vec<Item>) -> Self {
+        Staged { plan: plan.into(), reading: None, writing: FxHashMap::default(), sent_all: false }
+    }
+}
+
+impl Move {
+    fn new(args: Vec<Vec<u8>>, reads: usize) -> Self {
+        Move { args, reads: vec![None; reads], reads_left: reads, reply: None, writes_left: 0 }
+    }
+}
+
 fn bulk(s: &[u8]) -> Vec<u8> {
     s.to_vec()
 }
@@ -57,46 +105,9 @@ impl KvWorker {
     /// different shards): its shards are asked for, the connection's next
     /// requests wait; the reply comes when it is done.
     pub(super) fn move_across(&mut self, conn: ConnId, seq: u64, args: Vec<Vec<u8>>) -> Pending {
-        let n = self.shards.len();
-        let cmd = Lower::of(&args[0]);
-        let arity_ok = match cmd.as_bytes() {
-            b"rename" | b"renamenx" | b"rpoplpush" => args.len() == 3,
-            b"lmove" => args.len() == 5,
-            _ => args.len() >= 3 && args.len() % 2 == 1, // msetnx
-        };
-        if !arity_ok {
-            return Pending::ready(wrong_arity(cmd.as_str()));
-        }
-        if cmd.as_bytes() == b"lmove" && (side(&args[3]).is_none() || side(&args[4]).is_none()) {
-            return Pending::ready(Reply::Error("ERR syntax error".into()));
-        }
-        let on = |k: &[u8]| shard_of(k, n);
-        let reads: Vec<Write> = match cmd.as_bytes() {
-            b"rename" | b"renamenx" => vec![
-                (on(&args[1]), vec![bulk(b"REBUILD-OF"), args[1].clone()]),
-                (on(&args[2]), vec![bulk(b"EXISTS"), args[2].clone()]),
-            ],
-            b"rpoplpush" | b"lmove" => {
-                let left = args.get(3).is_some_and(|s| side(s) == Some(true));
-                let end = bulk(if left { b"0" } else { b"-1" });
-                vec![
-                    (on(&args[1]), vec![bulk(b"TYPE"), args[1].clone()]),
-                    (on(&args[1]), vec![bulk(b"LINDEX"), args[1].clone(), end]),
-                    (on(&args[2]), vec![bulk(b"TYPE"), args[2].clone()]),
-                ]
-            }
-            _ => {
-                // MSETNX: whether any key exists, asked of each shard.
-                let mut by_shard: Vec<Write> = Vec::new();
-                for key in args[1..].iter().step_by(2) {
-                    let s = on(key);
-                    match by_shard.iter_mut().find(|(t, _)| *t == s) {
-                        Some((_, a)) => a.push(key.clone()),
-                        None => by_shard.push((s, vec![bulk(b"EXISTS"), key.clone()])),
-                    }
-                }
-                by_shard
-            }
+        let reads = match reads_of(&args, self.shards.len()) {
+            Ok(reads) => reads,
+            Err(e) => return Pending::ready(e),
         };
         let mut shards: Vec<usize> = reads.iter().map(|(s, _)| *s).collect();
         shards.sort_unstable();
@@ -111,9 +122,18 @@ impl KvWorker {
         }
         let from = self.me.clone().expect("started");
         self.tx_out.push((shards[0], TxLock { from, tx, conn, watch: false }));
-        let mv =
-            Move { args, reads: vec![None; count], reads_left: count, reply: None, writes_left: 0 };
-        let t = CrossTx { conn, seq, shards, held: 0, dirty: false, reqs, count: 0, mv: Some(mv) };
+        let mv = Move::new(args, count);
+        let t = CrossTx {
+            conn,
+            seq,
+            shards,
+            held: 0,
+            dirty: false,
+            reqs,
+            count: 0,
+            mv: Some(mv),
+            staged: None,
+        };
         self.txs.insert(tx, t);
         self.moving = true;
         Pending::awaiting_one()
@@ -138,6 +158,9 @@ impl KvWorker {
     /// A reply to one of move `tx`'s reads or writes.
     pub(super) fn move_replied(&mut self, tx: u64, part: u32, reply: Reply, ctx: &Context<Self>) {
         let Some(t) = self.txs.get_mut(&tx) else { return };
+        if t.staged.is_some() {
+            return self.staged_replied(tx, part, reply, ctx);
+        }
         let Some(m) = t.mv.as_mut() else { return };
         if part >= MOVE_READ {
             let i = (part - MOVE_READ) as usize;
@@ -203,8 +226,201 @@ impl KvWorker {
     }
 }
 
+impl KvWorker {
+    /// Sends the next stage of staged transaction `tx` (all its shards
+    /// held, none of its watched keys changed): the commands up to its next
+    /// move and that move's reads, each shard held; or, with no move left,
+    /// the rest, which frees them.
+    pub(super) fn stage(&mut self, tx: u64, ctx: &Context<Self>) {
+        let n = self.shards.len();
+        let Some(t) = self.txs.get_mut(&tx) else { return };
+        let Some(st) = t.staged.as_mut() else { return };
+        let (conn, seq) = (t.conn, t.seq);
+        let mut answered = Vec::new();
+        while let Some(item) = st.plan.pop_front() {
+            match item {
+                Item::Req(k, r) => t.reqs[k].push(r),
+                Item::Move(i, args) => match reads_of(&args, n) {
+                    // (Checked when queued; answered in its place anyway.)
+                    Err(e) => answered.push((i, e)),
+                    Ok(reads) => {
+                        let count = reads.len();
+                        for (j, (s, a)) in reads.into_iter().enumerate() {
+                            let at = t.shards.binary_search(&s).expect("a shard of the tx");
+                            let part = MOVE_READ + j as u32;
+                            t.reqs[at].push(Req { conn, seq: tx, part, args: a });
+                        }
+                        st.reading = Some((i, Move::new(args, count)));
+                        break;
+                    }
+                },
+            }
+        }
+        for (i, e) in answered {
+            self.fill(conn, seq, i, e);
+        }
+        let Some(t) = self.txs.get_mut(&tx) else { return };
+        let Some(st) = t.staged.as_mut() else { return };
+        if st.reading.is_none() {
+            // The last stage: a transaction's end, as one without moves.
+            st.sent_all = true;
+            return self.end_tx(tx, None, ctx);
+        }
+        let me = self.me.clone().expect("started");
+        let mut lost = false;
+        let out: Vec<(usize, Vec<Req>)> =
+            t.shards.iter().copied().zip(t.reqs.iter_mut().map(std::mem::take)).collect();
+        for (s, reqs) in out.into_iter().filter(|(_, r)| !r.is_empty()) {
+            if let Err(e) = self.shards[s].tell(TxStep { from: me.clone(), reqs }) {
+                // The shard is gone: what it was sent did not run.
+                lost = true;
+                for r in e.into_inner().reqs.into_iter().filter(|r| !MOVE_PARTS.contains(&r.part)) {
+                    self.fill(r.conn, r.seq, r.part, Reply::Error("ERR shard unavailable".into()));
+                }
+            }
+        }
+        if lost {
+            self.end_tx(tx, Some("ERR shard unavailable"), ctx);
+        }
+    }
+
+    /// A reply to a read or a write of a move of staged transaction `tx`.
+    fn staged_replied(&mut self, tx: u64, part: u32, reply: Reply, ctx: &Context<Self>) {
+        let n = self.shards.len();
+        let Some(t) = self.txs.get_mut(&tx) else { return };
+        let Some(st) = t.staged.as_mut() else { return };
+        let (conn, seq) = (t.conn, t.seq);
+        if part >= MOVE_READ {
+            let Some((_, m)) = st.reading.as_mut() else { return };
+            let j = (part - MOVE_READ) as usize;
+            if m.reads.get_mut(j).and_then(|r| r.replace(reply)).is_none() && j < m.reads.len() {
+                m.reads_left -= 1;
+            }
+            if m.reads_left > 0 {
+                return;
+            }
+            let (i, mut m) = st.reading.take().expect("a move reading");
+            let reads: Vec<Reply> =
+                m.reads.iter().map(|r| r.clone().unwrap_or(Reply::Nil)).collect();
+            let (reply, writes) = decide(&m.args, &reads, n);
+            if writes.is_empty() {
+                self.fill(conn, seq, i, reply);
+                self.answer(conn, ctx);
+            } else {
+                // They go out first in the next stage, before the commands
+                // queued after the move.
+                for (s, args) in writes.iter().cloned() {
+                    let at = t.shards.binary_search(&s).expect("a shard of the tx");
+                    t.reqs[at].push(Req { conn, seq: tx, part: MOVE_WRITE + i, args });
+                }
+                m.reply = Some(reply);
+                m.writes_left = writes.len();
+                st.writing.insert(i, m);
+            }
+            return self.stage(tx, ctx);
+        }
+        let i = part - MOVE_WRITE;
+        let Some(m) = st.writing.get_mut(&i) else { return };
+        // A write failed (a log in error): that is the move's reply.
+        if let Reply::Error(_) = reply {
+            m.reply = Some(reply);
+        }
+        m.writes_left = m.writes_left.saturating_sub(1);
+        if m.writes_left > 0 {
+            return;
+        }
+        let reply = st.writing.remove(&i).and_then(|m| m.reply).unwrap_or(Reply::Nil);
+        let over = st.sent_all && st.writing.is_empty();
+        if over {
+            self.txs.remove(&tx);
+        }
+        self.fill(conn, seq, i, reply);
+        if over {
+            self.resume(conn, ctx);
+        } else {
+            self.answer(conn, ctx);
+        }
+    }
+}
+
 /// A write of a move: its shard and the command.
 type Write = (usize, Vec<Vec<u8>>);
+
+/// Whether `cmd` (lower case) is a command that moves across shards when
+/// its keys are on several (`reads_of` knows its reads). The pops are the
+/// forms `BLPOP`/`BRPOP` take inside a transaction, where they do not block.
+pub(in crate::kv::server) fn is_move(cmd: &[u8]) -> bool {
+    matches!(
+        cmd,
+        b"rename" | b"renamenx" | b"rpoplpush" | b"lmove" | b"msetnx" | b"blpop-now" | b"brpop-now"
+    )
+}
+
+/// The reads a move of `args` across shards makes first, each with its
+/// shard (among `n`); or the error the command answers instead (its
+/// argument count or syntax), which a transaction gives when it is queued.
+pub(in crate::kv::server) fn reads_of(args: &[Vec<u8>], n: usize) -> Result<Vec<Write>, Reply> {
+    let cmd = Lower::of(&args[0]);
+    let arity_ok = match cmd.as_bytes() {
+        b"rename" | b"renamenx" | b"rpoplpush" => args.len() == 3,
+        b"lmove" => args.len() == 5,
+        b"blpop-now" | b"brpop-now" => args.len() >= 3,
+        _ => args.len() >= 3 && args.len() % 2 == 1, // msetnx
+    };
+    if !arity_ok {
+        let name = match cmd.as_bytes() {
+            b"blpop-now" => "blpop",
+            b"brpop-now" => "brpop",
+            c => std::str::from_utf8(c).unwrap_or("?"),
+        };
+        return Err(wrong_arity(name));
+    }
+    if cmd.as_bytes() == b"lmove" && (side(&args[3]).is_none() || side(&args[4]).is_none()) {
+        return Err(Reply::Error("ERR syntax error".into()));
+    }
+    let on = |k: &[u8]| shard_of(k, n);
+    Ok(match cmd.as_bytes() {
+        b"rename" | b"renamenx" => vec![
+            (on(&args[1]), vec![bulk(b"REBUILD-OF"), args[1].clone()]),
+            (on(&args[2]), vec![bulk(b"EXISTS"), args[2].clone()]),
+        ],
+        b"rpoplpush" | b"lmove" => {
+            let left = args.get(3).is_some_and(|s| side(s) == Some(true));
+            let end = bulk(if left { b"0" } else { b"-1" });
+            vec![
+                (on(&args[1]), vec![bulk(b"TYPE"), args[1].clone()]),
+                (on(&args[1]), vec![bulk(b"LINDEX"), args[1].clone(), end]),
+                (on(&args[2]), vec![bulk(b"TYPE"), args[2].clone()]),
+            ]
+        }
+        b"blpop-now" | b"brpop-now" => {
+            // Each key's type and the element a pop would take, in the
+            // keys' order (the timeout last is not a key).
+            let end = bulk(if cmd.as_bytes() == b"blpop-now" { b"0" } else { b"-1" });
+            let keys = &args[1..args.len() - 1];
+            keys.iter()
+                .flat_map(|k| {
+                    [
+                        (on(k), vec![bulk(b"TYPE"), k.clone()]),
+                        (on(k), vec![bulk(b"LINDEX"), k.clone(), end.clone()]),
+                    ]
+                })
+                .collect()
+        }
+        _ => {
+            // MSETNX: whether any key exists, asked of each shard.
+            let mut by_shard: Vec<Write> = Vec::new();
+            for key in args[1..].iter().step_by(2) {
+                let s = on(key);
+                match by_shard.iter_mut().find(|(t, _)| *t == s) {
+                    Some((_, a)) => a.push(key.clone()),
+                    None => by_shard.push((s, vec![bulk(b"EXISTS"), key.clone()])),
+                }
+            }
+            by_shard
+        }
+    })
+}
 
 /// What a move does, from its reads (as the command would on one
 /// keyspace): the client's reply and the writes, each with its shard.
@@ -273,6 +489,23 @@ fn decide(args: &[Vec<u8>], reads: &[Reply], n: usize) -> (Reply, Vec<Write>) {
             ];
             (Reply::Bulk(v.clone()), writes)
         }
+        b"blpop-now" | b"brpop-now" => {
+            // The first key that holds a list is popped, as a pop that
+            // does not block takes it (a key of another type before it is
+            // WRONGTYPE); none: the null array a timed-out pop answers.
+            let pop = bulk(if cmd.as_bytes() == b"blpop-now" { b"LPOP" } else { b"RPOP" });
+            for (k, r) in args[1..args.len() - 1].iter().zip(reads.chunks(2)) {
+                match &r[0] {
+                    Reply::Simple("none") => continue,
+                    Reply::Simple("list") => {}
+                    _ => return (wrongtype(), Vec::new()),
+                }
+                let Reply::Bulk(v) = &r[1] else { continue };
+                let reply = Reply::Array(vec![Reply::Bulk(k.clone()), Reply::Bulk(v.clone())]);
+                return (reply, vec![(on(k), vec![pop, k.clone()])]);
+            }
+            (Reply::NullArray, Vec::new())
+        }
         _ => {
             // MSETNX: none of the keys may exist.
             if reads.iter().any(|r| !matches!(r, Reply::Int(0))) {
@@ -288,5 +521,64 @@ fn decide(args: &[Vec<u8>], reads: &[Reply], n: usize) -> (Reply, Vec<Write>) {
             }
             (Reply::Int(1), by_shard)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(a: &[&str]) -> Vec<Vec<u8>> {
+        a.iter().map(|s| s.as_bytes().to_vec()).collect()
+    }
+
+    #[test]
+    fn a_pop_over_lists_on_several_shards_takes_the_first_list_as_redis_does() {
+        let n = 3;
+        let cmd = args(&["blpop-now", "a", "b", "c", "0"]);
+        let reads = reads_of(&cmd, n).unwrap();
+        // Each key's type, then the element a pop would take, in key order.
+        let asked: Vec<Vec<Vec<u8>>> = reads.iter().map(|(_, a)| a.clone()).collect();
+        assert_eq!(asked[0], args(&["TYPE", "a"]));
+        assert_eq!(asked[1], args(&["LINDEX", "a", "0"]));
+        assert_eq!(asked[5], args(&["LINDEX", "c", "0"]));
+        let none = Reply::Simple("none");
+        let list = Reply::Simple("list");
+        let v = |s: &str| Reply::Bulk(s.as_bytes().to_vec());
+        // `a` missing, `b` a list: `b` is popped, on its shard only.
+        let got = decide(&cmd, &[none.clone(), Reply::Nil, list.clone(), v("x"), list, v("y")], n);
+        assert_eq!(got.0, Reply::Array(vec![v("b"), v("x")]));
+        assert_eq!(got.1, vec![(shard_of(b"b", n), args(&["LPOP", "b"]))]);
+        // A string before the first list: WRONGTYPE, nothing written.
+        let s = Reply::Simple("string");
+        let got = decide(&cmd, &[none.clone(), Reply::Nil, s, v("?"), none.clone(), Reply::Nil], n);
+        assert!(matches!(got.0, Reply::Error(e) if e.starts_with("WRONGTYPE")));
+        assert!(got.1.is_empty());
+        // Nothing anywhere: the null array of a pop that timed out.
+        let got = decide(
+            &cmd,
+            &[none.clone(), Reply::Nil, none.clone(), Reply::Nil, none, Reply::Nil],
+            n,
+        );
+        assert_eq!((got.0, got.1.len()), (Reply::NullArray, 0));
+        // BRPOP takes the tail.
+        let r = reads_of(&args(&["brpop-now", "a", "b", "0"]), n).unwrap();
+        assert_eq!(r[1].1, args(&["LINDEX", "a", "-1"]));
+    }
+
+    #[test]
+    fn a_move_s_arguments_are_checked_before_anything_is_read() {
+        for bad in [
+            &["rename", "a"][..],
+            &["rpoplpush", "a", "b", "c"],
+            &["msetnx", "a", "1", "b"],
+            &["blpop-now", "a"],
+        ] {
+            let e = reads_of(&args(bad), 3).unwrap_err();
+            assert!(matches!(&e, Reply::Error(t) if t.contains("wrong number")), "{bad:?}: {e:?}");
+        }
+        let e = reads_of(&args(&["lmove", "a", "b", "UP", "LEFT"]), 3).unwrap_err();
+        assert_eq!(e, Reply::Error("ERR syntax error".into()));
+        assert!(is_move(b"rename") && is_move(b"blpop-now") && !is_move(b"mset"));
     }
 }

@@ -4,6 +4,7 @@
 //! gone), and `WATCH`.
 
 // The worker's own room: its types, imports and helpers.
+use super::moves::{Item, Staged, MOVE_PARTS};
 use super::*;
 use crate::kv::server::commands::splits as splits_of;
 
@@ -45,11 +46,36 @@ impl KvWorker {
             Some(e) => Reply::Error(e.into()),
             None => Reply::NullArray,
         };
-        for (k, (s, reqs)) in t.shards.iter().zip(t.reqs).enumerate() {
+        if let Some(st) = t.staged.as_mut() {
+            if run && !st.sent_all {
+                // Its moves decide what runs after them: stage by stage.
+                self.txs.insert(tx, t);
+                return self.stage(tx, ctx);
+            }
+            if !run {
+                // Nothing more runs: what has not is answered here.
+                st.sent_all = true;
+                let (conn, seq) = (t.conn, t.seq);
+                let mut parts: Vec<(ConnId, u64, u32)> = Vec::new();
+                for item in std::mem::take(&mut st.plan) {
+                    match item {
+                        Item::Req(_, r) => parts.push((r.conn, r.seq, r.part)),
+                        Item::Move(i, _) => parts.push((conn, seq, i)),
+                    }
+                }
+                parts.extend(st.reading.take().map(|(i, _)| (conn, seq, i)));
+                parts.extend(st.writing.drain().map(|(i, _)| (conn, seq, i)));
+                for (c, s, part) in parts.into_iter().filter(|p| !MOVE_PARTS.contains(&p.2)) {
+                    self.fill(c, s, part, instead.clone());
+                }
+            }
+        }
+        let shards = t.shards.clone();
+        for (k, (s, reqs)) in shards.iter().zip(std::mem::take(&mut t.reqs)).enumerate() {
             let reqs = if run {
                 reqs
             } else {
-                for r in &reqs {
+                for r in reqs.iter().filter(|r| !MOVE_PARTS.contains(&r.part)) {
                     self.fill(r.conn, r.seq, r.part, instead.clone());
                 }
                 Vec::new()
@@ -70,7 +96,13 @@ impl KvWorker {
             None => Reply::Simple("OK"),
         };
         self.fill(t.conn, t.seq, t.count as u32, check);
-        self.resume(t.conn, ctx);
+        let conn = t.conn;
+        if t.staged.as_ref().is_some_and(|st| !st.writing.is_empty()) {
+            // Moves whose writes are not done yet: the connection waits
+            // for them (see `staged_replied`).
+            self.txs.insert(tx, t);
+        }
+        self.resume(conn, ctx);
     }
 
     /// A transaction or move of `conn` ended: its next requests, parsed
@@ -165,16 +197,24 @@ impl KvWorker {
         // parts of the commands split by shard.
         let mut parts = vec![None; count + 1];
         let mut left = 1;
-        let mut reqs: Vec<Vec<Req>> = shards.iter().map(|_| Vec::new()).collect();
+        let mut items: Vec<Item> = Vec::new();
         let mut splits = Vec::new();
+        let mut moves = false;
         for (i, args) in cmds.into_iter().enumerate() {
             let mut of = shards_of(&args, n);
             of.sort_unstable();
             of.dedup();
             if of.len() > 1 {
-                let (step, kind) = splits_of(&args).expect("only split commands span shards");
+                let Some((step, kind)) = splits_of(&args) else {
+                    // A two-key command across shards (checked when
+                    // queued): a move, which runs in its own stage.
+                    items.push(Item::Move(i as u32, args));
+                    moves = true;
+                    left += 1;
+                    continue;
+                };
                 let (subparts, combine) =
-                    split_in_tx(conn, seq, &args, step, kind, n, &shards, &mut reqs, parts.len());
+                    split_in_tx(conn, seq, &args, step, kind, n, &shards, &mut items, parts.len());
                 left += subparts.len() as u32;
                 parts.resize(parts.len() + subparts.len(), None);
                 splits.push((i, subparts, combine));
@@ -183,7 +223,7 @@ impl KvWorker {
             match of.first() {
                 Some(s) => {
                     let k = shards.binary_search(s).expect("a shard of the transaction");
-                    reqs[k].push(Req { conn, seq, part: i as u32, args });
+                    items.push(Item::Req(k, Req { conn, seq, part: i as u32, args }));
                     left += 1;
                 }
                 None if args[0].eq_ignore_ascii_case(b"unwatch") => {
@@ -196,7 +236,18 @@ impl KvWorker {
         self.next_tx += 1;
         let from = self.me.clone().expect("started");
         self.tx_out.push((shards[0], TxLock { from, tx, conn, watch: true }));
-        let t = CrossTx { conn, seq, shards, held: 0, dirty: false, reqs, count, mv: None };
+        let mut reqs: Vec<Vec<Req>> = shards.iter().map(|_| Vec::new()).collect();
+        let staged = if moves {
+            Some(Staged::new(items))
+        } else {
+            for item in items {
+                if let Item::Req(k, r) = item {
+                    reqs[k].push(r);
+                }
+            }
+            None
+        };
+        let t = CrossTx { conn, seq, shards, held: 0, dirty: false, reqs, count, mv: None, staged };
         self.txs.insert(tx, t);
         let combine = Combine::Exec { watched: true, splits };
         Pending { left, parts, combine, done: None, resp3: false }
@@ -255,7 +306,7 @@ fn split_in_tx(
     kind: u8,
     n: usize,
     shards: &[usize],
-    reqs: &mut [Vec<Req>],
+    items: &mut Vec<Item>,
     first: usize,
 ) -> (Vec<usize>, Combine) {
     let rest = &args[1..];
@@ -278,7 +329,7 @@ fn split_in_tx(
         a.push(args[0].clone());
         a.extend(keys);
         let at = shards.binary_search(&s).expect("a shard of the transaction");
-        reqs[at].push(Req { conn, seq, part: part as u32, args: a });
+        items.push(Item::Req(at, Req { conn, seq, part: part as u32, args: a }));
         subparts.push(part);
         positions.push(pos);
     }
