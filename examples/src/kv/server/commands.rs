@@ -5,7 +5,7 @@
 //! which shard owns a key (`shard_of`, hash tags).
 
 use super::info::ServerInfo;
-use super::worker::{moves, Client};
+use super::worker::{every_shard, moves, Client};
 use crate::kv::resp::{Lower, Reply};
 
 /// What a request means for a connection's transaction state.
@@ -280,7 +280,8 @@ pub(super) fn single_key(cmd: &[u8]) -> bool {
 
 /// `MULTI` / `EXEC` / `DISCARD`, and queueing between them, as Redis does.
 /// `n`: the number of shards. Different commands may live on different
-/// shards, and one command's keys on several: split by shard (`MGET`,
+/// shards, and one command's keys on several: run by every shard on its
+/// keys (`KEYS`, `DBSIZE`, `RANDOMKEY`, `FLUSHDB`), split by shard (`MGET`,
 /// `MSET`, `DEL`, ...) or moved across them in a stage of its own
 /// (`RENAME`, `LMOVE`, `MSETNX`, a pop over several lists; see
 /// `worker/moves.rs`), whose arguments are checked when it is queued, as
@@ -312,15 +313,6 @@ pub(super) fn transaction_step(c: &mut Client, args: Vec<Vec<u8>>, n: usize) -> 
         }
         // QUIT is not queued: the connection closes after its +OK.
         (b"quit", _) => Step::Run(args),
-        // Commands on every shard cannot join a transaction of one shard.
-        (b"keys" | b"dbsize" | b"flushall" | b"flushdb", true) if n > 1 => {
-            c.multi_failed = true;
-            Step::Answer(Reply::Error(format!(
-                "ERR {} touches every shard and cannot run in a transaction on a server \
-                 with {n} shards",
-                String::from_utf8_lossy(&args[0]).to_uppercase()
-            )))
-        }
         (b"watch", true) => {
             Step::Answer(Reply::Error("ERR WATCH inside MULTI is not allowed".into()))
         }
@@ -360,7 +352,8 @@ pub(super) fn transaction_step(c: &mut Client, args: Vec<Vec<u8>>, n: usize) -> 
             let mut shards = shards_of(&args, n);
             shards.sort_unstable();
             shards.dedup();
-            if shards.len() > 1 && splits(&args).is_none() {
+            let every = every_shard(cmd.as_bytes()).is_some();
+            if shards.len() > 1 && splits(&args).is_none() && !every {
                 // A two-key command across shards moves at EXEC, in its own
                 // stage (`worker/moves.rs`); its arguments are checked now,
                 // as Redis checks a queued command's.

@@ -75,6 +75,18 @@ pub(super) enum Combine {
     Across(Box<block::Across>),
 }
 
+/// How the replies of a command that every shard runs on its own keys
+/// combine (`cmd` in lower case); `None` for any other command.
+pub(super) fn every_shard(cmd: &[u8]) -> Option<Combine> {
+    Some(match cmd {
+        b"dbsize" => Combine::Sum,
+        b"keys" => Combine::Concat,
+        b"randomkey" => Combine::AnyOne,
+        b"flushall" | b"flushdb" => Combine::AllOk,
+        _ => return None,
+    })
+}
+
 /// `SCAN` cursors: the shard in the bits above these, its own cursor below.
 pub(super) const SCAN_SHIFT: u32 = 40;
 pub(super) const SCAN_LOCAL: u64 = (1 << SCAN_SHIFT) - 1;
@@ -768,17 +780,11 @@ impl KvWorker {
                 self.split(conn, seq, &args[0], &args[1..], 2, 3)
             }
             b"randomkey" if args.len() != 1 => Pending::ready(wrong_arity("randomkey")),
-            b"dbsize" | b"flushall" | b"flushdb" | b"keys" | b"randomkey" => {
+            c if every_shard(c).is_some() => {
                 for (s, out) in self.outgoing.iter_mut().enumerate() {
                     out.push(Req { conn, seq, part: s as u32, args: args.clone() });
                 }
-                let combine = match cmd.as_bytes() {
-                    b"dbsize" => Combine::Sum,
-                    b"keys" => Combine::Concat,
-                    b"randomkey" => Combine::AnyOne,
-                    _ => Combine::AllOk,
-                };
-                Pending::awaiting(n, combine)
+                Pending::awaiting(n, every_shard(cmd.as_bytes()).expect("checked"))
             }
             b"quit" => Pending::ready(Reply::Simple("OK")),
             b"info" => {

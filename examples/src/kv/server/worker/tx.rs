@@ -204,6 +204,23 @@ impl KvWorker {
             let mut of = shards_of(&args, n);
             of.sort_unstable();
             of.dedup();
+            if let Some(combine) = every_shard(&args[0].to_ascii_lowercase()) {
+                // Every shard runs it on its keys, in its place (the
+                // transaction holds them all), combined as outside one.
+                let mut subparts = Vec::new();
+                for k in 0..shards.len() {
+                    let part = parts.len() + k;
+                    items.push(Item::Req(
+                        k,
+                        Req { conn, seq, part: part as u32, args: args.clone() },
+                    ));
+                    subparts.push(part);
+                }
+                left += subparts.len() as u32;
+                parts.resize(parts.len() + subparts.len(), None);
+                splits.push((i, subparts, combine));
+                continue;
+            }
             if of.len() > 1 {
                 let Some((step, kind)) = splits_of(&args) else {
                     // A two-key command across shards (checked when
