@@ -2158,6 +2158,102 @@ fn two_key_commands_across_shards_run_inside_multi_in_their_place() {
 }
 
 #[test]
+fn commands_over_several_whole_keys_answer_alike_on_one_shard_and_across_shards() {
+    use ringmail_examples::kv::server::shard_of;
+    use std::collections::BTreeSet;
+    let (system, srv) = serve(3);
+    let mut c = client(&srv);
+    // The same commands over keys on one shard ({t}) and on several.
+    for tag in ["{t}", ""] {
+        // Plain names: each on another shard than `a`'s, and `l1` than
+        // `l0`'s, so that every command below gathers across shards.
+        let on = |x: &str| shard_of(x.as_bytes(), 3);
+        let pick = |name: &str, avoid: usize| {
+            (0..).map(|i| format!("{name}{i}")).find(|x| on(x) != avoid).unwrap()
+        };
+        let names: std::collections::HashMap<&str, String> =
+            ["a", "b", "c", "d", "e", "f", "s", "l0", "l1"]
+                .into_iter()
+                .map(|n| match (tag, n) {
+                    ("", "a") => (n, "a".to_string()),
+                    ("", "l1") => (n, pick(n, on(&pick("l0", on("a"))))),
+                    ("", _) => (n, pick(n, on("a"))),
+                    _ => (n, format!("{tag}{n}")),
+                })
+                .collect();
+        let k = |name: &str| names[name].clone();
+        let set = |c: &mut Connection, args: &[String]| -> BTreeSet<String> {
+            let mut q = cmd(&args[0]);
+            args[1..].iter().for_each(|a| {
+                q.arg(a);
+            });
+            q.query(c).unwrap()
+        };
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<BTreeSet<String>>();
+        let _: () = c.sadd(k("a"), &["x", "y", "z"]).unwrap();
+        let _: () = c.sadd(k("b"), &["y", "z", "w"]).unwrap();
+        let _: () = c.sadd(k("c"), "z").unwrap();
+        assert_eq!(set(&mut c, &["SINTER".into(), k("a"), k("b"), k("c")]), s(&["z"]));
+        assert_eq!(set(&mut c, &["SUNION".into(), k("a"), k("b")]), s(&["w", "x", "y", "z"]));
+        assert_eq!(set(&mut c, &["SDIFF".into(), k("a"), k("b")]), s(&["x"]));
+        let n: i64 = cmd("SINTERSTORE").arg(k("d")).arg(k("a")).arg(k("b")).query(&mut c).unwrap();
+        assert_eq!((n, set(&mut c, &["SMEMBERS".into(), k("d")])), (2, s(&["y", "z"])));
+        let n: i64 = cmd("SINTERCARD")
+            .arg(2)
+            .arg(k("a"))
+            .arg(k("b"))
+            .arg("LIMIT")
+            .arg(1)
+            .query(&mut c)
+            .unwrap();
+        assert_eq!(n, 1);
+        let n: i64 = cmd("SMOVE").arg(k("a")).arg(k("b")).arg("x").query(&mut c).unwrap();
+        assert_eq!(n, 1);
+        assert_eq!(set(&mut c, &["SMEMBERS".into(), k("a")]), s(&["y", "z"]));
+        assert_eq!(set(&mut c, &["SMEMBERS".into(), k("b")]), s(&["w", "x", "y", "z"]));
+        let _: () = c.expire(k("a"), 100).unwrap();
+        let n: i64 = cmd("COPY").arg(k("a")).arg(k("e")).query(&mut c).unwrap();
+        assert_eq!(
+            (n, c.ttl::<_, i64>(k("e")).unwrap() > 90),
+            (1, true),
+            "copied with its deadline"
+        );
+        let n: i64 = cmd("COPY").arg(k("b")).arg(k("e")).query(&mut c).unwrap();
+        assert_eq!(n, 0, "the destination exists");
+        let _: () = c.rpush(k("l1"), &["1", "2"]).unwrap();
+        let got: (String, Vec<String>) = cmd("LMPOP")
+            .arg(2)
+            .arg(k("l0"))
+            .arg(k("l1"))
+            .arg("RIGHT")
+            .arg("COUNT")
+            .arg(5)
+            .query(&mut c)
+            .unwrap();
+        assert_eq!(got, (k("l1"), vec!["2".into(), "1".into()]));
+        assert_eq!(c.exists::<_, i64>(k("l1")).unwrap(), 0, "emptied: deleted");
+        let _: () = c.set(k("s"), "v").unwrap();
+        let e = err_text(cmd("SINTER").arg(k("a")).arg(k("s")).query::<()>(&mut c));
+        assert!(e.contains("WRONGTYPE"), "{e}");
+        // In a transaction, in their place.
+        let (n, card): (i64, i64) = redis::pipe()
+            .atomic()
+            .cmd("SUNIONSTORE")
+            .arg(k("f"))
+            .arg(k("a"))
+            .arg(k("c"))
+            .scard(k("f"))
+            .query(&mut c)
+            .unwrap();
+        assert_eq!((n, card), (2, 2));
+        let _: () = c.del(&[k("a"), k("b"), k("c"), k("d"), k("e"), k("f"), k("s")]).unwrap();
+    }
+    drop(c);
+    all_closed(&srv);
+    system.shutdown();
+}
+
+#[test]
 fn two_key_commands_run_whether_their_keys_share_a_shard_or_not() {
     use ringmail_examples::kv::server::shard_of;
     let (system, srv) = serve(3);

@@ -127,6 +127,12 @@ pub const WRITE_COMMANDS: &[&[u8]] = &[
     b"setbit",
     b"incrbyfloat",
     b"rename",
+    b"sinterstore",
+    b"sunionstore",
+    b"sdiffstore",
+    b"smove",
+    b"copy",
+    b"lmpop",
     b"hset",
     b"hmset",
     b"hsetnx",
@@ -456,6 +462,39 @@ impl Aof {
                 }
             }
             b"mset" | b"flushall" | b"flushdb" if ok => self.raw(args),
+            // The pop as what it took (`LPOP key count`), so that a replay
+            // pops the same list, then its deadline.
+            b"lmpop" if matches!(reply, Reply::Array(_)) => {
+                let Reply::Array(v) = reply else { unreachable!() };
+                let (Some(Reply::Bulk(k)), Some(Reply::Array(items))) = (v.first(), v.get(1))
+                else {
+                    return;
+                };
+                let left = args.iter().any(|a| a.eq_ignore_ascii_case(b"left"));
+                let pop: &[u8] = if left { b"LPOP" } else { b"RPOP" };
+                push(&mut self.pending, &[pop, k, items.len().to_string().as_bytes()]);
+                self.deadline_of(ks, k, now);
+            }
+            // A member moved between two sets, as its removal and its
+            // addition, with both keys' deadlines.
+            b"smove" if matches!(reply, Reply::Int(1)) && args[1] != args[2] => {
+                push(&mut self.pending, &[b"SREM", &args[1], &args[3]]);
+                self.deadline_of(ks, &args[1], now);
+                push(&mut self.pending, &[b"SADD", &args[2], &args[3]]);
+                self.deadline_of(ks, &args[2], now);
+            }
+            // A stored result or a copy, as the key made again (its
+            // deadline with it): a replay computes nothing again.
+            // (An empty result deleted the destination: its `DEL` alone.)
+            b"sinterstore" | b"sunionstore" | b"sdiffstore" | b"copy"
+                if !super::engine::changed_nothing(cmd.as_bytes(), reply) =>
+            {
+                let k = if cmd.as_bytes() == b"copy" { &args[2] } else { &args[1] };
+                for c in ks.rebuild(k, now) {
+                    self.raw(&c);
+                }
+                self.deadline_of(ks, k, now);
+            }
             _ => {}
         }
     }

@@ -117,6 +117,8 @@ pub fn changed_nothing(cmd: &[u8], reply: &Reply) -> bool {
                 | b"zremrangebyrank"
                 | b"zremrangebyscore"
                 | b"zremrangebylex"
+                | b"smove"
+                | b"copy"
         ),
         // LINSERT with no such pivot.
         Reply::Int(-1) => cmd == b"linsert",
@@ -124,6 +126,8 @@ pub fn changed_nothing(cmd: &[u8], reply: &Reply) -> bool {
             matches!(cmd, b"lmove" | b"rpoplpush" | b"lpop" | b"rpop" | b"zadd" | b"spop")
         }
         Reply::Set(v) if v.is_empty() => cmd == b"spop",
+        // A pop from no list.
+        Reply::NullArray => cmd == b"lmpop",
         // A pop from no sorted set.
         Reply::Array(v) if v.is_empty() => matches!(cmd, b"zpopmin" | b"zpopmax"),
         Reply::Pairs(v) if v.is_empty() => matches!(cmd, b"zpopmin" | b"zpopmax"),
@@ -725,6 +729,7 @@ impl Keyspace {
             "scan" => self.scan(a, now),
             _ if super::types::is_type_command(cmd) => self.run_typed(cmd, a, now),
             _ if super::zset::is_zset_command(cmd) => self.run_zset(cmd, a, now),
+            _ if super::multikey::is_multikey_command(cmd) => self.run_multikey(cmd, a, now),
             _ => {
                 let mut m = format!(
                     "ERR unknown command '{}', with args beginning with: ",

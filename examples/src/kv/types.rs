@@ -64,6 +64,7 @@ const COMMANDS: &[&str] = &[
     "spop",
     "srandmember",
     "lpos",
+    "hrandfield",
 ];
 
 /// A list end as `LMOVE` names it: `LEFT` (true) or `RIGHT` (false), any
@@ -232,6 +233,7 @@ impl Keyspace {
             "hscan" => self.collection_scan(Kind::Hash, k, rest, now),
             "spop" | "srandmember" => self.set_random(cmd == "spop", k, rest, now),
             "lpos" => self.lpos(k, rest, now),
+            "hrandfield" => self.hrandfield(k, rest, now),
             "sscan" => self.collection_scan(Kind::Set, k, rest, now),
             _ => self.set_cmd(cmd, k, rest, now),
         };
@@ -722,6 +724,53 @@ impl Keyspace {
         }
     }
 
+    /// `HRANDFIELD key [count [WITHVALUES]]`: random fields, as
+    /// `SRANDMEMBER` picks members (distinct with a positive count,
+    /// repeated with a negative one, bounded), with their values if asked.
+    /// A hash is a plain table, with no positions to pick from: a call
+    /// walks it once (O(n)), however many it picks.
+    fn hrandfield(&mut self, k: &[u8], a: &[Vec<u8>], now: Instant) -> Reply {
+        let (count, with_values) = match a {
+            [] => (None, false),
+            [n, rest @ ..] => {
+                let n = match int(n) {
+                    Some(n) if n < -Self::MAX_REPEATS => return err("ERR value is out of range"),
+                    Some(n) => n,
+                    None => return err(NOT_INT),
+                };
+                match rest {
+                    [] => (Some(n), false),
+                    [w] if w.eq_ignore_ascii_case(b"withvalues") => (Some(n), true),
+                    _ => return err("ERR syntax error"),
+                }
+            }
+        };
+        let len = match self.aggregate(k, Kind::Hash, false, now) {
+            Err(e) => return e,
+            Ok(Some(Value::Hash(h))) => h.len(),
+            Ok(_) => 0,
+        };
+        let picks = self.random_picks(len, count);
+        let entries: Vec<(&Key, &Vec<u8>)> = match self.aggregate(k, Kind::Hash, false, now) {
+            Ok(Some(Value::Hash(h))) => h.iter().collect(),
+            _ => Vec::new(),
+        };
+        let picked = picks.iter().map(|&p| entries[p]);
+        // Checked before anything is copied (see `within_reply_bound`).
+        let bytes = picked.clone().map(|(f, v)| f.len() + if with_values { v.len() } else { 0 });
+        if bytes.fold(0usize, usize::saturating_add) > MAX_PICKED_BYTES {
+            return err(REPLY_TOO_LARGE);
+        }
+        let bulk = |b: &[u8]| Reply::Bulk(b.to_vec());
+        match count {
+            None => picked.map(|(f, _)| bulk(f)).next().unwrap_or(Reply::Nil),
+            Some(_) if with_values => {
+                Reply::Pairs(picked.map(|(f, v)| (bulk(f), bulk(v))).collect())
+            }
+            Some(_) => Reply::Array(picked.map(|(f, _)| bulk(f)).collect()),
+        }
+    }
+
     /// Random positions below `len`: one without a count; `count`
     /// distinct ones (at most `len`); `-count` ones that may repeat (the
     /// caller bounds it). Floyd's sampling: O(count), whatever `len`.
@@ -852,6 +901,38 @@ mod tests {
             .collect();
         out.sort();
         out
+    }
+
+    /// HRANDFIELD: distinct fields with a positive count, repeats with a
+    /// negative one, values with WITHVALUES, Redis' errors.
+    #[test]
+    fn hrandfield_picks_fields_as_srandmember_picks_members() {
+        let mut ks = Keyspace::default();
+        run(&mut ks, "HSET h a 1 b 2 c 3");
+        let one = run(&mut ks, "HRANDFIELD h");
+        assert!(
+            matches!(&one, Reply::Bulk(f) if [&b"a"[..], b"b", b"c"].contains(&&f[..])),
+            "{one:?}"
+        );
+        assert_eq!(sorted(run(&mut ks, "HRANDFIELD h 5")), [b"a", b"b", b"c"]);
+        assert_eq!(sorted(run(&mut ks, "HRANDFIELD h 2")).len(), 2);
+        let Reply::Array(rep) = run(&mut ks, "HRANDFIELD h -7") else { panic!() };
+        assert_eq!(rep.len(), 7, "repeats with a negative count");
+        let Reply::Pairs(pairs) = run(&mut ks, "HRANDFIELD h 3 WITHVALUES") else { panic!() };
+        for (f, v) in pairs {
+            let (Reply::Bulk(f), Reply::Bulk(v)) = (f, v) else { panic!() };
+            assert_eq!(v, [b'1' + f[0] - b'a'], "each field with its own value");
+        }
+        assert_eq!(run(&mut ks, "HRANDFIELD nosuch"), Reply::Nil);
+        assert_eq!(run(&mut ks, "HRANDFIELD nosuch 3"), Reply::Array(Vec::new()));
+        assert!(matches!(run(&mut ks, "HRANDFIELD h x"), Reply::Error(e) if e.contains("integer")));
+        assert!(
+            matches!(run(&mut ks, "HRANDFIELD h 1 FOO"), Reply::Error(e) if e.contains("syntax"))
+        );
+        run(&mut ks, "SET s v");
+        assert!(
+            matches!(run(&mut ks, "HRANDFIELD s"), Reply::Error(e) if e.starts_with("WRONGTYPE"))
+        );
     }
 
     /// LPOS, with the examples of Redis' documentation and its errors.

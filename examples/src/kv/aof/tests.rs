@@ -361,3 +361,54 @@ fn spop_replays_as_the_members_it_removed() {
     assert_eq!(replayed, live, "the same members left");
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+/// The commands over several whole keys are logged by their effect on
+/// each key they wrote, and replay to the same state.
+#[test]
+fn set_stores_smove_copy_and_lmpop_replay_to_the_same_state() {
+    let d = dir("multikey");
+    let path = d.join("kv.aof");
+    let mut aof = Aof::open(&gen_shard_file(&path, 0, 0), Fsync::Everysec).unwrap();
+    let mut ks = Keyspace::default();
+    let cmds: &[&[&str]] = &[
+        &["SADD", "a", "x", "y", "z"],
+        &["SADD", "b", "y", "z", "w"],
+        &["SINTERSTORE", "i", "a", "b"],
+        &["SUNIONSTORE", "u", "a", "b"],
+        &["SET", "gone", "v"],
+        &["SDIFFSTORE", "gone", "b", "a", "u"], // empty: the destination goes
+        &["SMOVE", "a", "b", "x"],
+        &["SMOVE", "a", "b", "nope"], // 0: nothing to log
+        &["RPUSH", "l", "1", "2", "3"],
+        &["PEXPIRE", "l", "100000"],
+        &["COPY", "l", "l2"],
+        &["LMPOP", "2", "none", "l", "LEFT", "COUNT", "2"],
+        &["COPY", "a", "u"], // 0: `u` exists
+    ];
+    log_each(&mut aof, &mut ks, cmds, Instant::now());
+    let mut replayed = replay_one(&aof, &path);
+    let sorted = |r: Reply| match r {
+        Reply::Set(mut v) | Reply::Array(mut v) => {
+            v.sort_by_key(|x| format!("{x:?}"));
+            Reply::Array(v)
+        }
+        other => other,
+    };
+    for key in ["a", "b", "i", "u", "gone", "l", "l2"] {
+        for q in [&["TYPE", key][..], &["SMEMBERS", key], &["LRANGE", key, "0", "-1"]] {
+            let (want, got) = (exec(&mut ks, q), exec(&mut replayed, q));
+            assert_eq!(sorted(got), sorted(want), "{q:?}");
+        }
+        let ttl = |ks: &mut Keyspace| matches!(exec(ks, &["TTL", key]), Reply::Int(90..));
+        assert_eq!(ttl(&mut replayed), ttl(&mut ks), "{key}'s deadline");
+    }
+    assert_eq!(
+        exec(&mut replayed, &["LRANGE", "l", "0", "-1"]),
+        exec(&mut ks, &["LRANGE", "l", "0", "-1"])
+    );
+    assert!(
+        matches!(exec(&mut replayed, &["TTL", "l2"]), Reply::Int(90..)),
+        "COPY kept the deadline"
+    );
+    std::fs::remove_dir_all(&d).unwrap();
+}

@@ -27,6 +27,16 @@ pub(super) const CROSSSLOT_COMMAND: &str =
 
 /// The commands a transaction may queue (the ones this server runs).
 pub(super) const QUEUEABLE: &[&[u8]] = &[
+    b"sinter",
+    b"sunion",
+    b"sdiff",
+    b"sinterstore",
+    b"sunionstore",
+    b"sdiffstore",
+    b"sintercard",
+    b"smove",
+    b"copy",
+    b"lmpop",
     b"blpop",
     b"brpop",
     b"brpoplpush",
@@ -117,6 +127,7 @@ pub(super) const QUEUEABLE: &[&[u8]] = &[
     b"lrem",
     b"linsert",
     b"hstrlen",
+    b"hrandfield",
     b"smismember",
     b"zadd",
     b"zincrby",
@@ -245,6 +256,7 @@ pub(super) fn single_key(cmd: &[u8]) -> bool {
             | b"lrem"
             | b"linsert"
             | b"hstrlen"
+            | b"hrandfield"
             | b"sadd"
             | b"srem"
             | b"smembers"
@@ -431,6 +443,9 @@ pub(super) enum Keys<'a> {
 
 /// The keys of command `args` (`args[0]` its name).
 pub(super) fn keys_of(args: &[Vec<u8>]) -> Keys<'_> {
+    if let Some((keys, _)) = crate::kv::multikey::keys(args) {
+        return Keys::These(keys);
+    }
     let cmd = args[0].to_ascii_lowercase();
     Keys::These(match cmd.as_slice() {
         b"blpop-now" | b"brpop-now" | b"blpop" | b"brpop" => {
@@ -453,6 +468,7 @@ fn getkeys(cmd: &[Vec<u8>]) -> Reply {
     let name = Lower::of(&cmd[0]);
     let known = single_key(name.as_bytes())
         || crate::kv::types::is_type_command(&String::from_utf8_lossy(name.as_bytes()))
+        || crate::kv::multikey::is_multikey_command(&String::from_utf8_lossy(name.as_bytes()))
         || matches!(
             name.as_bytes(),
             b"blpop"

@@ -724,6 +724,22 @@ impl KvWorker {
         };
         match cmd.as_bytes() {
             c if args.len() >= 2 && single_key(c) => single(args, &mut self.outgoing),
+            // Over several whole keys: on their one shard, or gathered
+            // from several (`worker/moves.rs`). Malformed: answered by the
+            // engine on any shard.
+            _ if crate::kv::multikey::is_multikey_command(cmd.as_str()) => {
+                let Some((keys, _)) = crate::kv::multikey::keys(&args) else {
+                    return Pending::ready(
+                        self.scratch.execute(&args, Instant::now()).unwrap_or(Reply::Nil),
+                    );
+                };
+                let s = shard_of(keys[0], n);
+                if keys.iter().any(|k| shard_of(k, n) != s) {
+                    return self.move_across(conn, seq, args);
+                }
+                self.outgoing[s].push(Req { conn, seq, part: 0, args });
+                Pending::awaiting_one()
+            }
             // All keys on one shard: one request there (the engine checks
             // the exact argument count). On several: moved across them
             // while they are all held (`worker/moves.rs`).

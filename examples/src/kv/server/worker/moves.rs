@@ -35,6 +35,7 @@
 
 // The worker's own room: its types, imports and helpers.
 use super::*;
+use crate::kv::multikey;
 use crate::kv::types::side;
 
 /// Parts of a move's own requests: writes below [`MOVE_READ`], reads
@@ -353,7 +354,18 @@ pub(in crate::kv::server) fn is_move(cmd: &[u8]) -> bool {
     matches!(
         cmd,
         b"rename" | b"renamenx" | b"rpoplpush" | b"lmove" | b"msetnx" | b"blpop-now" | b"brpop-now"
-    )
+    ) || multikey::is_multikey_command(&String::from_utf8_lossy(cmd))
+}
+
+/// The distinct keys a gather reads (`multikey`), in order.
+fn gathered(args: &[Vec<u8>]) -> Vec<&Vec<u8>> {
+    let mut keys: Vec<&Vec<u8>> = Vec::new();
+    for k in multikey::keys(args).map(|(k, _)| k).unwrap_or_default() {
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    keys
 }
 
 /// The reads a move of `args` across shards makes first, each with its
@@ -361,6 +373,15 @@ pub(in crate::kv::server) fn is_move(cmd: &[u8]) -> bool {
 /// argument count or syntax), which a transaction gives when it is queued.
 pub(in crate::kv::server) fn reads_of(args: &[Vec<u8>], n: usize) -> Result<Vec<Write>, Reply> {
     let cmd = Lower::of(&args[0]);
+    if multikey::is_multikey_command(cmd.as_str()) {
+        // Each key whole; a malformed command is answered as one shard
+        // would answer it.
+        if multikey::keys(args).is_none() {
+            return Err(Keyspace::default().execute(args, Instant::now()).unwrap_or(Reply::Nil));
+        }
+        let read = |k: &Vec<u8>| (shard_of(k, n), vec![bulk(b"REBUILD-OF"), k.clone()]);
+        return Ok(gathered(args).into_iter().map(read).collect());
+    }
     let arity_ok = match cmd.as_bytes() {
         b"rename" | b"renamenx" | b"rpoplpush" => args.len() == 3,
         b"lmove" => args.len() == 5,
@@ -433,6 +454,32 @@ fn decide(args: &[Vec<u8>], reads: &[Reply], n: usize) -> (Reply, Vec<Write>) {
     let on = |k: &[u8]| shard_of(k, n);
     let wrongtype = || Reply::Error(crate::kv::engine::WRONGTYPE.into());
     let cmd = Lower::of(&args[0]);
+    if multikey::is_multikey_command(cmd.as_str()) {
+        // Each key as its shard read it, replayed into a scratch keyspace
+        // where the command runs; the keys it changed, written back whole.
+        let as_cmds = |r: &Reply| -> Vec<Vec<Vec<u8>>> {
+            let Reply::Array(cmds) = r else { return Vec::new() };
+            let parts = |c: &Reply| match c {
+                Reply::Array(p) => p
+                    .iter()
+                    .map(|x| if let Reply::Bulk(b) = x { b.clone() } else { Vec::new() })
+                    .collect(),
+                _ => Vec::new(),
+            };
+            cmds.iter().map(parts).collect()
+        };
+        let read: Vec<multikey::Remade> =
+            gathered(args).into_iter().zip(reads).map(|(k, r)| (k.clone(), as_cmds(r))).collect();
+        let (reply, written) = multikey::gather(args, &read, Instant::now());
+        let writes = written
+            .into_iter()
+            .flat_map(|(k, cmds)| {
+                let s = on(&k);
+                cmds.into_iter().map(move |c| (s, c))
+            })
+            .collect();
+        return (reply, writes);
+    }
     match cmd.as_bytes() {
         b"rename" | b"renamenx" => {
             let (from, to) = (&args[1], &args[2]);
