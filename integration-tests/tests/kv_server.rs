@@ -2232,6 +2232,36 @@ fn commands_over_several_whole_keys_answer_alike_on_one_shard_and_across_shards(
             .unwrap();
         assert_eq!(got, (k("l1"), vec!["2".into(), "1".into()]));
         assert_eq!(c.exists::<_, i64>(k("l1")).unwrap(), 0, "emptied: deleted");
+        // The sorted-set algebra, a set taking part with scores of 1.
+        let _: () = c.zadd_multiple(k("l0"), &[(1, "m"), (2, "n")]).unwrap();
+        let _: () = c.zadd_multiple(k("l1"), &[(10, "n"), (20, "o")]).unwrap();
+        let got: Vec<(String, f64)> = cmd("ZUNION")
+            .arg(3)
+            .arg(k("l0"))
+            .arg(k("l1"))
+            .arg(k("c"))
+            .arg("WITHSCORES")
+            .query(&mut c)
+            .unwrap();
+        let want = [("m", 1.0), ("z", 1.0), ("n", 12.0), ("o", 20.0)];
+        assert_eq!(got, want.map(|(m, s)| (m.to_string(), s)));
+        let n: i64 = cmd("ZINTERSTORE")
+            .arg(k("d"))
+            .arg(2)
+            .arg(k("l0"))
+            .arg(k("l1"))
+            .arg("AGGREGATE")
+            .arg("MAX")
+            .query(&mut c)
+            .unwrap();
+        assert_eq!((n, c.zscore::<_, _, f64>(k("d"), "n").unwrap()), (1, 10.0));
+        let n: i64 =
+            cmd("ZRANGESTORE").arg(k("e")).arg(k("l1")).arg(0).arg(0).query(&mut c).unwrap();
+        assert_eq!(n, 1);
+        let got: (String, Vec<(String, f64)>) =
+            cmd("ZMPOP").arg(2).arg(k("f")).arg(k("l1")).arg("MAX").query(&mut c).unwrap();
+        assert_eq!(got, (k("l1"), vec![("o".to_string(), 20.0)]));
+        let _: () = c.del(&[k("l0"), k("l1"), k("d"), k("e")]).unwrap();
         let _: () = c.set(k("s"), "v").unwrap();
         let e = err_text(cmd("SINTER").arg(k("a")).arg(k("s")).query::<()>(&mut c));
         assert!(e.contains("WRONGTYPE"), "{e}");

@@ -133,6 +133,11 @@ pub const WRITE_COMMANDS: &[&[u8]] = &[
     b"smove",
     b"copy",
     b"lmpop",
+    b"zunionstore",
+    b"zinterstore",
+    b"zdiffstore",
+    b"zrangestore",
+    b"zmpop",
     b"hset",
     b"hmset",
     b"hsetnx",
@@ -462,16 +467,23 @@ impl Aof {
                 }
             }
             b"mset" | b"flushall" | b"flushdb" if ok => self.raw(args),
-            // The pop as what it took (`LPOP key count`), so that a replay
-            // pops the same list, then its deadline.
-            b"lmpop" if matches!(reply, Reply::Array(_)) => {
+            // The pop as what it took (`LPOP key count`, `ZPOPMIN key
+            // count`), so that a replay pops the same key, then its deadline.
+            b"lmpop" | b"zmpop" if matches!(reply, Reply::Array(_)) => {
                 let Reply::Array(v) = reply else { unreachable!() };
                 let (Some(Reply::Bulk(k)), Some(Reply::Array(items))) = (v.first(), v.get(1))
                 else {
                     return;
                 };
-                let left = args.iter().any(|a| a.eq_ignore_ascii_case(b"left"));
-                let pop: &[u8] = if left { b"LPOP" } else { b"RPOP" };
+                // The end named after the keys (`numkeys` of them).
+                let n = std::str::from_utf8(&args[1]).ok().and_then(|n| n.parse::<usize>().ok());
+                let end = n.and_then(|n| args.get(n + 2)).map(|e| e.to_ascii_lowercase());
+                let pop: &[u8] = match (cmd.as_bytes(), end.as_deref()) {
+                    (b"lmpop", Some(b"left")) => b"LPOP",
+                    (b"lmpop", _) => b"RPOP",
+                    (_, Some(b"min")) => b"ZPOPMIN",
+                    _ => b"ZPOPMAX",
+                };
                 push(&mut self.pending, &[pop, k, items.len().to_string().as_bytes()]);
                 self.deadline_of(ks, k, now);
             }
@@ -486,7 +498,8 @@ impl Aof {
             // A stored result or a copy, as the key made again (its
             // deadline with it): a replay computes nothing again.
             // (An empty result deleted the destination: its `DEL` alone.)
-            b"sinterstore" | b"sunionstore" | b"sdiffstore" | b"copy"
+            b"sinterstore" | b"sunionstore" | b"sdiffstore" | b"zunionstore" | b"zinterstore"
+            | b"zdiffstore" | b"zrangestore" | b"copy"
                 if !super::engine::changed_nothing(cmd.as_bytes(), reply) =>
             {
                 let k = if cmd.as_bytes() == b"copy" { &args[2] } else { &args[1] };

@@ -127,7 +127,7 @@ pub fn changed_nothing(cmd: &[u8], reply: &Reply) -> bool {
         }
         Reply::Set(v) if v.is_empty() => cmd == b"spop",
         // A pop from no list.
-        Reply::NullArray => cmd == b"lmpop",
+        Reply::NullArray => matches!(cmd, b"lmpop" | b"zmpop"),
         // A pop from no sorted set.
         Reply::Array(v) if v.is_empty() => matches!(cmd, b"zpopmin" | b"zpopmax"),
         Reply::Pairs(v) if v.is_empty() => matches!(cmd, b"zpopmin" | b"zpopmax"),

@@ -1,6 +1,8 @@
 //! Commands that compute over several whole keys: the set algebra
-//! (`SINTER`, `SUNION`, `SDIFF`, their `STORE` forms, `SINTERCARD`),
-//! `SMOVE`, `COPY` and `LMPOP`, with Redis' replies and errors.
+//! (`SINTER`, `SUNION`, `SDIFF`, their `STORE` forms, `SINTERCARD`), the
+//! sorted-set algebra (`ZUNION`, `ZINTER`, `ZDIFF`, their `STORE` forms,
+//! `ZINTERCARD`, `ZRANGESTORE`), `SMOVE`, `COPY`, `LMPOP` and `ZMPOP`, with
+//! Redis' replies and errors.
 //!
 //! On one keyspace they run here, like any command. When their keys live
 //! on several shards the server *gathers* them (`server/worker/moves.rs`):
@@ -15,11 +17,12 @@
 
 use std::time::Instant;
 
-use indexmap::IndexSet;
+use indexmap::{IndexMap, IndexSet};
 
-use super::engine::{arity, err, int, Entry, Key, Keyspace, Value, NOT_INT};
+use super::engine::{arity, err, int, Entry, Key, Keyspace, Value, NOT_INT, WRONGTYPE};
 use super::resp::Reply;
 use super::types::{side, Kind};
+use super::zset::ZSet;
 
 /// The commands of this module (lower case).
 const COMMANDS: &[&str] = &[
@@ -33,6 +36,15 @@ const COMMANDS: &[&str] = &[
     "smove",
     "copy",
     "lmpop",
+    "zunion",
+    "zinter",
+    "zdiff",
+    "zunionstore",
+    "zinterstore",
+    "zdiffstore",
+    "zintercard",
+    "zrangestore",
+    "zmpop",
 ];
 
 /// Keys named by a command (borrowed from its arguments).
@@ -60,12 +72,18 @@ pub fn keys(args: &[Vec<u8>]) -> Option<(Named<'_>, Named<'_>)> {
         }
         "smove" if a.len() == 3 => Some((vec![&a[0], &a[1]], vec![&a[0], &a[1]])),
         "copy" if a.len() >= 2 => Some((vec![&a[0], &a[1]], vec![&a[1]])),
-        "sintercard" | "lmpop" => {
+        "sintercard" | "lmpop" | "zunion" | "zinter" | "zdiff" | "zintercard" | "zmpop" => {
             let n = numkeys(a).ok()?;
             let keys: Vec<&Vec<u8>> = a[1..=n].iter().collect();
-            let written = if cmd == "lmpop" { keys.clone() } else { Vec::new() };
+            let written = if cmd.ends_with("mpop") { keys.clone() } else { Vec::new() };
             Some((keys, written))
         }
+        "zunionstore" | "zinterstore" | "zdiffstore" if a.len() >= 2 => {
+            let n = numkeys(&a[1..]).ok()?;
+            let keys = std::iter::once(&a[0]).chain(&a[2..n + 2]).collect();
+            Some((keys, vec![&a[0]]))
+        }
+        "zrangestore" if a.len() >= 4 => Some((vec![&a[0], &a[1]], vec![&a[0]])),
         _ => None,
     }
 }
@@ -81,6 +99,25 @@ fn numkeys(a: &[Vec<u8>]) -> Result<usize, Reply> {
         return Err(err("ERR Number of keys can't be greater than number of args"));
     }
     Ok(n)
+}
+
+/// How `ZUNION` and `ZINTER` combine a member's scores.
+#[derive(Clone, Copy)]
+enum Aggregate {
+    Sum,
+    Min,
+    Max,
+}
+
+impl Aggregate {
+    fn of(self, a: f64, b: f64) -> f64 {
+        match self {
+            Aggregate::Sum if (a + b).is_nan() => 0.0,
+            Aggregate::Sum => a + b,
+            Aggregate::Min => a.min(b),
+            Aggregate::Max => a.max(b),
+        }
+    }
 }
 
 /// How a set operation combines its sets.
@@ -122,8 +159,253 @@ impl Keyspace {
                 _ => arity(cmd),
             },
             "copy" => self.copy(a, now),
-            _ => self.lmpop(a, now),
+            "lmpop" => self.lmpop(a, now),
+            "zunion" | "zinter" | "zdiff" => self.zalgebra(cmd, None, a, now),
+            "zunionstore" | "zinterstore" | "zdiffstore" => match a.split_first() {
+                Some((dest, rest)) if !rest.is_empty() => self.zalgebra(cmd, Some(dest), rest, now),
+                _ => arity(cmd),
+            },
+            "zintercard" => self.zintercard(a, now),
+            "zrangestore" => self.zrangestore(a, now),
+            _ => self.zmpop(a, now),
         }
+    }
+
+    /// The sorted sets (or sets, each member scored 1) at `keys`, a missing
+    /// key an empty one, `WRONGTYPE` for another type; in the keys' order.
+    fn scored(&mut self, keys: &[Vec<u8>], now: Instant) -> Result<Vec<IndexMap<Key, f64>>, Reply> {
+        let mut out = Vec::with_capacity(keys.len());
+        for k in keys {
+            out.push(match self.live(k, now).map(|e| &e.value) {
+                None => IndexMap::new(),
+                Some(Value::ZSet(z)) => {
+                    z.iter(false).map(|(m, s)| (Key::from_slice(m), s)).collect()
+                }
+                Some(Value::Set(s)) => s.iter().map(|m| (m.clone(), 1.0)).collect(),
+                Some(_) => return Err(err(WRONGTYPE)),
+            });
+        }
+        Ok(out)
+    }
+
+    /// `ZUNION`, `ZINTER`, `ZDIFF` (`numkeys key... [WEIGHTS w...]
+    /// [AGGREGATE SUM|MIN|MAX] [WITHSCORES]`; `ZDIFF` takes only
+    /// `WITHSCORES`) and their `STORE` forms into `dest` (no `WITHSCORES`),
+    /// with Redis' errors. A weighted score or a sum that is NaN (`inf`
+    /// times 0, `inf` plus `-inf`) counts as 0, as in Redis.
+    fn zalgebra(
+        &mut self,
+        cmd: &str,
+        dest: Option<&Vec<u8>>,
+        a: &[Vec<u8>],
+        now: Instant,
+    ) -> Reply {
+        let n = match a.first().map(|n| int(n)) {
+            None => return arity(cmd),
+            Some(None) => return err(NOT_INT),
+            Some(Some(n)) if n < 1 => {
+                return err(&format!("ERR at least 1 input key is needed for '{cmd}' command"))
+            }
+            Some(Some(n)) if n as usize > a.len() - 1 => return err("ERR syntax error"),
+            Some(Some(n)) => n as usize,
+        };
+        let keys = &a[1..=n];
+        let diff = cmd.starts_with("zdiff");
+        let mut weights = vec![1.0; n];
+        let mut agg = Aggregate::Sum;
+        let mut with_scores = false;
+        let mut i = n + 1;
+        while i < a.len() {
+            match a[i].to_ascii_lowercase().as_slice() {
+                b"weights" if !diff && i + n < a.len() => {
+                    for (w, t) in weights.iter_mut().zip(&a[i + 1..=i + n]) {
+                        match std::str::from_utf8(t).ok().and_then(|t| t.parse::<f64>().ok()) {
+                            Some(v) if !v.is_nan() => *w = v,
+                            _ => return err("ERR weight value is not a float"),
+                        }
+                    }
+                    i += n;
+                }
+                b"aggregate" if !diff && i + 1 < a.len() => {
+                    i += 1;
+                    agg = match a[i].to_ascii_lowercase().as_slice() {
+                        b"sum" => Aggregate::Sum,
+                        b"min" => Aggregate::Min,
+                        b"max" => Aggregate::Max,
+                        _ => return err("ERR syntax error"),
+                    };
+                }
+                b"withscores" if dest.is_none() => with_scores = true,
+                _ => return err("ERR syntax error"),
+            }
+            i += 1;
+        }
+        let inputs = match self.scored(keys, now) {
+            Ok(v) => v,
+            Err(e) => return e,
+        };
+        let weigh = |s: f64, w: f64| {
+            let v = s * w;
+            if v.is_nan() {
+                0.0
+            } else {
+                v
+            }
+        };
+        let mut out = ZSet::default();
+        match cmd.trim_end_matches("store") {
+            "zunion" => {
+                let mut acc: IndexMap<Key, f64> = IndexMap::new();
+                for (input, &w) in inputs.iter().zip(&weights) {
+                    for (m, &s) in input {
+                        let v = weigh(s, w);
+                        acc.entry(m.clone()).and_modify(|t| *t = agg.of(*t, v)).or_insert(v);
+                    }
+                }
+                for (m, &s) in &acc {
+                    out.insert(m, s);
+                }
+            }
+            "zinter" => {
+                for (m, &s) in &inputs[0] {
+                    let mut t = weigh(s, weights[0]);
+                    let mut all = true;
+                    for (input, &w) in inputs.iter().zip(&weights).skip(1) {
+                        match input.get(m) {
+                            Some(&s) => t = agg.of(t, weigh(s, w)),
+                            None => {
+                                all = false;
+                                break;
+                            }
+                        }
+                    }
+                    if all {
+                        out.insert(m, t);
+                    }
+                }
+            }
+            _ => {
+                for (m, &s) in &inputs[0] {
+                    if !inputs[1..].iter().any(|i| i.contains_key(m)) {
+                        out.insert(m, s);
+                    }
+                }
+            }
+        }
+        if let Some(dest) = dest {
+            let len = out.len() as i64;
+            if out.is_empty() {
+                self.map.swap_remove(dest.as_slice());
+            } else {
+                let e = Entry { value: Value::ZSet(Box::new(out)), expires: None };
+                self.map.insert(Key::from_slice(dest), e);
+            }
+            return Reply::Int(len);
+        }
+        let bulk = |m: &[u8]| Reply::Bulk(m.to_vec());
+        if with_scores {
+            Reply::Pairs(out.iter(false).map(|(m, s)| (bulk(m), Reply::Double(s))).collect())
+        } else {
+            Reply::Array(out.iter(false).map(|(m, _)| bulk(m)).collect())
+        }
+    }
+
+    /// `ZINTERCARD numkeys key [key ...] [LIMIT limit]`.
+    fn zintercard(&mut self, a: &[Vec<u8>], now: Instant) -> Reply {
+        if a.len() < 2 {
+            return arity("zintercard");
+        }
+        let n = match numkeys(a) {
+            Ok(n) => n,
+            Err(e) => return e,
+        };
+        let limit = match &a[n + 1..] {
+            [] => 0,
+            [l, v] if l.eq_ignore_ascii_case(b"limit") => match int(v) {
+                Some(v) if v >= 0 => v as usize,
+                _ => return err("ERR LIMIT can't be negative"),
+            },
+            _ => return err("ERR syntax error"),
+        };
+        let inputs = match self.scored(&a[1..=n], now) {
+            Ok(v) => v,
+            Err(e) => return e,
+        };
+        let card = inputs[0].keys().filter(|m| inputs[1..].iter().all(|i| i.contains_key(*m)));
+        Reply::Int(if limit > 0 { card.take(limit).count() } else { card.count() } as i64)
+    }
+
+    /// `ZRANGESTORE dst src min max [BYSCORE|BYLEX] [REV] [LIMIT offset
+    /// count]`: the range `ZRANGE` reads, stored at `dst`.
+    fn zrangestore(&mut self, a: &[Vec<u8>], now: Instant) -> Reply {
+        if a.len() < 4 {
+            return arity("zrangestore");
+        }
+        if a[4..].iter().any(|o| o.eq_ignore_ascii_case(b"withscores")) {
+            return err("ERR syntax error");
+        }
+        let mut range: Vec<Vec<u8>> = a[2..].to_vec();
+        range.push(b"WITHSCORES".to_vec());
+        let items = match self.zread("zrange", &a[1], &range, now) {
+            Reply::Pairs(p) => p,
+            Reply::Error(e) => return Reply::Error(e),
+            _ => Vec::new(),
+        };
+        let mut out = ZSet::default();
+        for (m, s) in items {
+            if let (Reply::Bulk(m), Reply::Double(s)) = (m, s) {
+                out.insert(&m, s);
+            }
+        }
+        let len = out.len() as i64;
+        if out.is_empty() {
+            self.map.swap_remove(a[0].as_slice());
+        } else {
+            self.map.insert(
+                Key::from_slice(&a[0]),
+                Entry { value: Value::ZSet(Box::new(out)), expires: None },
+            );
+        }
+        Reply::Int(len)
+    }
+
+    /// `ZMPOP numkeys key [key ...] MIN|MAX [COUNT count]`: up to `count`
+    /// members from the first key that holds a sorted set, as `[key,
+    /// [[member, score], ...]]`; none: a null array.
+    fn zmpop(&mut self, a: &[Vec<u8>], now: Instant) -> Reply {
+        if a.len() < 3 {
+            return arity("zmpop");
+        }
+        let n = match numkeys(a) {
+            Ok(n) => n,
+            Err(e) => return e,
+        };
+        let (keys, opts) = a[1..].split_at(n);
+        let pop = match opts.first().map(|o| o.to_ascii_lowercase()) {
+            Some(o) if o == b"min" => "zpopmin",
+            Some(o) if o == b"max" => "zpopmax",
+            _ => return err("ERR syntax error"),
+        };
+        let count = match &opts[1..] {
+            [] => 1,
+            [c, v] if c.eq_ignore_ascii_case(b"count") => match int(v) {
+                Some(v) if v > 0 => v,
+                _ => return err("ERR count should be greater than 0"),
+            },
+            _ => return err("ERR syntax error"),
+        };
+        for k in keys {
+            match self.live(k, now).map(|e| &e.value) {
+                None => continue,
+                Some(Value::ZSet(_)) => {}
+                Some(_) => return err(WRONGTYPE),
+            }
+            let args = [k.clone(), count.to_string().into_bytes()];
+            let Reply::Pairs(popped) = self.run_zset(pop, &args, now) else { continue };
+            let items = popped.into_iter().map(|(m, s)| Reply::Array(vec![m, s])).collect();
+            return Reply::Array(vec![Reply::Bulk(k.clone()), Reply::Array(items)]);
+        }
+        Reply::NullArray
     }
 
     /// The sets at `keys` (a missing key is an empty set), `WRONGTYPE` if
@@ -448,6 +730,75 @@ mod tests {
         assert!(error(run(&mut ks, "LMPOP 1 q UP")).contains("syntax"));
         assert!(error(run(&mut ks, "LMPOP 1 q LEFT COUNT 0")).contains("greater than 0"));
         assert!(error(run(&mut ks, "LMPOP 0 q LEFT")).contains("greater than 0"));
+    }
+
+    /// The sorted-set algebra, with the examples of Redis' documentation.
+    #[test]
+    fn sorted_set_algebra_answers_as_redis_does() {
+        let mut ks = Keyspace::default();
+        run(&mut ks, "ZADD zset1 1 one 2 two");
+        run(&mut ks, "ZADD zset2 1 one 2 two 3 three");
+        let b = |m: &str| Reply::Bulk(m.as_bytes().to_vec());
+        let names = |v: &[&str]| Reply::Array(v.iter().map(|m| b(m)).collect());
+        let scored = |v: &[(&str, f64)]| {
+            Reply::Pairs(v.iter().map(|(m, s)| (b(m), Reply::Double(*s))).collect())
+        };
+        assert_eq!(run(&mut ks, "ZUNION 2 zset1 zset2"), names(&["one", "three", "two"]));
+        let want = scored(&[("one", 2.0), ("three", 3.0), ("two", 4.0)]);
+        assert_eq!(run(&mut ks, "ZUNION 2 zset1 zset2 WITHSCORES"), want);
+        assert_eq!(run(&mut ks, "ZINTER 2 zset1 zset2"), names(&["one", "two"]));
+        let want = scored(&[("one", 1.0), ("two", 2.0), ("three", 3.0)]);
+        assert_eq!(run(&mut ks, "ZUNION 2 zset1 zset2 AGGREGATE MIN WITHSCORES"), want);
+        assert_eq!(run(&mut ks, "ZDIFF 2 zset1 zset2"), names(&[]));
+        assert_eq!(run(&mut ks, "ZDIFF 2 zset2 zset1 WITHSCORES"), scored(&[("three", 3.0)]));
+        assert_eq!(run(&mut ks, "ZUNIONSTORE out 2 zset1 zset2 WEIGHTS 2 3"), Reply::Int(3));
+        let want = scored(&[("one", 5.0), ("three", 9.0), ("two", 10.0)]);
+        assert_eq!(run(&mut ks, "ZRANGE out 0 -1 WITHSCORES"), want);
+        assert_eq!(run(&mut ks, "ZINTERSTORE out 2 zset1 zset2 WEIGHTS 2 3"), Reply::Int(2));
+        assert_eq!(
+            run(&mut ks, "ZRANGE out 0 -1 WITHSCORES"),
+            scored(&[("one", 5.0), ("two", 10.0)])
+        );
+        assert_eq!(run(&mut ks, "ZDIFFSTORE out 2 zset1 zset2"), Reply::Int(0));
+        assert_eq!(run(&mut ks, "EXISTS out"), Reply::Int(0), "an empty result: deleted");
+        assert_eq!(run(&mut ks, "ZINTERCARD 2 zset1 zset2"), Reply::Int(2));
+        assert_eq!(run(&mut ks, "ZINTERCARD 2 zset1 zset2 LIMIT 1"), Reply::Int(1));
+        // Sets take part, each member scored 1; inf times 0 counts as 0.
+        run(&mut ks, "SADD s a b");
+        let want = scored(&[("a", 1.0), ("b", 1.0), ("one", 1.0), ("two", 2.0)]);
+        assert_eq!(run(&mut ks, "ZUNION 2 zset1 s WITHSCORES"), want);
+        run(&mut ks, "ZADD inf +inf x");
+        assert_eq!(run(&mut ks, "ZUNION 1 inf WEIGHTS 0 WITHSCORES"), scored(&[("x", 0.0)]));
+        // ZRANGESTORE, by rank and by score.
+        assert_eq!(run(&mut ks, "ZRANGESTORE dst zset2 2 -1"), Reply::Int(1));
+        assert_eq!(run(&mut ks, "ZRANGE dst 0 -1"), names(&["three"]));
+        assert_eq!(run(&mut ks, "ZRANGESTORE dst zset2 (1 +inf BYSCORE LIMIT 0 1"), Reply::Int(1));
+        assert_eq!(run(&mut ks, "ZRANGE dst 0 -1 WITHSCORES"), scored(&[("two", 2.0)]));
+        // ZMPOP.
+        assert_eq!(run(&mut ks, "ZMPOP 1 nosuch MIN"), Reply::NullArray);
+        run(&mut ks, "ZADD myzset 1 one 2 two 3 three");
+        let popped = |k: &str, v: &[(&str, f64)]| {
+            let items = v.iter().map(|(m, s)| Reply::Array(vec![b(m), Reply::Double(*s)]));
+            Reply::Array(vec![b(k), Reply::Array(items.collect())])
+        };
+        assert_eq!(run(&mut ks, "ZMPOP 1 myzset MIN"), popped("myzset", &[("one", 1.0)]));
+        let want = popped("myzset", &[("three", 3.0), ("two", 2.0)]);
+        assert_eq!(run(&mut ks, "ZMPOP 2 nosuch myzset MAX COUNT 10"), want);
+        assert_eq!(run(&mut ks, "EXISTS myzset"), Reply::Int(0));
+        // Errors as Redis gives them.
+        run(&mut ks, "SET str v");
+        assert!(error(run(&mut ks, "ZUNION 0 zset1")).contains("at least 1 input key"));
+        assert!(error(run(&mut ks, "ZUNION 2 zset1")).contains("syntax"));
+        assert!(error(run(&mut ks, "ZUNION 1 zset1 WEIGHTS x")).contains("weight value"));
+        assert!(error(run(&mut ks, "ZUNION 1 zset1 AGGREGATE AVG")).contains("syntax"));
+        assert!(error(run(&mut ks, "ZDIFF 1 zset1 WEIGHTS 1")).contains("syntax"));
+        assert!(error(run(&mut ks, "ZUNIONSTORE d 1 zset1 WITHSCORES")).contains("syntax"));
+        assert!(error(run(&mut ks, "ZINTER 2 zset1 str")).starts_with("WRONGTYPE"));
+        assert!(error(run(&mut ks, "ZRANGESTORE d s 0 -1")).starts_with("WRONGTYPE"));
+        assert!(error(run(&mut ks, "ZRANGESTORE d zset1 0 -1 WITHSCORES")).contains("syntax"));
+        assert!(error(run(&mut ks, "ZMPOP 1 str MIN")).starts_with("WRONGTYPE"));
+        assert!(error(run(&mut ks, "ZMPOP 1 zset1 UP")).contains("syntax"));
+        assert!(error(run(&mut ks, "ZINTERCARD 1 zset1 LIMIT -1")).contains("negative"));
     }
 
     #[test]

@@ -234,7 +234,7 @@ impl ZSet {
 /// A score as a client writes it: a double, `inf`, `+inf`, `-inf` (any
 /// case, as C's `strtod` reads them); never NaN, and a finite number too
 /// large for a double is refused, as Redis refuses it (`1e400`).
-fn score_arg(b: &[u8]) -> Option<f64> {
+pub(super) fn score_arg(b: &[u8]) -> Option<f64> {
     let text = std::str::from_utf8(b).ok()?;
     let f = text.parse::<f64>().ok().filter(|f| !f.is_nan())?;
     let named = text.trim_start_matches(['+', '-']).to_ascii_lowercase();
@@ -363,7 +363,7 @@ impl Keyspace {
 
     /// The sorted set at `k`: `Ok(None)` when there is none (one made,
     /// empty, when `create`), `WRONGTYPE` for another type.
-    fn zset_mut(
+    pub(super) fn zset_mut(
         &mut self,
         k: &[u8],
         create: bool,
@@ -524,7 +524,7 @@ impl Keyspace {
     }
 
     /// `ZPOPMIN key [count]` / `ZPOPMAX key [count]`.
-    fn zpop(&mut self, cmd: &str, k: &[u8], a: &[Vec<u8>], now: Instant) -> Reply {
+    pub(super) fn zpop(&mut self, cmd: &str, k: &[u8], a: &[Vec<u8>], now: Instant) -> Reply {
         let count = match a {
             [] => None,
             [n] => match int(n) {
@@ -587,7 +587,7 @@ impl Keyspace {
     }
 
     /// The commands that only read.
-    fn zread(&mut self, cmd: &str, k: &[u8], a: &[Vec<u8>], now: Instant) -> Reply {
+    pub(super) fn zread(&mut self, cmd: &str, k: &[u8], a: &[Vec<u8>], now: Instant) -> Reply {
         // Arity and syntax are checked before the key is looked at.
         let spec = match cmd {
             "zscore" if a.len() != 1 => return arity(cmd),

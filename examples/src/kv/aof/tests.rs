@@ -384,6 +384,11 @@ fn set_stores_smove_copy_and_lmpop_replay_to_the_same_state() {
         &["COPY", "l", "l2"],
         &["LMPOP", "2", "none", "l", "LEFT", "COUNT", "2"],
         &["COPY", "a", "u"], // 0: `u` exists
+        &["ZADD", "z1", "1", "m", "2", "n"],
+        &["ZADD", "z2", "10", "n"],
+        &["ZUNIONSTORE", "zu", "2", "z1", "z2", "WEIGHTS", "1", "0.5"],
+        &["ZRANGESTORE", "zr", "z1", "0", "0"],
+        &["ZMPOP", "2", "none", "z1", "MIN"],
     ];
     log_each(&mut aof, &mut ks, cmds, Instant::now());
     let mut replayed = replay_one(&aof, &path);
@@ -394,8 +399,9 @@ fn set_stores_smove_copy_and_lmpop_replay_to_the_same_state() {
         }
         other => other,
     };
-    for key in ["a", "b", "i", "u", "gone", "l", "l2"] {
-        for q in [&["TYPE", key][..], &["SMEMBERS", key], &["LRANGE", key, "0", "-1"]] {
+    for key in ["a", "b", "i", "u", "gone", "l", "l2", "z1", "zu", "zr"] {
+        let zrange = ["ZRANGE", key, "0", "-1", "WITHSCORES"];
+        for q in [&["TYPE", key][..], &["SMEMBERS", key], &["LRANGE", key, "0", "-1"], &zrange] {
             let (want, got) = (exec(&mut ks, q), exec(&mut replayed, q));
             assert_eq!(sorted(got), sorted(want), "{q:?}");
         }
