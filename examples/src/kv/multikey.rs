@@ -344,17 +344,20 @@ impl Keyspace {
         if a[4..].iter().any(|o| o.eq_ignore_ascii_case(b"withscores")) {
             return err("ERR syntax error");
         }
-        let mut range: Vec<Vec<u8>> = a[2..].to_vec();
-        range.push(b"WITHSCORES".to_vec());
-        let items = match self.zread("zrange", &a[1], &range, now) {
-            Reply::Pairs(p) => p,
+        // The members ZRANGE reads (it takes no WITHSCORES with BYLEX),
+        // then each one's score.
+        let members = match self.zread("zrange", &a[1], &a[2..], now) {
+            Reply::Array(m) => m,
             Reply::Error(e) => return Reply::Error(e),
             _ => Vec::new(),
         };
         let mut out = ZSet::default();
-        for (m, s) in items {
-            if let (Reply::Bulk(m), Reply::Double(s)) = (m, s) {
-                out.insert(&m, s);
+        if let Ok(Some(src)) = self.zset_mut(&a[1], false, now) {
+            for m in members {
+                let Reply::Bulk(m) = m else { continue };
+                if let Some(s) = src.score(&m) {
+                    out.insert(&m, s);
+                }
             }
         }
         let len = out.len() as i64;
@@ -774,6 +777,9 @@ mod tests {
         assert_eq!(run(&mut ks, "ZRANGE dst 0 -1"), names(&["three"]));
         assert_eq!(run(&mut ks, "ZRANGESTORE dst zset2 (1 +inf BYSCORE LIMIT 0 1"), Reply::Int(1));
         assert_eq!(run(&mut ks, "ZRANGE dst 0 -1 WITHSCORES"), scored(&[("two", 2.0)]));
+        run(&mut ks, "ZADD lex 0 a 0 b 0 c");
+        assert_eq!(run(&mut ks, "ZRANGESTORE dst lex [b (c BYLEX LIMIT 0 1"), Reply::Int(1));
+        assert_eq!(run(&mut ks, "ZRANGE dst 0 -1"), names(&["b"]));
         // ZMPOP.
         assert_eq!(run(&mut ks, "ZMPOP 1 nosuch MIN"), Reply::NullArray);
         run(&mut ks, "ZADD myzset 1 one 2 two 3 three");
