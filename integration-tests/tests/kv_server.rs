@@ -1689,6 +1689,24 @@ fn watch_aborts_a_transaction_whose_key_changed_and_two_clients_contend_without_
     assert_eq!((s, r, h), (0, 0, 0));
     let r: (i64,) = redis::pipe().atomic().incr("{w}k", 1).query(&mut a).unwrap();
     assert_eq!(r, (10,), "not aborted by writes that changed nothing");
+    // The keys a command over whole keys writes count as changed: COPY's
+    // destination, SMOVE's, the list LMPOP popped (named after its count).
+    for (write, watched) in [
+        (&["COPY", "{w}k", "{w}copy"][..], "{w}copy"),
+        (&["SMOVE", "{w}set", "{w}set2", "m"], "{w}set2"),
+        (&["LMPOP", "1", "{w}list", "LEFT"], "{w}list"),
+    ] {
+        let _: () = b.rpush("{w}list", "x").unwrap();
+        let _: () = b.sadd("{w}set", "m").unwrap();
+        let _: () = cmd("WATCH").arg(watched).query(&mut a).unwrap();
+        let mut q = cmd(write[0]);
+        write[1..].iter().for_each(|x| {
+            q.arg(*x);
+        });
+        let _: Value = q.query(&mut b).unwrap();
+        let v: Value = redis::pipe().atomic().incr("{w}k", 1).query(&mut a).unwrap();
+        assert_eq!(v, Value::Nil, "{write:?} changed the watched {watched}");
+    }
     // UNWATCH, DISCARD forget it too.
     let _: () = cmd("WATCH").arg("{w}k").query(&mut a).unwrap();
     let _: () = cmd("UNWATCH").query(&mut a).unwrap();

@@ -279,6 +279,14 @@ impl Watches {
             b"del" | b"unlink" => args[1..].iter().collect(),
             b"mset" | b"msetnx" => args[1..].iter().step_by(2).collect(),
             b"rename" | b"renamenx" | b"rpoplpush" | b"lmove" => args[1..].iter().take(2).collect(),
+            // The keys a command over whole keys may write (`COPY`'s
+            // destination, both sets of `SMOVE`, the lists `LMPOP` names).
+            _ if crate::kv::multikey::is_multikey_command(cmd.as_str()) => {
+                match crate::kv::multikey::keys(args) {
+                    Some((_, written)) => written,
+                    None => return,
+                }
+            }
             c if is_write(c) => args.get(1).into_iter().collect(),
             _ => return,
         };

@@ -357,6 +357,27 @@ pub(in crate::kv::server) fn is_move(cmd: &[u8]) -> bool {
     ) || multikey::is_multikey_command(&String::from_utf8_lossy(cmd))
 }
 
+/// `LMPOP` or `ZMPOP` with valid arguments: how many it pops, and whether
+/// from the first end (`LEFT`, `MIN`). `None` for another command or a
+/// malformed one.
+fn multi_pop(args: &[Vec<u8>]) -> Option<(i64, bool)> {
+    let cmd = Lower::of(&args[0]);
+    if !matches!(cmd.as_bytes(), b"lmpop" | b"zmpop") {
+        return None;
+    }
+    // Valid exactly when an empty keyspace answers a null array.
+    if Keyspace::default().execute(args, Instant::now()) != Some(Reply::NullArray) {
+        return None;
+    }
+    let n: usize = std::str::from_utf8(&args[1]).ok()?.parse().ok()?;
+    let end = args.get(n + 2)?.to_ascii_lowercase();
+    let count = match args.get(n + 4) {
+        Some(c) => std::str::from_utf8(c).ok()?.parse().ok()?,
+        None => 1,
+    };
+    Some((count, end == b"left" || end == b"min"))
+}
+
 /// The distinct keys a gather reads (`multikey`), in order.
 fn gathered(args: &[Vec<u8>]) -> Vec<&Vec<u8>> {
     let mut keys: Vec<&Vec<u8>> = Vec::new();
@@ -374,10 +395,45 @@ fn gathered(args: &[Vec<u8>]) -> Vec<&Vec<u8>> {
 pub(in crate::kv::server) fn reads_of(args: &[Vec<u8>], n: usize) -> Result<Vec<Write>, Reply> {
     let cmd = Lower::of(&args[0]);
     if multikey::is_multikey_command(cmd.as_str()) {
-        // Each key whole; a malformed command is answered as one shard
-        // would answer it.
-        if multikey::keys(args).is_none() {
-            return Err(Keyspace::default().execute(args, Instant::now()).unwrap_or(Reply::Nil));
+        // A malformed command is answered as one shard would answer it
+        // (an empty keyspace answers nothing but an argument error).
+        let empty = Keyspace::default().execute(args, Instant::now());
+        if multikey::keys(args).is_none() || matches!(empty, Some(Reply::Error(_))) {
+            return Err(empty.unwrap_or(Reply::Nil));
+        }
+        if let Some((count, first)) = multi_pop(args) {
+            // A pop over several keys reads what it would take from each
+            // (and its type), not the whole key: `LRANGE`/`ZRANGE` of
+            // `count` from the end it pops.
+            let range = |k: &Vec<u8>| -> Vec<Vec<u8>> {
+                let c = count.to_string().into_bytes();
+                let to = (count - 1).to_string().into_bytes();
+                match (cmd.as_bytes(), first) {
+                    (b"lmpop", true) => vec![bulk(b"LRANGE"), k.clone(), bulk(b"0"), to],
+                    (b"lmpop", false) => {
+                        let from = [b"-".as_slice(), &c].concat();
+                        vec![bulk(b"LRANGE"), k.clone(), from, bulk(b"-1")]
+                    }
+                    (_, true) => {
+                        vec![bulk(b"ZRANGE"), k.clone(), bulk(b"0"), to, bulk(b"WITHSCORES")]
+                    }
+                    (_, false) => {
+                        let z = [b"ZRANGE".as_slice(), b"0"].map(bulk);
+                        vec![
+                            z[0].clone(),
+                            k.clone(),
+                            z[1].clone(),
+                            to,
+                            bulk(b"REV"),
+                            bulk(b"WITHSCORES"),
+                        ]
+                    }
+                }
+            };
+            let reads = gathered(args).into_iter().flat_map(|k| {
+                [(shard_of(k, n), vec![bulk(b"TYPE"), k.clone()]), (shard_of(k, n), range(k))]
+            });
+            return Ok(reads.collect());
         }
         let read = |k: &Vec<u8>| (shard_of(k, n), vec![bulk(b"REBUILD-OF"), k.clone()]);
         return Ok(gathered(args).into_iter().map(read).collect());
@@ -446,14 +502,73 @@ pub(in crate::kv::server) fn reads_of(args: &[Vec<u8>], n: usize) -> Result<Vec<
 /// What a move does, from its reads (as the command would on one
 /// keyspace): the client's reply and the writes, each with its shard.
 fn decide(args: &[Vec<u8>], reads: &[Reply], n: usize) -> (Reply, Vec<Write>) {
+    let on = |k: &[u8]| shard_of(k, n);
+    let wrongtype = || Reply::Error(crate::kv::engine::WRONGTYPE.into());
+    let cmd = Lower::of(&args[0]);
+    // The pops over several keys look at their keys in order and stop at
+    // the first that holds their type: a read of a later key is never
+    // looked at, even one that failed (`LINDEX` of a string there, or a
+    // shard that refuses), as one keyspace would never run it.
+    if matches!(cmd.as_bytes(), b"blpop-now" | b"brpop-now") {
+        // The first key that holds a list is popped, as a pop that
+        // does not block takes it (a key of another type before it is
+        // WRONGTYPE); none: the null array a timed-out pop answers.
+        let pop = bulk(if cmd.as_bytes() == b"blpop-now" { b"LPOP" } else { b"RPOP" });
+        for (k, r) in args[1..args.len() - 1].iter().zip(reads.chunks(2)) {
+            match &r[0] {
+                Reply::Error(_) => return (r[0].clone(), Vec::new()),
+                Reply::Simple("none") => continue,
+                Reply::Simple("list") => {}
+                _ => return (wrongtype(), Vec::new()),
+            }
+            let v = match &r[1] {
+                Reply::Bulk(v) => v,
+                Reply::Error(_) => return (r[1].clone(), Vec::new()),
+                _ => continue,
+            };
+            let reply = Reply::Array(vec![Reply::Bulk(k.clone()), Reply::Bulk(v.clone())]);
+            return (reply, vec![(on(k), vec![pop, k.clone()])]);
+        }
+        return (Reply::NullArray, Vec::new());
+    }
+    if let Some((_, first)) = multi_pop(args) {
+        // The first key of the popped type gives what it read, and pops
+        // as many (a key of another type before it is WRONGTYPE).
+        let list = cmd.as_bytes() == b"lmpop";
+        for (k, r) in gathered(args).into_iter().zip(reads.chunks(2)) {
+            let items: Vec<Reply> = match (&r[0], &r[1]) {
+                (Reply::Error(_), _) => return (r[0].clone(), Vec::new()),
+                (Reply::Simple("none"), _) => continue,
+                (_, Reply::Error(_)) => return (r[1].clone(), Vec::new()),
+                (Reply::Simple("list"), Reply::Array(v)) if list => {
+                    let mut v = v.clone();
+                    if !first {
+                        v.reverse(); // RPOP takes the tail first
+                    }
+                    v
+                }
+                (Reply::Simple("zset"), Reply::Pairs(p)) if !list => {
+                    p.iter().map(|(m, s)| Reply::Array(vec![m.clone(), s.clone()])).collect()
+                }
+                _ => return (wrongtype(), Vec::new()),
+            };
+            let pop: &[u8] = match (list, first) {
+                (true, true) => b"LPOP",
+                (true, false) => b"RPOP",
+                (false, true) => b"ZPOPMIN",
+                (false, false) => b"ZPOPMAX",
+            };
+            let write = vec![bulk(pop), k.clone(), items.len().to_string().into_bytes()];
+            let reply = Reply::Array(vec![Reply::Bulk(k.clone()), Reply::Array(items)]);
+            return (reply, vec![(on(k), write)]);
+        }
+        return (Reply::NullArray, Vec::new());
+    }
     // A shard that refuses (its log in error: every read is refused there,
     // see `TxStep`): nothing is written anywhere.
     if let Some(e) = reads.iter().find(|r| matches!(r, Reply::Error(_))) {
         return (e.clone(), Vec::new());
     }
-    let on = |k: &[u8]| shard_of(k, n);
-    let wrongtype = || Reply::Error(crate::kv::engine::WRONGTYPE.into());
-    let cmd = Lower::of(&args[0]);
     if multikey::is_multikey_command(cmd.as_str()) {
         // Each key as its shard read it, replayed into a scratch keyspace
         // where the command runs; the keys it changed, written back whole.
@@ -536,23 +651,6 @@ fn decide(args: &[Vec<u8>], reads: &[Reply], n: usize) -> (Reply, Vec<Write>) {
             ];
             (Reply::Bulk(v.clone()), writes)
         }
-        b"blpop-now" | b"brpop-now" => {
-            // The first key that holds a list is popped, as a pop that
-            // does not block takes it (a key of another type before it is
-            // WRONGTYPE); none: the null array a timed-out pop answers.
-            let pop = bulk(if cmd.as_bytes() == b"blpop-now" { b"LPOP" } else { b"RPOP" });
-            for (k, r) in args[1..args.len() - 1].iter().zip(reads.chunks(2)) {
-                match &r[0] {
-                    Reply::Simple("none") => continue,
-                    Reply::Simple("list") => {}
-                    _ => return (wrongtype(), Vec::new()),
-                }
-                let Reply::Bulk(v) = &r[1] else { continue };
-                let reply = Reply::Array(vec![Reply::Bulk(k.clone()), Reply::Bulk(v.clone())]);
-                return (reply, vec![(on(k), vec![pop, k.clone()])]);
-            }
-            (Reply::NullArray, Vec::new())
-        }
         _ => {
             // MSETNX: none of the keys may exist.
             if reads.iter().any(|r| !matches!(r, Reply::Int(0))) {
@@ -608,9 +706,46 @@ mod tests {
             n,
         );
         assert_eq!((got.0, got.1.len()), (Reply::NullArray, 0));
+        // A string after the first list is never looked at.
+        let (l, st) = (Reply::Simple("list"), Reply::Simple("string"));
+        let list_then_string = [l, v("x"), st, Reply::Error("WRONGTYPE".into())];
+        let cmd2 = args(&["blpop-now", "a", "b", "0"]);
+        assert_eq!(decide(&cmd2, &list_then_string, n).0, Reply::Array(vec![v("a"), v("x")]));
         // BRPOP takes the tail.
         let r = reads_of(&args(&["brpop-now", "a", "b", "0"]), n).unwrap();
         assert_eq!(r[1].1, args(&["LINDEX", "a", "-1"]));
+    }
+
+    #[test]
+    fn a_pop_over_several_keys_reads_only_what_it_takes_and_stops_at_the_first() {
+        let n = 3;
+        let v = |s: &str| Reply::Bulk(s.as_bytes().to_vec());
+        let cmd = args(&["LMPOP", "3", "a", "b", "a", "RIGHT", "COUNT", "2"]);
+        let reads = reads_of(&cmd, n).unwrap();
+        let asked: Vec<Vec<Vec<u8>>> = reads.iter().map(|(_, a)| a.clone()).collect();
+        // Each distinct key once: its type and the two elements at its tail.
+        assert_eq!(asked.len(), 4);
+        assert_eq!(asked[1], args(&["LRANGE", "a", "-2", "-1"]));
+        assert_eq!(asked[3], args(&["LRANGE", "b", "-2", "-1"]));
+        let none = Reply::Simple("none");
+        let list = Reply::Simple("list");
+        let got = decide(
+            &cmd,
+            &[none, Reply::Array(vec![]), list, Reply::Array(vec![v("p"), v("q")])],
+            n,
+        );
+        assert_eq!(
+            got.0,
+            Reply::Array(vec![v("b"), Reply::Array(vec![v("q"), v("p")])]),
+            "the tail first"
+        );
+        assert_eq!(got.1, vec![(shard_of(b"b", n), args(&["RPOP", "b", "2"]))]);
+        // ZMPOP MAX reads from the top, with the scores.
+        let z = reads_of(&args(&["ZMPOP", "1", "z", "MAX"]), n).unwrap();
+        assert_eq!(z[1].1, args(&["ZRANGE", "z", "0", "0", "REV", "WITHSCORES"]));
+        // Invalid arguments are answered before anything is read.
+        let e = reads_of(&args(&["LMPOP", "1", "a", "LEFT", "COUNT", "0"]), n).unwrap_err();
+        assert!(matches!(e, Reply::Error(t) if t.contains("greater than 0")));
     }
 
     #[test]
