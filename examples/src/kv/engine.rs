@@ -414,6 +414,38 @@ impl Keyspace {
             if name.eq_ignore_ascii_case(b"sadd") && !rest.is_empty() {
                 return Some(self.sadd_owned(key, rest, now));
             }
+            // A push, the commonest list write: straight to the list, not
+            // through the name dispatch (the same replies as `list`).
+            let front = name.eq_ignore_ascii_case(b"lpush");
+            if (front || name.eq_ignore_ascii_case(b"rpush")) && !rest.is_empty() {
+                return Some(match self.aggregate(key, super::types::Kind::List, true, now) {
+                    Err(e) => e,
+                    Ok(Some(Value::List(l))) => {
+                        for x in rest.iter() {
+                            if front {
+                                l.push_front(x);
+                            } else {
+                                l.push_back(x);
+                            }
+                        }
+                        Reply::Int(l.len() as i64)
+                    }
+                    Ok(_) => unreachable!("made when missing"),
+                });
+            }
+        }
+        // A pop of one element, likewise (a list it empties is deleted).
+        if let [name, key] = args {
+            let front = name.eq_ignore_ascii_case(b"lpop");
+            if front || name.eq_ignore_ascii_case(b"rpop") {
+                let Some(i) = self.live_index(key, now) else { return Some(Reply::Nil) };
+                let Value::List(l) = &mut self.map[i].value else { return Some(err(WRONGTYPE)) };
+                let v = if front { l.pop_front() } else { l.pop_back() };
+                if l.is_empty() {
+                    self.map.swap_remove_index(i);
+                }
+                return Some(v.map_or(Reply::Nil, Reply::Bulk));
+            }
         }
         self.execute(args, now)
     }

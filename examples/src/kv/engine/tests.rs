@@ -644,3 +644,43 @@ fn randomkey_picks_a_live_key() {
     assert_eq!(seen, [b"a".to_vec(), b"b".to_vec(), b"c".to_vec()], "every live key, no other");
     assert!(matches!(run(&mut ks, t, "RANDOMKEY x"), Reply::Error(_)));
 }
+
+/// The direct push and pop paths of `execute_owned` answer as the named
+/// commands do: lengths, order at both ends, a list deleted when emptied,
+/// WRONGTYPE, nil from nothing, an expired list absent.
+#[test]
+fn owned_pushes_and_pops_answer_as_the_list_commands_do() {
+    let now = Instant::now();
+    let mut owned = Keyspace::default();
+    let mut named = Keyspace::default();
+    let script = [
+        "LPUSH l a b",
+        "RPUSH l c",
+        "lpush l d",
+        "LPOP l",
+        "RPOP l",
+        "rpop l",
+        "LPOP l",
+        "LPOP l",
+        "EXISTS l",
+        "RPOP l",
+        "SET s v",
+        "LPUSH s x",
+        "LPOP s",
+        "RPUSH e 1",
+        "PEXPIRE e 10",
+        "RPOP nosuch",
+    ];
+    for cmd in script {
+        let args: Vec<Vec<u8>> = cmd.split(' ').map(|s| s.as_bytes().to_vec()).collect();
+        let mut moved = args.clone();
+        assert_eq!(owned.execute_owned(&mut moved, now), named.execute(&args, now), "{cmd}");
+    }
+    let later = now + Duration::from_millis(20);
+    for cmd in ["LPOP e", "RPUSH e 2", "LRANGE e 0 -1"] {
+        let args: Vec<Vec<u8>> = cmd.split(' ').map(|s| s.as_bytes().to_vec()).collect();
+        let mut moved = args.clone();
+        assert_eq!(owned.execute_owned(&mut moved, later), named.execute(&args, later), "{cmd}");
+    }
+    assert_eq!(run(&mut owned, later, "LRANGE e 0 -1"), Reply::Array(vec![bulk("2")]));
+}
