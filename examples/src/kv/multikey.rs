@@ -210,6 +210,11 @@ impl Keyspace {
             Some(Some(n)) => n as usize,
         };
         let keys = &a[1..=n];
+        // The keys' types first, then the options, as Redis reads them.
+        let inputs = match self.scored(keys, now) {
+            Ok(v) => v,
+            Err(e) => return e,
+        };
         let diff = cmd.starts_with("zdiff");
         let mut weights = vec![1.0; n];
         let mut agg = Aggregate::Sum;
@@ -240,10 +245,6 @@ impl Keyspace {
             }
             i += 1;
         }
-        let inputs = match self.scored(keys, now) {
-            Ok(v) => v,
-            Err(e) => return e,
-        };
         let weigh = |s: f64, w: f64| {
             let v = s * w;
             if v.is_nan() {
@@ -593,8 +594,9 @@ impl Keyspace {
 /// What a gather across shards answers and writes (see the module docs):
 /// `read` holds, for each key of [`keys`] in order (repeats once), the
 /// commands that make it again as its shard read them. Returns the reply
-/// and, per written key, the commands that make it again now (none when
-/// it is as read).
+/// and, per key the command wrote, the commands that make it again now
+/// (none when it changed nothing, as [`super::engine::changed_nothing`]
+/// tells from its reply).
 pub fn gather(args: &[Vec<u8>], read: &[Remade], now: Instant) -> (Reply, Vec<Remade>) {
     let mut ks = Keyspace::default();
     for (_, cmds) in read {
@@ -604,6 +606,10 @@ pub fn gather(args: &[Vec<u8>], read: &[Remade], now: Instant) -> (Reply, Vec<Re
     }
     let reply = ks.execute(args, now).unwrap_or(Reply::Nil);
     let Some((_, written)) = keys(args) else { return (reply, Vec::new()) };
+    let cmd = args[0].to_ascii_lowercase();
+    if super::engine::changed_nothing(&cmd, &reply) {
+        return (reply, Vec::new());
+    }
     let mut writes: Vec<Remade> = Vec::new();
     for k in written {
         if writes.iter().any(|(w, _)| w == k) {
@@ -613,8 +619,11 @@ pub fn gather(args: &[Vec<u8>], read: &[Remade], now: Instant) -> (Reply, Vec<Re
         if let Some(at) = ks.expires_at_unix_ms(k, now) {
             now_cmds.push(vec![b"PEXPIREAT".to_vec(), k.clone(), at.to_string().into_bytes()]);
         }
+        // A key a pop named but did not pop is left alone; a store's
+        // destination is written even when its value is the same (a
+        // WATCH on it fires, as in Redis).
         let before = read.iter().find(|(r, _)| r == k).map(|(_, c)| c);
-        if before != Some(&now_cmds) {
+        if before != Some(&now_cmds) || !cmd.ends_with(b"mpop") {
             writes.push((k.clone(), now_cmds));
         }
     }
@@ -800,6 +809,7 @@ mod tests {
         assert!(error(run(&mut ks, "ZDIFF 1 zset1 WEIGHTS 1")).contains("syntax"));
         assert!(error(run(&mut ks, "ZUNIONSTORE d 1 zset1 WITHSCORES")).contains("syntax"));
         assert!(error(run(&mut ks, "ZINTER 2 zset1 str")).starts_with("WRONGTYPE"));
+        assert!(error(run(&mut ks, "ZUNION 1 str FOO")).starts_with("WRONGTYPE"), "types first");
         assert!(error(run(&mut ks, "ZRANGESTORE d s 0 -1")).starts_with("WRONGTYPE"));
         assert!(error(run(&mut ks, "ZRANGESTORE d zset1 0 -1 WITHSCORES")).contains("syntax"));
         assert!(error(run(&mut ks, "ZMPOP 1 str MIN")).starts_with("WRONGTYPE"));

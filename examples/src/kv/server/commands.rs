@@ -306,7 +306,7 @@ pub(super) fn single_key(cmd: &[u8]) -> bool {
 /// `MSET`, `DEL`, ...) or moved across them in a stage of its own
 /// (`RENAME`, `LMOVE`, `MSETNX`, a pop over several lists; see
 /// `worker/moves.rs`), whose arguments are checked when it is queued, as
-/// Redis checks them (an error then aborts the transaction at `EXEC`).
+/// Redis answers them (an error in its place at `EXEC`).
 /// See [`KvWorker::exec_across`].
 pub(super) fn transaction_step(c: &mut Client, args: Vec<Vec<u8>>, n: usize) -> Step {
     let cmd = Lower::of(&args[0]);
@@ -374,19 +374,17 @@ pub(super) fn transaction_step(c: &mut Client, args: Vec<Vec<u8>>, n: usize) -> 
             shards.sort_unstable();
             shards.dedup();
             let every = every_shard(cmd.as_bytes()).is_some();
-            if shards.len() > 1 && splits(&args).is_none() && !every {
-                // A two-key command across shards moves at EXEC, in its own
-                // stage (`worker/moves.rs`); its arguments are checked now,
-                // as Redis checks a queued command's.
-                let refused = if moves::is_move(cmd.as_bytes()) {
-                    moves::reads_of(&args, n).err()
-                } else {
-                    Some(Reply::Error(CROSSSLOT_COMMAND.into()))
-                };
-                if let Some(e) = refused {
-                    c.multi_failed = true;
-                    return Step::Answer(e);
-                }
+            // A command over keys on several shards moves at EXEC, in a
+            // stage of its own (`worker/moves.rs`); an error in its
+            // arguments is its answer there, in its place, as Redis answers
+            // a queued command's syntax or value error.
+            if shards.len() > 1
+                && splits(&args).is_none()
+                && !every
+                && !moves::is_move(cmd.as_bytes())
+            {
+                c.multi_failed = true;
+                return Step::Answer(Reply::Error(CROSSSLOT_COMMAND.into()));
             }
             c.multi.as_mut().expect("in MULTI").push(args);
             Step::Answer(Reply::Simple("QUEUED"))

@@ -71,6 +71,11 @@ pub(super) struct ShardState {
     /// The shard actor stopped: its worker answers as a message to it
     /// would be answered (the shard is unavailable), not from its state.
     pub(super) stopped: bool,
+    /// Lists pushed to while a transaction across shards held the shard:
+    /// their blocked clients are served once it is free again, as Redis
+    /// serves them after `EXEC` (a staged transaction's steps have
+    /// different request numbers, and nothing between them may run).
+    pub(super) held_pushes: Vec<Vec<u8>>,
 }
 
 /// What waits while a transaction across shards holds the shard.
@@ -168,6 +173,10 @@ impl Handler<TxRun> for KeyShard {
         }
         this.locked_by = None;
         this.locked_at = None;
+        let now = Instant::now();
+        for key in std::mem::take(&mut this.held_pushes) {
+            this.serve_blocked(&key, now, ctx);
+        }
         while let Some(d) = this.deferred.pop_front() {
             match d {
                 Deferred::Batch(b) => this.run_batch(b.from, b.reqs, ctx),
@@ -535,6 +544,9 @@ impl ShardState {
         // A transaction whose watched keys changed: its commands do not run.
         let mut aborted: Option<(ConnId, u64)> = None;
         let mut pushed: Vec<Vec<u8>> = Vec::new();
+        // Held by a transaction across shards: the clients blocked on what
+        // it pushes wait until it is over (see `held_pushes`).
+        let held = self.locked_by.is_some();
         let mut reqs = batch.reqs.into_iter().peekable();
         while let Some(mut r) = reqs.next() {
             let before = self.logged();
@@ -622,14 +634,18 @@ impl ShardState {
                 };
                 pushed.extend(key.cloned());
             }
-            if reqs.peek().map(|n| (n.conn, n.seq)) != Some((r.conn, r.seq)) {
+            if !held && reqs.peek().map(|n| (n.conn, n.seq)) != Some((r.conn, r.seq)) {
                 for key in std::mem::take(&mut pushed) {
                     self.serve_blocked(&key, now, ctx);
                 }
             }
         }
-        for key in pushed {
-            self.serve_blocked(&key, now, ctx);
+        if held {
+            self.held_pushes.extend(pushed);
+        } else {
+            for key in pushed {
+                self.serve_blocked(&key, now, ctx);
+            }
         }
         self.send(batch.from, replies, writes, ctx);
     }
@@ -1036,6 +1052,7 @@ impl KeyShard {
             deferred: VecDeque::new(),
             from_local: 0,
             stopped: false,
+            held_pushes: Vec::new(),
         };
         KeyShard { state: Arc::new(Mutex::new(state)) }
     }

@@ -28,7 +28,9 @@
 //! them, and it runs in stages, each ending with a move's reads; the
 //! worker decides the move and its writes lead the next stage. So the
 //! commands queued before a move are done when it reads, the ones after it
-//! see its writes, and no other client sees anything in between. A pop
+//! see its writes, and no other client sees anything in between (not even
+//! a client blocked on a list it pushes to: the shard serves those once
+//! the transaction frees it, `ShardState::held_pushes`). A pop
 //! over lists on several shards (`BLPOP` in a transaction, which does not
 //! block there) is such a move too. The cost is one round trip to the
 //! transaction's shards per move, on top of the transaction's own.
@@ -36,6 +38,7 @@
 // The worker's own room: its types, imports and helpers.
 use super::*;
 use crate::kv::multikey;
+use crate::kv::server::shard::block_timeout;
 use crate::kv::types::side;
 
 /// Parts of a move's own requests: writes below [`MOVE_READ`], reads
@@ -353,7 +356,16 @@ type Write = (usize, Vec<Vec<u8>>);
 pub(in crate::kv::server) fn is_move(cmd: &[u8]) -> bool {
     matches!(
         cmd,
-        b"rename" | b"renamenx" | b"rpoplpush" | b"lmove" | b"msetnx" | b"blpop-now" | b"brpop-now"
+        b"rename"
+            | b"renamenx"
+            | b"rpoplpush"
+            | b"lmove"
+            | b"msetnx"
+            | b"blpop-now"
+            | b"brpop-now"
+            // (With a timeout that is not one: its error, in its place.)
+            | b"blpop"
+            | b"brpop"
     ) || multikey::is_multikey_command(&String::from_utf8_lossy(cmd))
 }
 
@@ -437,6 +449,10 @@ pub(in crate::kv::server) fn reads_of(args: &[Vec<u8>], n: usize) -> Result<Vec<
         }
         let read = |k: &Vec<u8>| (shard_of(k, n), vec![bulk(b"REBUILD-OF"), k.clone()]);
         return Ok(gathered(args).into_iter().map(read).collect());
+    }
+    if let (b"blpop" | b"brpop", Some(t)) = (cmd.as_bytes(), args.last()) {
+        // Inside a transaction a valid timeout made it `blpop-now`.
+        return Err(block_timeout(t).err().unwrap_or_else(|| wrong_arity(cmd.as_str())));
     }
     let arity_ok = match cmd.as_bytes() {
         b"rename" | b"renamenx" | b"rpoplpush" => args.len() == 3,
