@@ -137,6 +137,24 @@ pub(super) fn within_reply_bound<'a>(
     Some(picked.map(<[u8]>::to_vec).collect())
 }
 
+/// The arguments after the key of `HRANDFIELD` and `ZRANDMEMBER`:
+/// `[count [flag]]` (`flag` lower case: `withvalues`, `withscores`), with
+/// Redis' errors; a negative count below [`Keyspace::MAX_REPEATS`] is
+/// refused (repeats make a reply as long as asked).
+pub(super) fn random_args(a: &[Vec<u8>], flag: &[u8]) -> Result<(Option<i64>, bool), Reply> {
+    let [n, rest @ ..] = a else { return Ok((None, false)) };
+    let n = match int(n) {
+        Some(n) if n < -Keyspace::MAX_REPEATS => return Err(err("ERR value is out of range")),
+        Some(n) => n,
+        None => return Err(err(NOT_INT)),
+    };
+    match rest {
+        [] => Ok((Some(n), false)),
+        [w] if w.eq_ignore_ascii_case(flag) => Ok((Some(n), true)),
+        _ => Err(err("ERR syntax error")),
+    }
+}
+
 fn bulks<'a>(items: impl Iterator<Item = &'a Vec<u8>>) -> Vec<Reply> {
     items.map(|x| Reply::Bulk(x.clone())).collect()
 }
@@ -730,20 +748,9 @@ impl Keyspace {
     /// A hash is a plain table, with no positions to pick from: a call
     /// walks it once (O(n)), however many it picks.
     fn hrandfield(&mut self, k: &[u8], a: &[Vec<u8>], now: Instant) -> Reply {
-        let (count, with_values) = match a {
-            [] => (None, false),
-            [n, rest @ ..] => {
-                let n = match int(n) {
-                    Some(n) if n < -Self::MAX_REPEATS => return err("ERR value is out of range"),
-                    Some(n) => n,
-                    None => return err(NOT_INT),
-                };
-                match rest {
-                    [] => (Some(n), false),
-                    [w] if w.eq_ignore_ascii_case(b"withvalues") => (Some(n), true),
-                    _ => return err("ERR syntax error"),
-                }
-            }
+        let (count, with_values) = match random_args(a, b"withvalues") {
+            Ok(c) => c,
+            Err(e) => return e,
         };
         let len = match self.aggregate(k, Kind::Hash, false, now) {
             Err(e) => return e,

@@ -379,20 +379,9 @@ impl Keyspace {
     /// `SRANDMEMBER` picks them (distinct with a positive count, repeated
     /// with a negative one, bounded), with their scores if asked.
     fn zrandmember(&mut self, k: &[u8], a: &[Vec<u8>], now: Instant) -> Reply {
-        let (count, with_scores) = match a {
-            [] => (None, false),
-            [n, rest @ ..] => {
-                let n = match int(n) {
-                    Some(n) if n < -Self::MAX_REPEATS => return err("ERR value is out of range"),
-                    Some(n) => n,
-                    None => return err(NOT_INT),
-                };
-                match rest {
-                    [] => (Some(n), false),
-                    [w] if w.eq_ignore_ascii_case(b"withscores") => (Some(n), true),
-                    _ => return err(SYNTAX),
-                }
-            }
+        let (count, with_scores) = match super::types::random_args(a, b"withscores") {
+            Ok(c) => c,
+            Err(e) => return e,
         };
         let len = match self.zset_mut(k, false, now) {
             Err(e) => return e,

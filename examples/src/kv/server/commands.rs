@@ -1,8 +1,7 @@
 //! What a worker answers itself or decides before any shard sees a
 //! request: connection commands (`HELLO`, `AUTH`, `CLIENT`, `SELECT`, ...),
 //! a connection's transaction state (`MULTI` queueing, which commands may
-//! be queued, and their arguments checked when they cross shards), and
-//! which shard owns a key (`shard_of`, hash tags).
+//! be queued), and which shard owns a key (`shard_of`, hash tags).
 
 use super::info::ServerInfo;
 use super::worker::{every_shard, moves, Client};
@@ -305,8 +304,8 @@ pub(super) fn single_key(cmd: &[u8]) -> bool {
 /// keys (`KEYS`, `DBSIZE`, `RANDOMKEY`, `FLUSHDB`), split by shard (`MGET`,
 /// `MSET`, `DEL`, ...) or moved across them in a stage of its own
 /// (`RENAME`, `LMOVE`, `MSETNX`, a pop over several lists; see
-/// `worker/moves.rs`), whose arguments are checked when it is queued, as
-/// Redis answers them (an error in its place at `EXEC`).
+/// `worker/moves.rs`), whose argument errors are answered in its place at
+/// `EXEC`, as Redis answers a queued command's syntax errors.
 /// See [`KvWorker::exec_across`].
 pub(super) fn transaction_step(c: &mut Client, args: Vec<Vec<u8>>, n: usize) -> Step {
     let cmd = Lower::of(&args[0]);

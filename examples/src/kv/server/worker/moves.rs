@@ -245,7 +245,7 @@ impl KvWorker {
             match item {
                 Item::Req(k, r) => t.reqs[k].push(r),
                 Item::Move(i, args) => match reads_of(&args, n) {
-                    // (Checked when queued; answered in its place anyway.)
+                    // An error in its arguments: its answer, in its place.
                     Err(e) => answered.push((i, e)),
                     Ok(reads) => {
                         let count = reads.len();
@@ -403,7 +403,7 @@ fn gathered(args: &[Vec<u8>]) -> Vec<&Vec<u8>> {
 
 /// The reads a move of `args` across shards makes first, each with its
 /// shard (among `n`); or the error the command answers instead (its
-/// argument count or syntax), which a transaction gives when it is queued.
+/// argument count or syntax), in its place in a transaction.
 pub(in crate::kv::server) fn reads_of(args: &[Vec<u8>], n: usize) -> Result<Vec<Write>, Reply> {
     let cmd = Lower::of(&args[0]);
     if multikey::is_multikey_command(cmd.as_str()) {

@@ -223,8 +223,8 @@ impl KvWorker {
             }
             if of.len() > 1 {
                 let Some((step, kind)) = splits_of(&args) else {
-                    // A two-key command across shards (checked when
-                    // queued): a move, which runs in its own stage.
+                    // A command over keys on several shards (queued as
+                    // `moves::is_move`): a move, in a stage of its own.
                     items.push(Item::Move(i as u32, args));
                     moves = true;
                     left += 1;
