@@ -1271,3 +1271,40 @@ fn a_ring_that_goes_to_sleep_gives_back_what_a_burst_grew_its_receive_queue_to()
     r.send(&a, 7).unwrap();
     assert_eq!(messages(drain_until(&mut r, 1)), vec![7]);
 }
+
+#[test]
+fn a_failed_close_of_a_handed_off_slot_closes_its_file_instead_of_recycling_the_slot_full() {
+    // A hand-off is a MSG_RING carrying the slot's file with a linked CLOSE
+    // of that slot. If the MSG_RING succeeds but the CLOSE fails, the slot
+    // still holds the file: the completion must empty it, not put it back
+    // on the free list as if it were empty (the file would stay open, and
+    // the next `register_fd` would find the slot taken). The kernel gives
+    // no way to make that CLOSE fail after a successful hand-off, so this
+    // drives the completion with a CLOSE that fails for real: of an empty
+    // slot, carrying the hand-off slot's `SlotClosed` tag.
+    let mut ring = Ring::<u32>::new().unwrap();
+    let (r, w) = pipe();
+    let slot = ring.register_fd(w).map_err(|(e, _)| e).unwrap().into_slot();
+    let empty = ring.fds.alloc_user_slot().unwrap();
+    ring.fd_inflight += 1; // as `send_fd` counts the hand-off
+    let close = io_uring::opcode::Close::new(types::Fixed(empty))
+        .build()
+        .user_data(Internal::SlotClosed(slot).user_data());
+    // SAFETY: a CLOSE of a fixed slot holds no buffer; its completion's tag
+    // is one the ring decodes (an internal value, no pointer).
+    unsafe { sys::push_user(&mut ring.uring, &close) }.unwrap();
+    ring.flush().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut evs = Vec::new();
+    while ring.fd_inflight > 0 {
+        assert!(Instant::now() < deadline, "the CLOSE's completion never came");
+        ring.wait(&mut evs, Some(Duration::from_millis(10))).unwrap();
+    }
+    assert!(evs.is_empty(), "nothing for the owner");
+    assert_eq!(read_byte(&r), 0, "the slot's file was closed: the pipe's only write end");
+    // The slot is free and empty: registering reuses it.
+    let (_r2, w2) = pipe();
+    let again = ring.register_fd(w2).map_err(|(e, _)| e).unwrap();
+    assert_eq!(again.slot(), slot, "the emptied slot was recycled");
+    ring.fds.forget(empty);
+}
