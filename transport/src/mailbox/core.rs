@@ -48,6 +48,8 @@
 
 use std::collections::VecDeque;
 
+use crossbeam_utils::CachePadded;
+
 use crate::sync::{lock, AtomicBool, AtomicU8, AtomicUsize, Mutex, Ordering};
 
 const OPEN: u8 = 0;
@@ -78,14 +80,28 @@ pub(crate) enum Refused {
 }
 
 /// The shared state of one mailbox. `P` is the parcel type.
+///
+/// Every sender and the receiver write these words, each for its own
+/// reason, so the three that change per message or per parcel sit on cache
+/// lines of their own: a reservation (`queued`) does not evict the line a
+/// credit take or return (`credits`) is using, and neither moves the line
+/// of the sleep and doorbell handshake or of the fallback lock. The
+/// read-only bounds ride with the word they bound.
 pub(crate) struct Core<P> {
-    credits: AtomicUsize,
+    credits: CachePadded<AtomicUsize>,
     credit_cap: usize,
-    queued: AtomicUsize,
+    queued: CachePadded<AtomicUsize>,
     cap: usize,
+    /// `state`, `signal` (`PENDING` and `SLEEPING`, see the module docs) and
+    /// `doorbell`: changed per doorbell, per sleep and per fallback push.
+    handshake: CachePadded<Handshake>,
+    fallback: CachePadded<Mutex<VecDeque<P>>>,
+}
+
+/// The words of [`Core`] that change per sleep, per doorbell and per
+/// fallback push; read by senders choosing a path.
+struct Handshake {
     state: AtomicU8,
-    fallback: Mutex<VecDeque<P>>,
-    /// `PENDING` and `SLEEPING` (see the module docs).
     signal: AtomicU8,
     doorbell: AtomicBool,
 }
@@ -99,14 +115,16 @@ impl<P> Core<P> {
     /// A core with `credit_cap` CQ credits and room for `cap` messages.
     pub(crate) fn new(credit_cap: usize, cap: usize) -> Self {
         Core {
-            credits: AtomicUsize::new(credit_cap),
+            credits: CachePadded::new(AtomicUsize::new(credit_cap)),
             credit_cap,
-            queued: AtomicUsize::new(0),
+            queued: CachePadded::new(AtomicUsize::new(0)),
             cap,
-            state: AtomicU8::new(OPEN),
-            fallback: Mutex::new(VecDeque::new()),
-            signal: AtomicU8::new(0),
-            doorbell: AtomicBool::new(false),
+            handshake: CachePadded::new(Handshake {
+                state: AtomicU8::new(OPEN),
+                signal: AtomicU8::new(0),
+                doorbell: AtomicBool::new(false),
+            }),
+            fallback: CachePadded::new(Mutex::new(VecDeque::new())),
         }
     }
 
@@ -192,11 +210,11 @@ impl<P> Core<P> {
     pub(crate) fn push_fallback(&self, parcel: P) -> Result<bool, P> {
         let prev = {
             let mut q = lock(&self.fallback);
-            if self.state.load(Ordering::Acquire) == CLOSED {
+            if self.handshake.state.load(Ordering::Acquire) == CLOSED {
                 return Err(parcel);
             }
             q.push_back(parcel);
-            self.signal.fetch_or(PENDING, Ordering::AcqRel)
+            self.handshake.signal.fetch_or(PENDING, Ordering::AcqRel)
         };
         Ok(prev & SLEEPING != 0 && self.raise_doorbell())
     }
@@ -204,7 +222,7 @@ impl<P> Core<P> {
     /// True when the receiver is not blocking in the kernel (a hint, for
     /// choosing a path; [`Core::push_fallback`] decides about the doorbell).
     pub(crate) fn receiver_awake(&self) -> bool {
-        self.signal.load(Ordering::Relaxed) & SLEEPING == 0
+        self.handshake.signal.load(Ordering::Relaxed) & SLEEPING == 0
     }
 
     /// The receiver is about to block in the kernel: from now on a sender
@@ -212,42 +230,47 @@ impl<P> Core<P> {
     /// queued already: then it must not block ([`Core::sleep_end`] first) but
     /// drain.
     pub(crate) fn sleep_begin(&self) -> bool {
-        self.signal.fetch_or(SLEEPING, Ordering::AcqRel) & PENDING == 0
+        self.handshake.signal.fetch_or(SLEEPING, Ordering::AcqRel) & PENDING == 0
     }
 
     /// The receiver is awake again (woken, timed out, or it did not block).
     pub(crate) fn sleep_end(&self) {
-        self.signal.fetch_and(!SLEEPING, Ordering::AcqRel);
+        self.handshake.signal.fetch_and(!SLEEPING, Ordering::AcqRel);
     }
 
     /// Raises the doorbell flag after queueing work for the receiver; true
     /// when the caller flipped it and so must send the doorbell message.
     pub(crate) fn raise_doorbell(&self) -> bool {
-        !self.doorbell.swap(true, Ordering::AcqRel)
+        !self.handshake.doorbell.swap(true, Ordering::AcqRel)
     }
 
     /// True when the fallback queue may hold parcels (a cheap hint).
     pub(crate) fn fallback_pending(&self) -> bool {
-        self.signal.load(Ordering::Acquire) & PENDING != 0
+        self.handshake.signal.load(Ordering::Acquire) & PENDING != 0
     }
 
     /// Called by the receiver when it reaps the doorbell CQE, before draining.
     pub(crate) fn doorbell_reaped(&self) {
         // SeqCst: ordered before the drain's lock, after which any push
         // either is drained or sees `false` and rings again.
-        self.doorbell.store(false, Ordering::SeqCst);
+        self.handshake.doorbell.store(false, Ordering::SeqCst);
     }
 
     /// Moves every parcel of the fallback queue into `out`, in queue order.
     pub(crate) fn drain_fallback(&self, out: &mut VecDeque<P>) {
         let mut q = lock(&self.fallback);
-        self.signal.fetch_and(!PENDING, Ordering::AcqRel);
+        self.handshake.signal.fetch_and(!PENDING, Ordering::AcqRel);
         out.append(&mut q);
     }
 
     /// Open -> Closing: refuse new messages and new credits.
     pub(crate) fn begin_close(&self) {
-        let _ = self.state.compare_exchange(OPEN, CLOSING, Ordering::AcqRel, Ordering::Acquire);
+        let _ = self.handshake.state.compare_exchange(
+            OPEN,
+            CLOSING,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
         // After this RMW no credit is granted; every credit granted before it
         // is counted by `outstanding` until the receiver reaps its CQE.
         self.credits.fetch_or(CREDITS_CLOSED, Ordering::AcqRel);
@@ -261,19 +284,19 @@ impl<P> Core<P> {
     /// still out (the ring then hands back whatever still arrives on them).
     pub(crate) fn finish_close(&self, out: &mut VecDeque<P>) {
         let mut q = lock(&self.fallback);
-        self.state.store(CLOSED, Ordering::Release);
-        self.signal.fetch_and(!PENDING, Ordering::AcqRel);
+        self.handshake.state.store(CLOSED, Ordering::Release);
+        self.handshake.signal.fetch_and(!PENDING, Ordering::AcqRel);
         out.append(&mut q);
     }
 
     /// True once [`Core::begin_close`] ran.
     pub(crate) fn is_closing(&self) -> bool {
-        self.state.load(Ordering::Acquire) != OPEN
+        self.handshake.state.load(Ordering::Acquire) != OPEN
     }
 
     /// True once [`Core::finish_close`] ran.
     pub(crate) fn is_closed(&self) -> bool {
-        self.state.load(Ordering::Acquire) == CLOSED
+        self.handshake.state.load(Ordering::Acquire) == CLOSED
     }
 }
 
