@@ -5,7 +5,9 @@
 //! # The invariants
 //!
 //! * **Capacity.** `queued` counts messages accepted for this mailbox and not
-//!   yet handed to its owner (or handed back). [`Core::reserve`] refuses past
+//!   yet handed to its owner (or handed back), and room a sender reserved
+//!   ahead for the batch it fills (given back when the batch leaves, so
+//!   `queued` is exact whenever no batch is pending). [`Core::reserve`] refuses past
 //!   `cap`, so the memory a mailbox holds is bounded by `cap` messages,
 //!   whichever path they take.
 //! * **Credits.** `credits` counts CQ entries a sender may still fill with a

@@ -272,7 +272,10 @@ impl<T> Addr<T> {
         self.inbox.core.is_closing()
     }
 
-    /// Messages accepted for the target and not yet delivered or handed back.
+    /// Messages accepted for the target and not yet delivered or handed
+    /// back, plus the room senders reserved ahead for the batches they are
+    /// filling (at most a 64th of the capacity per sending ring, given back
+    /// when the batch leaves: see the guarantees chapter).
     pub fn queued(&self) -> usize {
         self.inbox.core.queued()
     }

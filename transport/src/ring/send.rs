@@ -49,7 +49,45 @@ pub(super) struct OutLane<T> {
     pub(super) pending: Vec<T>,
     /// fd parcels waiting for a credit (fd messages cannot use the fallback queue).
     pub(super) parked: VecDeque<Box<Parcel<T>>>,
+    /// Room reserved in the target's mailbox for messages of `pending` not
+    /// sent yet ([`reserve_room`]); given back when the batch leaves, so it
+    /// is non-zero only while `pending` is not empty.
+    pub(super) spare: usize,
 }
+
+/// Reserves room in `core` for the next message of a batch that holds
+/// `pending` messages, and for a few after it: how many were reserved.
+///
+/// A reservation is a read-modify-write of the mailbox's `queued` word,
+/// which every sender and the receiver write; one per message made it the
+/// commonest shared write of a stream. So a lane reserves in blocks: one,
+/// one, two, four... (as many as the batch already holds), never past the
+/// end of the batch (`max_batch`) and never more than a 64th of the
+/// mailbox's capacity. What the batch does not fill goes back when it
+/// leaves ([`Ring::emit_batch`]). So a stream of full batches of 64 makes 7
+/// reservations per batch, a single message still one, and room held but
+/// not filled is at most a 64th of the capacity per sending lane, for as
+/// long as its batch is pending (the time its messages are already counted
+/// for; a mailbox of fewer than 128 messages is reserved one at a time,
+/// exactly as before). A block that does not fit falls back to one message,
+/// so a sender is refused `Full` only when not one more message fits.
+fn reserve_room<P>(
+    core: &crate::mailbox::core::Core<P>,
+    pending: usize,
+    max_batch: usize,
+) -> Result<usize, Refused> {
+    let block = (core.cap() / ROOM_SHARE).max(1);
+    let want = pending.clamp(1, block).min(max_batch.saturating_sub(pending).max(1));
+    match core.reserve(want) {
+        Ok(()) => Ok(want),
+        Err(Refused::Full) if want > 1 => core.reserve(1).map(|()| 1),
+        Err(e) => Err(e),
+    }
+}
+
+/// A lane holds at most this share of a mailbox's capacity reserved and
+/// not filled ([`reserve_room`]).
+const ROOM_SHARE: usize = 64;
 
 impl<T: Send + 'static> Ring<T> {
     /// Sends `msg` to `to`. The message is batched and leaves at the latest at
@@ -59,17 +97,20 @@ impl<T: Send + 'static> Ring<T> {
     /// every earlier message from this ring to `to`, or come back to this ring
     /// as [`Event::Returned`]. On `Err`, it was not accepted and is handed back.
     pub fn send(&mut self, to: &Addr<T>, msg: T) -> Result<(), SendError<T>> {
-        if let Err(r) = to.inbox.core.reserve(1) {
-            return Err(match r {
-                Refused::Full => SendError::Full(msg),
-                Refused::Closed => {
-                    self.prune(to.inbox.id);
-                    SendError::Closed(msg)
-                }
-            });
-        }
         let id = to.inbox.id;
+        let max_batch = self.cfg.max_batch;
         let lane = self.lane(to);
+        if lane.spare == 0 {
+            match reserve_room(&lane.target.core, lane.pending.len(), max_batch) {
+                Ok(n) => lane.spare = n,
+                Err(Refused::Full) => return Err(SendError::Full(msg)),
+                Err(Refused::Closed) => {
+                    self.prune(id);
+                    return Err(SendError::Closed(msg));
+                }
+            }
+        }
+        lane.spare -= 1;
         lane.pending.push(msg);
         let len = lane.pending.len();
         if len == 1 {
@@ -240,6 +281,7 @@ impl<T: Send + 'static> Ring<T> {
                 next_seq: 0,
                 pending: Vec::new(),
                 parked: VecDeque::new(),
+                spare: 0,
             }
         })
     }
@@ -273,6 +315,11 @@ impl<T: Send + 'static> Ring<T> {
         let Some(lane) = self.out.get_mut(&id) else { return };
         if lane.pending.is_empty() {
             return;
+        }
+        // Room reserved in blocks and not filled goes back with the batch.
+        if lane.spare > 0 {
+            lane.target.core.unreserve(lane.spare);
+            lane.spare = 0;
         }
         let msgs = mem::replace(&mut lane.pending, Vec::with_capacity(self.cfg.max_batch.min(64)));
         let seq = lane.next_seq;

@@ -1308,3 +1308,60 @@ fn a_failed_close_of_a_handed_off_slot_closes_its_file_instead_of_recycling_the_
     assert_eq!(again.slot(), slot, "the emptied slot was recycled");
     ring.fds.forget(empty);
 }
+
+#[test]
+fn room_is_reserved_in_blocks_given_back_with_the_batch_and_no_message_that_fits_is_refused() {
+    // Capacity 4 096: blocks of up to 64 (a 64th). 40 sends reserve
+    // 1 + 1 + 2 + 4 + 8 + 16 + 32 = 64 slots, not 40 one by one.
+    let cfg = RingConfig::default().mailbox_capacity(4096);
+    let mut rx = Ring::<u32>::with_config(cfg).unwrap();
+    let mut tx = Ring::<u32>::new().unwrap();
+    let a = rx.addr();
+    for i in 0..40 {
+        tx.send(&a, i).unwrap();
+    }
+    assert_eq!(a.queued(), 64, "room reserved in doubling blocks while the batch is pending");
+    tx.flush().unwrap();
+    assert_eq!(a.queued(), 40, "what the batch did not fill went back with it");
+    assert_eq!(messages(drain_until(&mut rx, 40)), (0..40).collect::<Vec<_>>());
+    assert_eq!(a.queued(), 0);
+    // A full batch fills its blocks exactly: nothing to give back.
+    for i in 0..64 {
+        tx.send(&a, i).unwrap();
+    }
+    assert_eq!(a.queued(), 64);
+    tx.flush().unwrap();
+    assert_eq!(messages(drain_until(&mut rx, 64)).len(), 64);
+
+    // Capacity 131: blocks of up to 2. Two full batches take 128; the
+    // third batch's third message asks for a block of 2 where 1 is left:
+    // it falls back to one message, so exactly the capacity is accepted,
+    // and the refused message comes back.
+    let cfg = RingConfig::default().mailbox_capacity(131);
+    let mut rx = Ring::<u32>::with_config(cfg).unwrap();
+    let a = rx.addr();
+    let mut accepted = 0;
+    let refused = loop {
+        match tx.send(&a, accepted) {
+            Ok(()) => accepted += 1,
+            Err(SendError::Full(m)) => break m,
+            Err(e) => panic!("{e}"),
+        }
+        assert!(accepted <= 131, "more accepted than the mailbox holds");
+    };
+    assert_eq!((accepted, refused), (131, 131), "every message that fit, and the next handed back");
+    tx.flush().unwrap();
+    assert_eq!(a.queued(), 131);
+    assert_eq!(messages(drain_until(&mut rx, 131)), (0..131).collect::<Vec<_>>());
+    assert_eq!(a.queued(), 0);
+
+    // Below 128 the room is reserved one message at a time, as before.
+    let cfg = RingConfig::default().mailbox_capacity(100);
+    let rx = Ring::<u32>::with_config(cfg).unwrap();
+    let a = rx.addr();
+    for i in 0..10 {
+        tx.send(&a, i).unwrap();
+        assert_eq!(a.queued(), i as usize + 1);
+    }
+    tx.flush().unwrap();
+}
