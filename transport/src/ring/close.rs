@@ -112,7 +112,7 @@ impl<T: Send + 'static> Drop for Ring<T> {
         let _ = self.flush();
         self.dropping = true;
         // Undelivered events go back where they came from.
-        for (from, ev) in mem::take(&mut self.ready) {
+        for (from, ev) in self.ready.take_with_origins() {
             match ev {
                 Event::Message(m) => self.hand_back_to_origin(from, Body::Batch(vec![m])),
                 Event::Fd { msg, fd } => {
@@ -230,7 +230,7 @@ impl<T: Send + 'static> Drop for Ring<T> {
         // What is left of the drop's `close_timeout` (one cancel pass at least).
         self.end_io(deadline.saturating_duration_since(Instant::now()));
         // Their events have nobody to go to (accepted connections close).
-        self.ready.retain(|(_, e)| !matches!(e, Event::Io { .. } | Event::Accepted { .. }));
+        self.ready.retain(|e| !matches!(e, Event::Io { .. } | Event::Accepted { .. }));
         // fd hand-offs in doubt that never landed (the last reaping is done:
         // a later one cannot reach us, our address's fd is retired): each
         // one's message is a dead letter.

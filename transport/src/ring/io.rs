@@ -299,7 +299,7 @@ impl<T: Send + 'static> Ring<T> {
         let token = token & !ARMED;
         if !armed {
             // A `push_io` operation: whatever multishot op shares its token.
-            self.ready.push_back((self.id, Event::Io { token, result: res, flags }));
+            self.ready.push(self.id, Event::Io { token, result: res, flags });
             return;
         }
         if self.recvs.contains(&token) {
@@ -319,10 +319,10 @@ impl<T: Send + 'static> Ring<T> {
             }
             if res >= 0 {
                 let fd = self.fds.adopt_allocated(res as u32, self.fds.clone());
-                self.ready.push_back((self.id, Event::Accepted { token, fd, more }));
+                self.ready.push(self.id, Event::Accepted { token, fd, more });
                 return;
             }
         }
-        self.ready.push_back((self.id, Event::Io { token, result: res, flags }));
+        self.ready.push(self.id, Event::Io { token, result: res, flags });
     }
 }

@@ -133,7 +133,7 @@ pub struct Ring<T: Send + 'static> {
     in_order: Vec<Box<Parcel<T>>>,
     /// Received and not yet taken by `wait`. A burst grows it to its
     /// backlog; a ring about to sleep gives that back (see `IDLE_KEEP`).
-    ready: VecDeque<(u64, Event<T>)>,
+    ready: event::Ready<T>,
     scratch: VecDeque<Box<Parcel<T>>>,
     cqes: Vec<(u64, i32, u32)>,
     stats: RingStats,
@@ -243,7 +243,7 @@ impl<T: Send + 'static> Ring<T> {
             bells: Vec::new(),
             lanes: HashMap::default(),
             in_order: Vec::new(),
-            ready: VecDeque::new(),
+            ready: event::Ready::new(),
             scratch: VecDeque::new(),
             cqes: Vec::new(),
             stats: RingStats::default(),
@@ -376,7 +376,7 @@ impl<T: Send + 'static> Ring<T> {
             self.flush()?;
             self.poll_kernel()?;
             self.submit_now()?;
-            out.extend(self.ready.drain(..).map(|(_, e)| e));
+            self.ready.take_into(out);
             return Ok(out.len() - before);
         }
         let deadline = timeout.map(|t| Instant::now() + t);
@@ -417,7 +417,7 @@ impl<T: Send + 'static> Ring<T> {
         }
         // Processing may have queued SQEs (doorbells, hand-backs, reroutes).
         self.submit_now()?;
-        out.extend(self.ready.drain(..).map(|(_, e)| e));
+        self.ready.take_into(out);
         Ok(out.len() - before)
     }
 

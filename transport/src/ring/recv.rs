@@ -139,7 +139,7 @@ impl<T: Send + 'static> Ring<T> {
                                 drop(ev);
                             } else {
                                 self.stats.returned += 1;
-                                self.ready.push_back((self.id, ev));
+                                self.ready.push(self.id, ev);
                             }
                         }
                     }
@@ -379,11 +379,11 @@ impl<T: Send + 'static> Ring<T> {
         }
         match body {
             Body::Batch(msgs) => {
-                self.ready.extend(msgs.into_iter().map(|m| (from, Event::Message(m))));
+                self.ready.messages(from, msgs);
             }
             Body::Fd { msg, slot } => {
                 let fd = FixedFd::new(slot, self.fds.clone());
-                self.ready.push_back((from, Event::Fd { msg, fd }));
+                self.ready.push(from, Event::Fd { msg, fd });
             }
             Body::Void | Body::Doubt => {}
             Body::End => {

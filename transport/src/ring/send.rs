@@ -631,6 +631,6 @@ impl<T: Send + 'static> Ring<T> {
             return;
         }
         self.stats.returned += 1;
-        self.ready.push_back((lane, Event::Returned { msg, fd, reason }));
+        self.ready.push(lane, Event::Returned { msg, fd, reason });
     }
 }

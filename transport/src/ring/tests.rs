@@ -1115,7 +1115,7 @@ fn an_fd_handoff_in_doubt_is_delivered_or_closed_never_both_and_never_out_of_ord
     let (r0, body) = fd_parcel(&mut rx, 10);
     rx.accept(parcel(0, body));
     rx.accept(parcel(0, Body::Doubt));
-    let evs: Vec<Event<u32>> = rx.ready.drain(..).map(|(_, e)| e).collect();
+    let evs: Vec<Event<u32>> = rx.ready.take_with_origins().into_iter().map(|(_, e)| e).collect();
     assert!(matches!(evs[..], [Event::Fd { msg: 10, .. }]), "delivered once");
     drop(evs);
     assert!(eof(&r0), "the receiver's fd was dropped with the event");
@@ -1126,7 +1126,7 @@ fn an_fd_handoff_in_doubt_is_delivered_or_closed_never_both_and_never_out_of_ord
     rx.accept(parcel(2, Body::Batch(vec![12])));
     let (r1, body) = fd_parcel(&mut rx, 11);
     rx.accept(parcel(1, body));
-    let evs: Vec<Event<u32>> = rx.ready.drain(..).map(|(_, e)| e).collect();
+    let evs: Vec<Event<u32>> = rx.ready.take_with_origins().into_iter().map(|(_, e)| e).collect();
     assert!(matches!(evs[..], [Event::Message(12)]), "only the later message, in order");
     assert!(eof(&r1), "the late hand-off's file is closed");
     assert_eq!(rx.addr().queued(), 0, "every reservation released");
@@ -1152,7 +1152,7 @@ fn an_fd_handoff_in_doubt_is_delivered_or_closed_never_both_and_never_out_of_ord
     rx.accept(held_parcel(1, body));
     assert!(rx.ready.is_empty(), "held behind number 0");
     rx.accept(held_parcel(0, Body::Batch(vec![30])));
-    let evs: Vec<Event<u32>> = rx.ready.drain(..).map(|(_, e)| e).collect();
+    let evs: Vec<Event<u32>> = rx.ready.take_with_origins().into_iter().map(|(_, e)| e).collect();
     assert!(matches!(evs[..], [Event::Message(30), Event::Fd { msg: 31, .. }]), "in order");
     drop(evs);
     assert_eq!(rx.addr().queued(), 0);
