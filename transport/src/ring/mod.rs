@@ -21,10 +21,13 @@
 //! * [`config`]: [`RingConfig`], its defaults, builder methods and the checks
 //!   made before any kernel set-up;
 //! * [`event`]: what a ring hands its owner ([`Event`], [`RingStats`],
-//!   [`PushError`]) and the process-wide dead-letter counter
-//!   ([`dead_letters`]);
+//!   [`PushError`]), the queue of events ready for it (`Ready`: a plain
+//!   vector handed out in one copy, with each event's origin kept as runs
+//!   for the hand-backs of a drop) and the process-wide dead-letter
+//!   counter ([`dead_letters`]);
 //! * [`send`]: the sending side: one lane per target (sequence numbers,
-//!   pending batch, parked fd hand-offs), credits taken before a `MSG_RING`,
+//!   pending batch, room reserved in the target's mailbox in blocks,
+//!   parked fd hand-offs), credits taken before a `MSG_RING`,
 //!   the fallback queue and doorbells, and handing refused messages back to
 //!   the owner;
 //! * [`recv`]: the receiving side: reaping the CQ and dispatching CQEs by
