@@ -88,7 +88,8 @@ pub(crate) enum Refused {
 /// lines of their own: a reservation (`queued`) does not evict the line a
 /// credit take or return (`credits`) is using, and neither moves the line
 /// of the sleep and doorbell handshake or of the fallback lock. The
-/// read-only bounds ride with the word they bound.
+/// read-only bounds (`cap`, `credit_cap`) sit outside the padded words,
+/// where only reads touch them.
 pub(crate) struct Core<P> {
     credits: CachePadded<AtomicUsize>,
     credit_cap: usize,

@@ -85,6 +85,30 @@ fn reserve_room<P>(
     }
 }
 
+/// Takes room for one more message of `lane`'s batch: from what it reserved
+/// ahead, or a new block ([`reserve_room`]). Returns the room left reserved
+/// ahead. Room reserved ahead is not taken once the target began closing:
+/// it goes back and the message is refused, as a reservation is then, so
+/// that nothing is accepted after the close began.
+fn lane_room<T>(lane: &mut OutLane<T>, max_batch: usize) -> Result<usize, Refused> {
+    if lane.spare == 0 {
+        return reserve_room(&lane.target.core, lane.pending.len(), max_batch).map(|n| n - 1);
+    }
+    if lane.target.core.is_closing() {
+        give_back_room(lane);
+        return Err(Refused::Closed);
+    }
+    Ok(lane.spare - 1)
+}
+
+/// Gives back the room `lane` reserved ahead and did not fill.
+fn give_back_room<T>(lane: &mut OutLane<T>) {
+    if lane.spare > 0 {
+        lane.target.core.unreserve(lane.spare);
+        lane.spare = 0;
+    }
+}
+
 /// A lane holds at most this share of a mailbox's capacity reserved and
 /// not filled ([`reserve_room`]).
 const ROOM_SHARE: usize = 64;
@@ -99,20 +123,35 @@ impl<T: Send + 'static> Ring<T> {
     pub fn send(&mut self, to: &Addr<T>, msg: T) -> Result<(), SendError<T>> {
         let id = to.inbox.id;
         let max_batch = self.cfg.max_batch;
-        let lane = self.lane(to);
-        if lane.spare == 0 {
-            match reserve_room(&lane.target.core, lane.pending.len(), max_batch) {
-                Ok(n) => lane.spare = n,
-                Err(Refused::Full) => return Err(SendError::Full(msg)),
-                Err(Refused::Closed) => {
-                    self.prune(id);
-                    return Err(SendError::Closed(msg));
+        // Room first: a refused message creates no lane (a lane to a closed
+        // ring would keep that ring's inbox alive after `prune`).
+        let accepted = match self.out.get_mut(&id) {
+            Some(lane) => match lane_room(lane, max_batch) {
+                Ok(spare) => {
+                    lane.spare = spare;
+                    lane.pending.push(msg);
+                    Ok(lane.pending.len())
                 }
+                Err(r) => Err((r, msg)),
+            },
+            None => match reserve_room(&to.inbox.core, 0, max_batch) {
+                Ok(n) => {
+                    let lane = self.lane(to);
+                    lane.spare = n - 1;
+                    lane.pending.push(msg);
+                    Ok(1)
+                }
+                Err(r) => Err((r, msg)),
+            },
+        };
+        let len = match accepted {
+            Ok(len) => len,
+            Err((Refused::Full, msg)) => return Err(SendError::Full(msg)),
+            Err((Refused::Closed, msg)) => {
+                self.prune(id);
+                return Err(SendError::Closed(msg));
             }
-        }
-        lane.spare -= 1;
-        lane.pending.push(msg);
-        let len = lane.pending.len();
+        };
         if len == 1 {
             self.dirty.push(id);
         }
@@ -153,6 +192,11 @@ impl<T: Send + 'static> Ring<T> {
     ) -> Result<(), SendError<(T, FixedFd)>> {
         if !fd.belongs_to(&self.fds) {
             return Err(SendError::Closed((msg, fd)));
+        }
+        // The lane's batch leaves before the hand-off (below): room it
+        // reserved ahead goes back first, so that it cannot refuse this.
+        if let Some(lane) = self.out.get_mut(&to.inbox.id) {
+            give_back_room(lane);
         }
         if let Err(r) = to.inbox.core.reserve(1) {
             return Err(match r {
@@ -317,10 +361,7 @@ impl<T: Send + 'static> Ring<T> {
             return;
         }
         // Room reserved in blocks and not filled goes back with the batch.
-        if lane.spare > 0 {
-            lane.target.core.unreserve(lane.spare);
-            lane.spare = 0;
-        }
+        give_back_room(lane);
         let msgs = mem::replace(&mut lane.pending, Vec::with_capacity(self.cfg.max_batch.min(64)));
         let seq = lane.next_seq;
         lane.next_seq += 1;

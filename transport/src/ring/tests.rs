@@ -1365,3 +1365,69 @@ fn room_is_reserved_in_blocks_given_back_with_the_batch_and_no_message_that_fits
     }
     tx.flush().unwrap();
 }
+
+#[test]
+fn room_reserved_ahead_is_not_used_once_the_target_began_closing() {
+    // Three sends reserve 1 + 1 + 2: one slot is reserved ahead. After the
+    // close began, the next send is refused as any reservation would be,
+    // not let in on that slot, and the slot goes back.
+    let mut rx = Ring::<u32>::new().unwrap();
+    let mut tx = Ring::<u32>::new().unwrap();
+    let a = rx.addr();
+    for i in 0..3 {
+        tx.send(&a, i).unwrap();
+    }
+    assert_eq!(a.queued(), 4, "one slot reserved ahead");
+    rx.close();
+    match tx.send(&a, 3) {
+        Err(SendError::Closed(3)) => {}
+        other => panic!("a send after the close began: {:?}", other.map_err(|e| e.to_string())),
+    }
+    assert_eq!(a.queued(), 3, "the slot reserved ahead went back");
+    tx.flush().unwrap();
+    assert_eq!(messages(drain_until(&mut rx, 3)), vec![0, 1, 2], "what was accepted arrives");
+    // A refused send makes no lane: a lane to a closed ring would keep its
+    // inbox alive.
+    let mut fresh = Ring::<u32>::new().unwrap();
+    assert!(matches!(fresh.send(&a, 9), Err(SendError::Closed(9))));
+    assert!(fresh.out.is_empty(), "a lane was made for a refused message");
+}
+
+#[test]
+fn an_fd_hand_off_is_not_refused_for_room_its_own_lane_reserved_ahead() {
+    // Capacity 256: blocks of up to 4. Another sender fills 248; ours sends
+    // 5 (reserving 1 + 1 + 2 + 4 = 8: the mailbox is full, 3 of it ours and
+    // unfilled). The hand-off's batch leaves first anyway: its room goes
+    // back, and the hand-off fits.
+    let cfg = RingConfig::default().mailbox_capacity(256);
+    let mut rx = Ring::<u32>::with_config(cfg).unwrap();
+    let a = rx.addr();
+    let mut other = Ring::<u32>::new().unwrap();
+    for i in 0..248 {
+        other.send(&a, 1000 + i).unwrap();
+    }
+    other.flush().unwrap();
+    let mut tx = Ring::<u32>::new().unwrap();
+    for i in 0..5 {
+        tx.send(&a, i).unwrap();
+    }
+    assert_eq!(a.queued(), 256, "full, 3 of it reserved ahead by our lane");
+    let (r, w) = pipe();
+    let fd = tx.register_fd(w).map_err(|(e, _)| e).unwrap();
+    if let Err(e) = tx.send_fd(&a, fd, 5) {
+        panic!("the hand-off was refused: {e}");
+    }
+    tx.flush().unwrap();
+    let evs = drain_until(&mut rx, 254);
+    let ours: Vec<u32> = evs
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Message(m) if m < 1000 => Some(m),
+            Event::Fd { msg, .. } => Some(msg),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ours, vec![0, 1, 2, 3, 4, 5], "the batch, then the hand-off, in order");
+    assert_eq!(a.queued(), 0);
+    drop(r);
+}
