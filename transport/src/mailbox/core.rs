@@ -88,14 +88,17 @@ pub(crate) enum Refused {
 /// lines of their own: a reservation (`queued`) does not evict the line a
 /// credit take or return (`credits`) is using, and neither moves the line
 /// of the sleep and doorbell handshake or of the fallback lock. The
-/// read-only bounds (`cap`, `credit_cap`) sit outside the padded words,
-/// where only reads touch them.
+/// read-mostly words (the bounds `cap` and `credit_cap`, and `state`,
+/// written three times in a mailbox's life and read by a sender per
+/// message while it fills a block of room, see `ring/send.rs`) sit
+/// outside the padded words, where almost only reads touch them.
 pub(crate) struct Core<P> {
     credits: CachePadded<AtomicUsize>,
     credit_cap: usize,
     queued: CachePadded<AtomicUsize>,
     cap: usize,
-    /// `state`, `signal` (`PENDING` and `SLEEPING`, see the module docs) and
+    state: AtomicU8,
+    /// `signal` (`PENDING` and `SLEEPING`, see the module docs) and
     /// `doorbell`: changed per doorbell, per sleep and per fallback push.
     handshake: CachePadded<Handshake>,
     fallback: CachePadded<Mutex<VecDeque<P>>>,
@@ -104,7 +107,6 @@ pub(crate) struct Core<P> {
 /// The words of [`Core`] that change per sleep, per doorbell and per
 /// fallback push; read by senders choosing a path.
 struct Handshake {
-    state: AtomicU8,
     signal: AtomicU8,
     doorbell: AtomicBool,
 }
@@ -122,8 +124,8 @@ impl<P> Core<P> {
             credit_cap,
             queued: CachePadded::new(AtomicUsize::new(0)),
             cap,
+            state: AtomicU8::new(OPEN),
             handshake: CachePadded::new(Handshake {
-                state: AtomicU8::new(OPEN),
                 signal: AtomicU8::new(0),
                 doorbell: AtomicBool::new(false),
             }),
@@ -213,7 +215,7 @@ impl<P> Core<P> {
     pub(crate) fn push_fallback(&self, parcel: P) -> Result<bool, P> {
         let prev = {
             let mut q = lock(&self.fallback);
-            if self.handshake.state.load(Ordering::Acquire) == CLOSED {
+            if self.state.load(Ordering::Acquire) == CLOSED {
                 return Err(parcel);
             }
             q.push_back(parcel);
@@ -268,12 +270,7 @@ impl<P> Core<P> {
 
     /// Open -> Closing: refuse new messages and new credits.
     pub(crate) fn begin_close(&self) {
-        let _ = self.handshake.state.compare_exchange(
-            OPEN,
-            CLOSING,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        );
+        let _ = self.state.compare_exchange(OPEN, CLOSING, Ordering::AcqRel, Ordering::Acquire);
         // After this RMW no credit is granted; every credit granted before it
         // is counted by `outstanding` until the receiver reaps its CQE.
         self.credits.fetch_or(CREDITS_CLOSED, Ordering::AcqRel);
@@ -287,19 +284,19 @@ impl<P> Core<P> {
     /// still out (the ring then hands back whatever still arrives on them).
     pub(crate) fn finish_close(&self, out: &mut VecDeque<P>) {
         let mut q = lock(&self.fallback);
-        self.handshake.state.store(CLOSED, Ordering::Release);
+        self.state.store(CLOSED, Ordering::Release);
         self.handshake.signal.fetch_and(!PENDING, Ordering::AcqRel);
         out.append(&mut q);
     }
 
     /// True once [`Core::begin_close`] ran.
     pub(crate) fn is_closing(&self) -> bool {
-        self.handshake.state.load(Ordering::Acquire) != OPEN
+        self.state.load(Ordering::Acquire) != OPEN
     }
 
     /// True once [`Core::finish_close`] ran.
     pub(crate) fn is_closed(&self) -> bool {
-        self.handshake.state.load(Ordering::Acquire) == CLOSED
+        self.state.load(Ordering::Acquire) == CLOSED
     }
 }
 
